@@ -1,0 +1,170 @@
+//! Node attempts: the durable record of executing one node visit.
+//!
+//! Architecture Invariant: a run has at most one unfinished (`running` or `waiting`)
+//! attempt (a partial unique index enforces it); it is the one durable source of the
+//! run's current node.
+
+use rusqlite::{OptionalExtension, params};
+
+use super::claims::{self, ClaimAuthority};
+use super::error::{StoreError, StoreResult};
+use super::events::{Actor, RunEvent};
+use super::runs::{QueueStatus, RunStatus, read_run, string_enum};
+use super::writer::WriteTx;
+
+string_enum!(
+    /// Node attempt status.
+    AttemptStatus {
+        Running => "running",
+        Waiting => "waiting",
+        Interrupted => "interrupted",
+        Completed => "completed",
+        Failed => "failed",
+        TimedOut => "timed_out",
+        Cancelled => "cancelled",
+    }
+);
+
+/// A node visit the runner starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewAttempt {
+    pub attempt_id: String,
+    pub node_id: String,
+    /// Full compiled node path, including include mounts.
+    pub node_path: String,
+    pub visit: i64,
+    pub node_type: String,
+    pub deadline_at: Option<i64>,
+    pub timeout_ms: Option<i64>,
+}
+
+/// How a node attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    Completed { output_hash: Option<String> },
+    Failed { error_hash: Option<String> },
+}
+
+/// `node.started`: record a new running attempt of a live run (protected write).
+pub fn start_attempt(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    attempt: &NewAttempt,
+) -> StoreResult<i64> {
+    assert!(attempt.visit >= 1, "node visits count from one");
+    let run_id = authority.resource_id.as_str();
+    let committed = claims::protected_write(tx, authority, expected, |tx| {
+        require_live(tx, run_id, "start a node attempt of")?;
+        if let Some(open) = unfinished_attempt_id(tx, run_id)? {
+            return Err(StoreError::AttemptNotActive {
+                run_id: run_id.to_string(),
+                attempt_id: open,
+            });
+        }
+        tx.conn()
+            .prepare_cached(
+                "INSERT INTO node_attempts (attempt_id, run_id, node_id, node_path, visit, node_type, status,
+                                            lease_generation, started_at, deadline_at, timeout_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, ?8, ?9, ?10)",
+            )?
+            .execute(params![
+                attempt.attempt_id,
+                run_id,
+                attempt.node_id,
+                attempt.node_path,
+                attempt.visit,
+                attempt.node_type,
+                authority.generation,
+                tx.now_ms(),
+                attempt.deadline_at,
+                attempt.timeout_ms
+            ])?;
+        Ok(((), RunEvent::new("node.started", Actor::Host)))
+    })?;
+    Ok(committed.revision)
+}
+
+/// `node.finished` / `node.failed`: settle the run's unfinished running attempt.
+pub fn finish_attempt(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    attempt_id: &str,
+    outcome: &AttemptOutcome,
+) -> StoreResult<i64> {
+    let run_id = authority.resource_id.as_str();
+    let committed = claims::protected_write(tx, authority, expected, |tx| {
+        require_live(tx, run_id, "finish a node attempt of")?;
+        let (status, output, error, event_type) = match outcome {
+            AttemptOutcome::Completed { output_hash } => {
+                (AttemptStatus::Completed, output_hash.as_deref(), None, "node.finished")
+            }
+            AttemptOutcome::Failed { error_hash } => {
+                (AttemptStatus::Failed, None, error_hash.as_deref(), "node.failed")
+            }
+        };
+        let updated = tx
+            .conn()
+            .prepare_cached(
+                "UPDATE node_attempts SET status = ?1, output_hash = ?2, error_hash = ?3, finished_at = ?4
+                 WHERE attempt_id = ?5 AND run_id = ?6 AND status = 'running'",
+            )?
+            .execute(params![status.as_str(), output, error, tx.now_ms(), attempt_id, run_id])?;
+        if updated != 1 {
+            return Err(StoreError::AttemptNotActive {
+                run_id: run_id.to_string(),
+                attempt_id: attempt_id.to_string(),
+            });
+        }
+        Ok(((), RunEvent::new(event_type, Actor::Host)))
+    })?;
+    Ok(committed.revision)
+}
+
+fn require_live(tx: &WriteTx<'_>, run_id: &str, transition: &'static str) -> StoreResult<()> {
+    let run = read_run(tx, run_id)?;
+    if run.status == RunStatus::Running && run.queue == QueueStatus::Running {
+        return Ok(());
+    }
+    Err(StoreError::InvalidTransition {
+        transition,
+        run_id: run_id.to_string(),
+        run_status: run.status.to_string(),
+        queue_status: run.queue.to_string(),
+        paused: run.paused,
+    })
+}
+
+/// The run's unfinished attempt, if any.
+pub fn unfinished_attempt_id(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<Option<String>> {
+    let id = tx
+        .conn()
+        .prepare_cached("SELECT attempt_id FROM node_attempts WHERE run_id = ?1 AND status IN ('running', 'waiting')")?
+        .query_row([run_id], |row| row.get(0))
+        .optional()?;
+    Ok(id)
+}
+
+/// Settle the unfinished attempt (if any) with a final status.
+pub(crate) fn close_unfinished(tx: &WriteTx<'_>, run_id: &str, status: AttemptStatus) -> StoreResult<()> {
+    assert!(
+        !matches!(status, AttemptStatus::Running | AttemptStatus::Waiting),
+        "closing an attempt needs a final status"
+    );
+    tx.conn()
+        .prepare_cached(
+            "UPDATE node_attempts SET status = ?1, finished_at = ?2
+             WHERE run_id = ?3 AND status IN ('running', 'waiting')",
+        )?
+        .execute(params![status.as_str(), tx.now_ms(), run_id])?;
+    Ok(())
+}
+
+/// The running attempt (if any) now waits for input and stays unfinished.
+pub(crate) fn mark_unfinished_waiting(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<()> {
+    tx.conn()
+        .prepare_cached("UPDATE node_attempts SET status = 'waiting' WHERE run_id = ?1 AND status = 'running'")?
+        .execute([run_id])?;
+    Ok(())
+}

@@ -1,0 +1,327 @@
+//! Claims: time-limited, generation-fenced rights to change one resource.
+//!
+//! Architecture Invariant: `protected_write` is the only way to change a claimed run. It
+//! performs the spec's eight steps in the caller's transaction; nobody re-implements the
+//! checks. Raw tokens exist only in memory inside `ClaimAuthority`; the database holds their
+//! SHA-256, and neither ever reaches a log or an error message.
+
+use rusqlite::{OptionalExtension, params};
+
+use super::error::{ClaimLostError, ClaimLostReason, StoreError, StoreResult};
+use super::events::{self, RunEvent};
+use super::writer::WriteTx;
+use crate::digest::{hex_lower, sha256_hex};
+
+/// How long a run claim lives without renewal.
+pub const RUN_CLAIM_LEASE_MS: i64 = 30_000;
+/// Random bytes in a claim token.
+const TOKEN_BYTES: usize = 32;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResourceType {
+    Run,
+    Server,
+}
+
+impl ResourceType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Run => "run",
+            Self::Server => "server",
+        }
+    }
+}
+
+/// Who holds a claim. `Host` is the retained v1 name for the server acting for a runner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnerType {
+    Host,
+    Control,
+    Server,
+}
+
+impl OwnerType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Host => "host",
+            Self::Control => "control",
+            Self::Server => "server",
+        }
+    }
+}
+
+/// A claim token. Never printed, serialized or stored; only its hash reaches the database.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClaimToken(String);
+
+impl ClaimToken {
+    fn generate() -> StoreResult<Self> {
+        let mut bytes = [0u8; TOKEN_BYTES];
+        getrandom::fill(&mut bytes)
+            .map_err(|err| StoreError::Io(std::io::Error::other(format!("no randomness for a claim token: {err}"))))?;
+        Ok(Self(hex_lower(&bytes)))
+    }
+
+    fn hash(&self) -> String {
+        sha256_hex(self.0.as_bytes())
+    }
+
+    /// The raw token, for tests that prove it never leaks.
+    #[doc(hidden)]
+    pub fn expose_for_test(&self) -> &str {
+        &self.0
+    }
+
+    /// The stored hash, for tests that prove it never leaks.
+    #[doc(hidden)]
+    pub fn hash_for_test(&self) -> String {
+        self.hash()
+    }
+}
+
+impl std::fmt::Debug for ClaimToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClaimToken(<redacted>)")
+    }
+}
+
+/// Proof of a held claim: what a protected write must present.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimAuthority {
+    pub resource_type: ResourceType,
+    pub resource_id: String,
+    pub owner_type: OwnerType,
+    pub owner_id: String,
+    pub generation: i64,
+    token: ClaimToken,
+}
+
+impl ClaimAuthority {
+    pub fn token(&self) -> &ClaimToken {
+        &self.token
+    }
+
+    /// The same authority with another (forged) token, for claim-rejection tests.
+    #[doc(hidden)]
+    pub fn with_forged_token_for_test(&self) -> StoreResult<Self> {
+        Ok(Self {
+            token: ClaimToken::generate()?,
+            ..self.clone()
+        })
+    }
+
+    fn lost(&self, reason: ClaimLostReason) -> ClaimLostError {
+        ClaimLostError {
+            resource_id: self.resource_id.clone(),
+            generation: self.generation,
+            reason,
+        }
+    }
+}
+
+/// A lease row as stored.
+struct LeaseRow {
+    generation: i64,
+    holder: Option<Holder>,
+}
+
+struct Holder {
+    owner_type: String,
+    owner_id: String,
+    token_hash: String,
+    expires_at: i64,
+}
+
+fn read_lease(tx: &WriteTx<'_>, resource_type: ResourceType, resource_id: &str) -> StoreResult<Option<LeaseRow>> {
+    let row = tx
+        .conn()
+        .prepare_cached(
+            "SELECT generation, owner_type, owner_id, token_hash, expires_at FROM leases
+             WHERE resource_type = ?1 AND resource_id = ?2",
+        )?
+        .query_row(params![resource_type.as_str(), resource_id], |row| {
+            let owner_type: Option<String> = row.get(1)?;
+            let holder = match owner_type {
+                None => None,
+                Some(owner_type) => Some(Holder {
+                    owner_type,
+                    owner_id: row.get(2)?,
+                    token_hash: row.get(3)?,
+                    expires_at: row.get(4)?,
+                }),
+            };
+            Ok(LeaseRow {
+                generation: row.get(0)?,
+                holder,
+            })
+        })
+        .optional()?;
+    Ok(row)
+}
+
+/// Take the claim when it is absent or expired; the generation grows by one.
+pub fn acquire(
+    tx: &WriteTx<'_>,
+    resource_type: ResourceType,
+    resource_id: &str,
+    owner_type: OwnerType,
+    owner_id: &str,
+    lease_ms: i64,
+) -> StoreResult<ClaimAuthority> {
+    assert!(lease_ms > 0, "a claim lease must be positive");
+    let now = tx.now_ms();
+    let current = read_lease(tx, resource_type, resource_id)?;
+    let live = current
+        .as_ref()
+        .and_then(|row| row.holder.as_ref())
+        .is_some_and(|holder| holder.expires_at > now);
+    if live {
+        return Err(StoreError::ClaimHeld {
+            resource_id: resource_id.to_string(),
+        });
+    }
+    let generation = current.map_or(1, |row| row.generation + 1);
+    let token = ClaimToken::generate()?;
+    tx.conn()
+        .prepare_cached(
+            "INSERT INTO leases (resource_type, resource_id, generation, owner_type, owner_id, token_hash,
+                                 acquired_at, heartbeat_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)
+             ON CONFLICT (resource_type, resource_id) DO UPDATE SET
+               generation = excluded.generation, owner_type = excluded.owner_type,
+               owner_id = excluded.owner_id, token_hash = excluded.token_hash,
+               acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at,
+               expires_at = excluded.expires_at",
+        )?
+        .execute(params![
+            resource_type.as_str(),
+            resource_id,
+            generation,
+            owner_type.as_str(),
+            owner_id,
+            token.hash(),
+            now,
+            now + lease_ms
+        ])?;
+    tracing::debug!(
+        resource = resource_type.as_str(),
+        resource_id,
+        generation,
+        "claim acquired"
+    );
+    Ok(ClaimAuthority {
+        resource_type,
+        resource_id: resource_id.to_string(),
+        owner_type,
+        owner_id: owner_id.to_string(),
+        generation,
+        token,
+    })
+}
+
+/// Steps 2–4 of a protected write: compare owner, generation and token, require a future
+/// expiry, then renew that exact claim. Changes nothing when a check fails.
+fn verify_and_renew(tx: &WriteTx<'_>, authority: &ClaimAuthority, lease_ms: i64) -> StoreResult<()> {
+    let row = read_lease(tx, authority.resource_type, &authority.resource_id)?;
+    if let Err(reason) = check_holder(row.as_ref(), authority, tx.now_ms()) {
+        let lost = authority.lost(reason);
+        tracing::info!(resource_id = %lost.resource_id, generation = lost.generation, reason = %reason, "claim rejected");
+        return Err(lost.into());
+    }
+    let now = tx.now_ms();
+    let renewed = tx
+        .conn()
+        .prepare_cached(
+            "UPDATE leases SET heartbeat_at = ?1, expires_at = ?2
+             WHERE resource_type = ?3 AND resource_id = ?4 AND generation = ?5",
+        )?
+        .execute(params![
+            now,
+            now + lease_ms,
+            authority.resource_type.as_str(),
+            authority.resource_id,
+            authority.generation
+        ])?;
+    assert_eq!(renewed, 1, "a verified claim row must exist");
+    Ok(())
+}
+
+fn check_holder(row: Option<&LeaseRow>, authority: &ClaimAuthority, now_ms: i64) -> Result<(), ClaimLostReason> {
+    let row = row.ok_or(ClaimLostReason::MissingAuthority)?;
+    let holder = row.holder.as_ref().ok_or(ClaimLostReason::MissingAuthority)?;
+    if holder.owner_type != authority.owner_type.as_str() || holder.owner_id != authority.owner_id {
+        return Err(ClaimLostReason::OwnerChanged);
+    }
+    if row.generation != authority.generation {
+        return Err(ClaimLostReason::GenerationChanged);
+    }
+    if holder.token_hash != authority.token.hash() {
+        return Err(ClaimLostReason::TokenChanged);
+    }
+    if holder.expires_at <= now_ms {
+        return Err(ClaimLostReason::Expired);
+    }
+    Ok(())
+}
+
+/// Renew a held claim without changing the resource: the server's backup timer for a run
+/// that is not writing. An expired claim cannot renew itself.
+pub fn renew(tx: &WriteTx<'_>, authority: &ClaimAuthority, lease_ms: i64) -> StoreResult<()> {
+    verify_and_renew(tx, authority, lease_ms)
+}
+
+/// Clear the holder, keeping the generation. Only lifecycle transitions call this, inside a
+/// protected write that already verified `authority`.
+pub(crate) fn release(tx: &WriteTx<'_>, authority: &ClaimAuthority) -> StoreResult<()> {
+    let released = tx
+        .conn()
+        .prepare_cached(
+            "UPDATE leases SET owner_type = NULL, owner_id = NULL, token_hash = NULL,
+                    acquired_at = NULL, heartbeat_at = NULL, expires_at = NULL
+             WHERE resource_type = ?1 AND resource_id = ?2 AND generation = ?3 AND owner_type IS NOT NULL",
+        )?
+        .execute(params![
+            authority.resource_type.as_str(),
+            authority.resource_id,
+            authority.generation
+        ])?;
+    assert_eq!(released, 1, "release follows verification of the same claim");
+    Ok(())
+}
+
+/// True when the run has a holder at all (live or expired).
+pub(crate) fn has_holder(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<bool> {
+    Ok(read_lease(tx, ResourceType::Run, run_id)?.is_some_and(|row| row.holder.is_some()))
+}
+
+/// What a protected write committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed<T> {
+    pub value: T,
+    pub revision: i64,
+}
+
+/// The protected write (spec "Claim rules", steps 1–8) for a claimed run: (1) read the
+/// expected resource revision and lease; (2–3) compare owner, generation and token, and
+/// require a future expiry; (4) renew the exact claim; (5) apply `change`; (6) append the
+/// immutable event and viewer delta; (7) increase the revision; (8) the writer commits.
+///
+/// Any failure leaves no change (the writer rolls back the job's savepoint).
+pub fn protected_write<T>(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected_revision: Option<i64>,
+    change: impl FnOnce(&WriteTx<'_>) -> StoreResult<(T, RunEvent)>,
+) -> StoreResult<Committed<T>> {
+    assert_eq!(
+        authority.resource_type,
+        ResourceType::Run,
+        "protected writes change runs"
+    );
+    let revision = events::current_revision(tx, &authority.resource_id)?;
+    verify_and_renew(tx, authority, RUN_CLAIM_LEASE_MS)?;
+    events::check_expected_revision(&authority.resource_id, expected_revision, revision)?;
+    let (value, event) = change(tx)?;
+    let revision = events::advance(tx, &authority.resource_id, revision, &event, Some(authority.generation))?;
+    Ok(Committed { value, revision })
+}

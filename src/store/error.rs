@@ -1,0 +1,143 @@
+//! Store errors. Every message says what happened and what to do; none contains a claim
+//! token, a token hash, a payload or a project path.
+
+use std::path::PathBuf;
+
+/// Why a protected write or renewal was refused. Exactly one reason per refusal, checked in
+/// the spec's order: authority present, owner, token, generation, then expiry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClaimLostReason {
+    /// No claim is held on the resource (never acquired, or released).
+    MissingAuthority,
+    /// The claim's expiry time has passed; it cannot renew itself.
+    Expired,
+    /// Another owner type or owner ID holds the claim.
+    OwnerChanged,
+    /// The same owner holds a claim with another token.
+    TokenChanged,
+    /// The claim was taken again (or released and re-acquired) under a newer generation.
+    GenerationChanged,
+}
+
+impl ClaimLostReason {
+    pub const ALL: [ClaimLostReason; 5] = [
+        Self::MissingAuthority,
+        Self::Expired,
+        Self::OwnerChanged,
+        Self::TokenChanged,
+        Self::GenerationChanged,
+    ];
+
+    /// The protocol name of the reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MissingAuthority => "missingAuthority",
+            Self::Expired => "expired",
+            Self::OwnerChanged => "ownerChanged",
+            Self::TokenChanged => "tokenChanged",
+            Self::GenerationChanged => "generationChanged",
+        }
+    }
+}
+
+impl std::fmt::Display for ClaimLostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A claim was lost: a handoff, not a run failure. Carries only the resource ID, the
+/// generation the caller presented and the reason (what logs may show).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "claim lost on {resource_id} (generation {generation}): {reason}; another owner may hold it now, so stop writing and exit"
+)]
+pub struct ClaimLostError {
+    pub resource_id: String,
+    pub generation: i64,
+    pub reason: ClaimLostReason,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(transparent)]
+    ClaimLost(#[from] ClaimLostError),
+
+    #[error("run {run_id} is at revision {actual}, not the expected {expected}; reload the run and retry")]
+    RevisionMismatch { run_id: String, expected: i64, actual: i64 },
+
+    #[error("run {run_id} was not found; check the run ID with `pi-workflows runs`")]
+    RunNotFound { run_id: String },
+
+    #[error("run {run_id} already exists; choose a new run ID")]
+    RunExists { run_id: String },
+
+    #[error(
+        "cannot {transition} run {run_id} while it is {run_status} (queue {queue_status}{paused}); no change was made",
+        paused = if *paused { ", paused" } else { "" }
+    )]
+    InvalidTransition {
+        transition: &'static str,
+        run_id: String,
+        run_status: String,
+        queue_status: String,
+        paused: bool,
+    },
+
+    #[error("{resource_id} is claimed by a live owner; wait for its claim to expire or be released")]
+    ClaimHeld { resource_id: String },
+
+    #[error("node attempt {attempt_id} is not the unfinished attempt of run {run_id}")]
+    AttemptNotActive { run_id: String, attempt_id: String },
+
+    #[error(
+        "state database {path} has schema digest {found}, but this pi-workflows expects {expected}. Nothing was changed. \
+         Back up and reset it: stop any pi-workflows server, then `mv {path} {path}.bak` \
+         (with its -wal and -shm files if present) and start again; the old file stays untouched"
+    )]
+    SchemaMismatch {
+        path: PathBuf,
+        found: String,
+        expected: String,
+    },
+
+    #[error(
+        "{path} is not a pi-workflows state database ({detail}). Nothing was changed. \
+         Move it aside (`mv {path} {path}.bak`) and start again"
+    )]
+    NotStateDatabase { path: PathBuf, detail: String },
+
+    #[error(transparent)]
+    Blob(#[from] super::blobs::BlobError),
+
+    #[error("{what} is {bytes} bytes, above the limit of {max} bytes")]
+    TooLarge {
+        what: &'static str,
+        bytes: usize,
+        max: usize,
+    },
+
+    #[error("state database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+
+    #[error("could not commit to the state database: {0}; the change was not applied, retry")]
+    CommitFailed(String),
+
+    #[error("the state store writer has stopped; restart the pi-workflows server")]
+    WriterStopped,
+
+    #[error("state file I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl StoreError {
+    /// The claim-loss reason when this error is a claim loss.
+    pub fn claim_lost_reason(&self) -> Option<ClaimLostReason> {
+        match self {
+            StoreError::ClaimLost(lost) => Some(lost.reason),
+            _ => None,
+        }
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;

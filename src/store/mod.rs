@@ -1,0 +1,112 @@
+//! The durable state store: one SQLite file, one writer thread, read-only view connections.
+//!
+//! Grouped by aggregate: `runs` (runs and queue lifecycle), `claims`, `attempts`,
+//! `events` (revisions, events, viewer deltas), `commands` (receipts), `blobs`.
+//! Each spec transaction exists once, as one function taking a `WriteTx`.
+//!
+//! Architecture Invariant: no SQL outside `src/store/`. Other modules call these
+//! operations; a future PostgreSQL backend would implement the same ones.
+//!
+//! API boundary: `Store` (open, write, read) and the transaction functions of each
+//! aggregate module.
+
+pub mod attempts;
+pub mod blobs;
+pub mod claims;
+pub mod clock;
+pub mod commands;
+pub mod error;
+pub mod events;
+pub mod runs;
+pub mod schema;
+pub mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rusqlite::Connection;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::{ClaimLostError, ClaimLostReason, StoreError, StoreResult};
+pub use writer::WriteTx;
+
+use writer::Writer;
+
+/// Idle read-only connections kept for reuse; more are opened on demand and closed after.
+pub const READERS_IDLE_MAX: usize = 4;
+
+/// The state database of one server.
+pub struct Store {
+    path: PathBuf,
+    clock: Arc<dyn Clock>,
+    writer: Writer,
+    idle_readers: Mutex<Vec<Connection>>,
+}
+
+impl Store {
+    /// Open (or create) the database at `path`. A file of another schema digest is refused
+    /// before anything is written to it.
+    pub fn open(path: &Path, clock: Arc<dyn Clock>) -> StoreResult<Self> {
+        schema::prepare_database(path, clock.now_ms())?;
+        let conn = schema::open_writer(path)?;
+        let writer = Writer::spawn(conn, Arc::clone(&clock))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            clock,
+            writer,
+            idle_readers: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// Run `change` in one write transaction on the writer thread; returns after commit.
+    pub fn write<T, F>(&self, change: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send + 'static,
+    {
+        self.writer.write(change)
+    }
+
+    /// Run `query` on a read-only connection inside one read transaction, so it sees one
+    /// consistent snapshot.
+    pub fn read<T>(&self, query: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {
+        let conn = self.take_reader()?;
+        conn.execute_batch("BEGIN DEFERRED")?;
+        let result = query(&conn);
+        let ended = conn.execute_batch("COMMIT");
+        if ended.is_ok() {
+            self.return_reader(conn);
+        }
+        result
+    }
+
+    fn take_reader(&self) -> StoreResult<Connection> {
+        let idle = self
+            .idle_readers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .pop();
+        match idle {
+            Some(conn) => Ok(conn),
+            None => schema::open_reader(&self.path),
+        }
+    }
+
+    fn return_reader(&self, conn: Connection) {
+        let mut idle = self
+            .idle_readers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if idle.len() < READERS_IDLE_MAX {
+            idle.push(conn);
+        }
+    }
+}

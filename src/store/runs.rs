@@ -1,0 +1,729 @@
+//! Runs and queue: the run lifecycle of the spec's run/queue table.
+//!
+//! One function per transition. Each writes the run, queue, attempt, decision, effect,
+//! message and lease facts of that transition, appends one event and viewer delta, and
+//! bumps the revision, all in the caller's single transaction:
+//!
+//! | transition   | from (run / queue)                   | to                      | claim         |
+//! |--------------|--------------------------------------|-------------------------|---------------|
+//! | `queue_run`  | (new)                                | queued / queued         | none          |
+//! | `start_run`  | queued / queued, not paused          | running / starting      | acquired      |
+//! | `reclaim_expired`| running / starting or running, claim expired | running / starting | new generation |
+//! | `mark_running`| running / starting                  | running / running       | held          |
+//! | `park_run`   | running / starting or running        | running / parked        | released      |
+//! | `wait_run`   | running / running                    | waiting / parked        | released      |
+//! | `complete_run`| running / running, no open attempt  | completed / done        | released      |
+//! | `fail_run`   | running / starting or running        | failed / failed         | released      |
+//! | `time_out_run`| running / starting or running       | timed_out / failed      | released      |
+//! | `cancel_*`   | any nonterminal                      | cancelled / cancelled   | released      |
+//! | `pause_*`    | nonterminal, not paused              | paused, queue parked    | released      |
+//! | `resume_run` | paused, or parked for review         | queued / queued (or waiting / parked) | none |
+//!
+//! Architecture Invariant: a run has a claim holder exactly when its queue row is
+//! `starting` or `running`; no terminal queue row has a nonterminal run; no run-failure
+//! event commits while the run is `running`.
+
+use rusqlite::{OptionalExtension, params};
+
+use super::attempts::{self, AttemptStatus};
+use super::claims::{self, ClaimAuthority, Committed, OwnerType, RUN_CLAIM_LEASE_MS, ResourceType};
+use super::error::{StoreError, StoreResult};
+use super::events::{self, Actor, RunEvent};
+use super::writer::WriteTx;
+
+macro_rules! string_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name { $($(#[$vmeta])* $variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+
+            pub fn parse(text: &str) -> Option<Self> {
+                match text { $($text => Some($name::$variant),)+ _ => None }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+pub(crate) use string_enum;
+
+string_enum!(
+    /// Durable run status.
+    RunStatus {
+        Queued => "queued",
+        Running => "running",
+        Waiting => "waiting",
+        Completed => "completed",
+        Failed => "failed",
+        TimedOut => "timed_out",
+        Cancelled => "cancelled",
+    }
+);
+
+string_enum!(
+    /// Queue row status: the scheduler's view of a run.
+    QueueStatus {
+        Queued => "queued",
+        Starting => "starting",
+        Running => "running",
+        Parked => "parked",
+        Done => "done",
+        Failed => "failed",
+        Cancelled => "cancelled",
+    }
+);
+
+string_enum!(
+    /// Why a run parked instead of continuing.
+    ParkReason {
+        /// Stopped at a durable boundary (e.g. server shutdown); resumable.
+        Boundary => "boundary",
+        /// The runner exited before the run revision advanced; needs an explicit resume.
+        RunnerNoProgress => "runnerNoProgress",
+        /// The runner crashed after saving progress.
+        WorkerCrashed => "workerCrashed",
+        /// The workflow source no longer matches its saved identity.
+        WorkflowSourceChanged => "workflowSourceChanged",
+        /// An external effect may have applied without a receipt; needs review.
+        EffectAmbiguous => "effectAmbiguous",
+    }
+);
+
+string_enum!(
+    /// Failure classes that end a run. Claim loss never fails a run, and
+    /// `runnerNoProgress` parks instead.
+    FailureClass {
+        WorkerCrashed => "workerCrashed",
+        WorkerTimedOut => "workerTimedOut",
+        SourceChanged => "sourceChanged",
+        EffectAmbiguous => "effectAmbiguous",
+        NodeFailed => "nodeFailed",
+        ProtocolRejected => "protocolRejected",
+    }
+);
+
+impl RunStatus {
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::TimedOut | Self::Cancelled)
+    }
+}
+
+impl QueueStatus {
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Done | Self::Failed | Self::Cancelled)
+    }
+
+    /// A claim holder exists exactly in these states.
+    pub fn holds_claim(self) -> bool {
+        matches!(self, Self::Starting | Self::Running)
+    }
+}
+
+/// The lifecycle facts of one run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRow {
+    pub run_id: String,
+    pub status: RunStatus,
+    pub queue: QueueStatus,
+    pub paused: bool,
+    pub revision: i64,
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecutionMode {
+    Headless,
+    /// Runs in the origin Pi session, which it reserves until terminal.
+    Interactive {
+        origin_session_id: String,
+    },
+}
+
+/// What `queue_run` needs to create a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewRun {
+    pub run_id: String,
+    pub workflow_name: String,
+    pub project_path: String,
+    pub parent_run_id: Option<String>,
+    pub root_run_id: Option<String>,
+    pub definition_digest: String,
+    pub input_hash: String,
+    pub execution: ExecutionMode,
+}
+
+pub fn read_run(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<RunRow> {
+    read_run_on(tx.conn(), run_id)
+}
+
+/// Read a run on any connection (write transaction or read-only view).
+pub fn read_run_on(conn: &rusqlite::Connection, run_id: &str) -> StoreResult<RunRow> {
+    let row = conn
+        .prepare_cached(
+            "SELECT r.status, q.status, r.paused, r.revision, r.status_detail
+             FROM runs r JOIN run_queue q ON q.run_id = r.run_id WHERE r.run_id = ?1",
+        )?
+        .query_row([run_id], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+            ))
+        })
+        .optional()?;
+    let Some((status, queue, paused, revision, detail)) = row else {
+        return Err(StoreError::RunNotFound {
+            run_id: run_id.to_string(),
+        });
+    };
+    Ok(RunRow {
+        run_id: run_id.to_string(),
+        status: RunStatus::parse(&status).expect("the schema CHECK admits only known run statuses"),
+        queue: QueueStatus::parse(&queue).expect("the schema CHECK admits only known queue statuses"),
+        paused,
+        revision,
+        detail,
+    })
+}
+
+impl RunRow {
+    /// Refuse `transition` unless `allowed`; nothing has been written yet when this fails.
+    fn require(&self, transition: &'static str, allowed: bool) -> StoreResult<()> {
+        if allowed {
+            return Ok(());
+        }
+        Err(StoreError::InvalidTransition {
+            transition,
+            run_id: self.run_id.clone(),
+            run_status: self.status.to_string(),
+            queue_status: self.queue.to_string(),
+            paused: self.paused,
+        })
+    }
+
+    fn is_claimed_active(&self) -> bool {
+        self.status == RunStatus::Running && self.queue.holds_claim()
+    }
+}
+
+// Column writers ---------------------------------------------------------------------------
+
+fn set_run_status(tx: &WriteTx<'_>, run_id: &str, status: RunStatus, detail: Option<&str>) -> StoreResult<()> {
+    let finished_at = status.is_terminal().then_some(tx.now_ms());
+    tx.conn()
+        .prepare_cached("UPDATE runs SET status = ?1, status_detail = ?2, finished_at = ?3 WHERE run_id = ?4")?
+        .execute(params![status.as_str(), detail, finished_at, run_id])?;
+    Ok(())
+}
+
+fn set_queue_status(tx: &WriteTx<'_>, run_id: &str, status: QueueStatus) -> StoreResult<()> {
+    tx.conn()
+        .prepare_cached("UPDATE run_queue SET status = ?1, updated_at = ?2 WHERE run_id = ?3")?
+        .execute(params![status.as_str(), tx.now_ms(), run_id])?;
+    Ok(())
+}
+
+fn set_paused(tx: &WriteTx<'_>, run_id: &str, paused: bool) -> StoreResult<()> {
+    tx.conn()
+        .prepare_cached("UPDATE runs SET paused = ?1 WHERE run_id = ?2")?
+        .execute(params![paused, run_id])?;
+    Ok(())
+}
+
+fn set_result_hashes(tx: &WriteTx<'_>, run_id: &str, output: Option<&str>, error: Option<&str>) -> StoreResult<()> {
+    tx.conn()
+        .prepare_cached("UPDATE runs SET output_hash = ?1, error_hash = ?2 WHERE run_id = ?3")?
+        .execute(params![output, error, run_id])?;
+    Ok(())
+}
+
+// Transitions ------------------------------------------------------------------------------
+
+/// Create a run that is ready for scheduling (revision 1).
+pub fn queue_run(tx: &WriteTx<'_>, new_run: &NewRun) -> StoreResult<i64> {
+    let conn = tx.conn();
+    let now = tx.now_ms();
+    let exists: bool = conn
+        .prepare_cached("SELECT count(*) > 0 FROM runs WHERE run_id = ?1")?
+        .query_row([&new_run.run_id], |row| row.get(0))?;
+    if exists {
+        return Err(StoreError::RunExists {
+            run_id: new_run.run_id.clone(),
+        });
+    }
+    let root = new_run.root_run_id.as_deref().unwrap_or(&new_run.run_id);
+    conn.prepare_cached(
+        "INSERT INTO runs (run_id, workflow_name, project_path, parent_run_id, root_run_id, definition_digest,
+                           input_hash, status, paused, revision, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', 0, 1, ?8, ?8)",
+    )?
+    .execute(params![
+        new_run.run_id,
+        new_run.workflow_name,
+        new_run.project_path,
+        new_run.parent_run_id,
+        root,
+        new_run.definition_digest,
+        new_run.input_hash,
+        now
+    ])?;
+    let (mode, session) = match &new_run.execution {
+        ExecutionMode::Headless => ("headless", None),
+        ExecutionMode::Interactive { origin_session_id } => ("interactive", Some(origin_session_id.as_str())),
+    };
+    conn.prepare_cached("INSERT INTO run_bindings (run_id, execution_mode, origin_session_id) VALUES (?1, ?2, ?3)")?
+        .execute(params![new_run.run_id, mode, session])?;
+    conn.prepare_cached(
+        "INSERT INTO run_queue (run_id, status, available_at, origin_session_id, updated_at)
+         VALUES (?1, 'queued', ?2, ?3, ?2)",
+    )?
+    .execute(params![new_run.run_id, now, session])?;
+    events::append(
+        tx,
+        &new_run.run_id,
+        1,
+        &RunEvent::new("run.queued", Actor::System),
+        None,
+    )?;
+    Ok(1)
+}
+
+/// Admit a queued run: take a new claim generation for the server acting for the runner
+/// (`owner_id` names this server) and record that a launch is starting.
+pub fn start_run(tx: &WriteTx<'_>, run_id: &str, owner_id: &str) -> StoreResult<Committed<ClaimAuthority>> {
+    let run = read_run(tx, run_id)?;
+    run.require(
+        "start",
+        run.status == RunStatus::Queued && run.queue == QueueStatus::Queued && !run.paused,
+    )?;
+    let authority = claims::acquire(
+        tx,
+        ResourceType::Run,
+        run_id,
+        OwnerType::Host,
+        owner_id,
+        RUN_CLAIM_LEASE_MS,
+    )?;
+    let committed = claims::protected_write(tx, &authority, Some(run.revision), |tx| {
+        set_run_status(tx, run_id, RunStatus::Running, None)?;
+        set_queue_status(tx, run_id, QueueStatus::Starting)?;
+        Ok(((), RunEvent::new("run.starting", Actor::Host)))
+    })?;
+    Ok(Committed {
+        value: authority,
+        revision: committed.revision,
+    })
+}
+
+/// Recovery of a running row whose claim expired (its runner or server died): take a new
+/// claim generation, which proves the old lease expired, and record a new launch starting.
+/// Everything the old generation still holds is fenced from here on.
+pub fn reclaim_expired(tx: &WriteTx<'_>, run_id: &str, owner_id: &str) -> StoreResult<Committed<ClaimAuthority>> {
+    let run = read_run(tx, run_id)?;
+    run.require("reclaim", run.is_claimed_active())?;
+    let authority = claims::acquire(
+        tx,
+        ResourceType::Run,
+        run_id,
+        OwnerType::Host,
+        owner_id,
+        RUN_CLAIM_LEASE_MS,
+    )?;
+    let committed = claims::protected_write(tx, &authority, Some(run.revision), |tx| {
+        attempts::close_unfinished(tx, run_id, AttemptStatus::Interrupted)?;
+        set_queue_status(tx, run_id, QueueStatus::Starting)?;
+        Ok(((), RunEvent::new("run.reclaimed", Actor::Host)))
+    })?;
+    Ok(Committed {
+        value: authority,
+        revision: committed.revision,
+    })
+}
+
+/// The runner is live (it answered ready).
+pub fn mark_running(tx: &WriteTx<'_>, authority: &ClaimAuthority, expected: Option<i64>) -> StoreResult<i64> {
+    claimed_transition(
+        tx,
+        authority,
+        expected,
+        "run",
+        |run| run.queue == QueueStatus::Starting,
+        |tx, run_id| {
+            set_queue_status(tx, run_id, QueueStatus::Running)?;
+            Ok(RunEvent::new("run.running", Actor::Host))
+        },
+    )
+}
+
+/// Stop at a durable boundary; an unfinished running attempt becomes `interrupted`.
+pub fn park_run(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    reason: ParkReason,
+) -> StoreResult<i64> {
+    claimed_transition(
+        tx,
+        authority,
+        expected,
+        "park",
+        |_| true,
+        |tx, run_id| {
+            attempts::close_unfinished(tx, run_id, AttemptStatus::Interrupted)?;
+            set_run_status(tx, run_id, RunStatus::Running, Some(reason.as_str()))?;
+            set_queue_status(tx, run_id, QueueStatus::Parked)?;
+            claims::release(tx, authority)?;
+            Ok(RunEvent::new("run.parked", Actor::Host))
+        },
+    )
+}
+
+/// Wait for input (checkpoint or interactive request); the unfinished attempt, if any,
+/// becomes `waiting` and stays the run's current node.
+pub fn wait_run(tx: &WriteTx<'_>, authority: &ClaimAuthority, expected: Option<i64>) -> StoreResult<i64> {
+    claimed_transition(
+        tx,
+        authority,
+        expected,
+        "wait",
+        |run| run.queue == QueueStatus::Running,
+        |tx, run_id| {
+            attempts::mark_unfinished_waiting(tx, run_id)?;
+            set_run_status(tx, run_id, RunStatus::Waiting, None)?;
+            set_queue_status(tx, run_id, QueueStatus::Parked)?;
+            claims::release(tx, authority)?;
+            Ok(RunEvent::new("run.waiting", Actor::Host))
+        },
+    )
+}
+
+/// Finish successfully. Refused while a node attempt is unfinished.
+pub fn complete_run(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    output_hash: Option<&str>,
+) -> StoreResult<i64> {
+    claimed_transition(
+        tx,
+        authority,
+        expected,
+        "complete",
+        |run| run.queue == QueueStatus::Running,
+        |tx, run_id| {
+            if let Some(attempt_id) = attempts::unfinished_attempt_id(tx, run_id)? {
+                return Err(StoreError::InvalidTransition {
+                    transition: "complete",
+                    run_id: run_id.to_string(),
+                    run_status: format!("running with unfinished attempt {attempt_id}"),
+                    queue_status: QueueStatus::Running.to_string(),
+                    paused: false,
+                });
+            }
+            end_run(tx, run_id, Ending::Completed)?;
+            set_result_hashes(tx, run_id, output_hash, None)?;
+            claims::release(tx, authority)?;
+            Ok(RunEvent::new("run.completed", Actor::Host))
+        },
+    )
+}
+
+/// End with a durable failure of one class.
+pub fn fail_run(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    class: FailureClass,
+    error_hash: Option<&str>,
+) -> StoreResult<i64> {
+    claimed_transition(
+        tx,
+        authority,
+        expected,
+        "fail",
+        |_| true,
+        |tx, run_id| {
+            end_run(tx, run_id, Ending::Failed(class))?;
+            set_result_hashes(tx, run_id, None, error_hash)?;
+            claims::release(tx, authority)?;
+            Ok(RunEvent::new("run.failed", Actor::Host))
+        },
+    )
+}
+
+/// End because a declared timeout passed.
+pub fn time_out_run(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    error_hash: Option<&str>,
+) -> StoreResult<i64> {
+    claimed_transition(
+        tx,
+        authority,
+        expected,
+        "time out",
+        |_| true,
+        |tx, run_id| {
+            end_run(tx, run_id, Ending::TimedOut)?;
+            set_result_hashes(tx, run_id, None, error_hash)?;
+            claims::release(tx, authority)?;
+            Ok(RunEvent::new("run.timed_out", Actor::Host))
+        },
+    )
+}
+
+/// Cancel a run whose claim the caller holds (a live runner's run).
+pub fn cancel_claimed(tx: &WriteTx<'_>, authority: &ClaimAuthority, expected: Option<i64>) -> StoreResult<i64> {
+    claimed_transition(
+        tx,
+        authority,
+        expected,
+        "cancel",
+        |_| true,
+        |tx, run_id| {
+            end_run(tx, run_id, Ending::Cancelled)?;
+            claims::release(tx, authority)?;
+            Ok(RunEvent::new("run.cancelled", actor_of(authority)))
+        },
+    )
+}
+
+/// Cancel a run that has no claim holder: queued, parked or waiting work.
+pub fn cancel_unclaimed(tx: &WriteTx<'_>, run_id: &str, expected: Option<i64>) -> StoreResult<i64> {
+    unclaimed_transition(
+        tx,
+        run_id,
+        expected,
+        "cancel",
+        |run| !run.status.is_terminal(),
+        |tx| {
+            end_run(tx, run_id, Ending::Cancelled)?;
+            Ok(RunEvent::new("run.cancelled", Actor::Client))
+        },
+    )
+}
+
+/// Cancel a running row whose claim expired: first take a new control claim (which proves
+/// the old lease is absent or expired, so a live claim can never be force-cancelled here),
+/// then cancel under it, in this one transaction.
+pub fn cancel_expired(
+    tx: &WriteTx<'_>,
+    run_id: &str,
+    control_owner_id: &str,
+    expected: Option<i64>,
+) -> StoreResult<i64> {
+    let run = read_run(tx, run_id)?;
+    run.require("cancel an expired claim of", run.is_claimed_active())?;
+    events::check_expected_revision(run_id, expected, run.revision)?;
+    let control = claims::acquire(
+        tx,
+        ResourceType::Run,
+        run_id,
+        OwnerType::Control,
+        control_owner_id,
+        RUN_CLAIM_LEASE_MS,
+    )?;
+    cancel_claimed(tx, &control, Some(run.revision))
+}
+
+/// Pause a live run: park it, interrupt its running attempt and release the claim; the
+/// fenced runner is stopped by the caller afterwards.
+pub fn pause_claimed(tx: &WriteTx<'_>, authority: &ClaimAuthority, expected: Option<i64>) -> StoreResult<i64> {
+    claimed_transition(
+        tx,
+        authority,
+        expected,
+        "pause",
+        |run| !run.paused,
+        |tx, run_id| {
+            attempts::close_unfinished(tx, run_id, AttemptStatus::Interrupted)?;
+            set_paused(tx, run_id, true)?;
+            set_queue_status(tx, run_id, QueueStatus::Parked)?;
+            cancel_pending_messages(tx, run_id, &["step"])?;
+            claims::release(tx, authority)?;
+            Ok(RunEvent::new("run.paused", actor_of(authority)))
+        },
+    )
+}
+
+/// Pause work that has no claim holder (queued, parked or waiting).
+pub fn pause_unclaimed(tx: &WriteTx<'_>, run_id: &str, expected: Option<i64>) -> StoreResult<i64> {
+    unclaimed_transition(
+        tx,
+        run_id,
+        expected,
+        "pause",
+        |run| !run.status.is_terminal() && !run.paused,
+        |tx| {
+            set_paused(tx, run_id, true)?;
+            set_queue_status(tx, run_id, QueueStatus::Parked)?;
+            cancel_pending_messages(tx, run_id, &["step"])?;
+            Ok(RunEvent::new("run.paused", Actor::Client))
+        },
+    )
+}
+
+/// Clear a pause, or release a run parked for review. A waiting run keeps waiting for its
+/// pending input in place; other work becomes queued for a new claim generation.
+pub fn resume_run(tx: &WriteTx<'_>, run_id: &str, expected: Option<i64>) -> StoreResult<i64> {
+    let parked_for_review = |run: &RunRow| run.status == RunStatus::Running && run.queue == QueueStatus::Parked;
+    unclaimed_transition(
+        tx,
+        run_id,
+        expected,
+        "resume",
+        |run| !run.status.is_terminal() && (run.paused || parked_for_review(run)),
+        |tx| {
+            let run = read_run(tx, run_id)?;
+            set_paused(tx, run_id, false)?;
+            if run.status != RunStatus::Waiting {
+                set_run_status(tx, run_id, RunStatus::Queued, None)?;
+                set_queue_status(tx, run_id, QueueStatus::Queued)?;
+            }
+            Ok(RunEvent::new("run.resumed", Actor::Client))
+        },
+    )
+}
+
+// Shared shapes ----------------------------------------------------------------------------
+
+fn actor_of(authority: &ClaimAuthority) -> Actor {
+    match authority.owner_type {
+        OwnerType::Control => Actor::Control,
+        OwnerType::Host | OwnerType::Server => Actor::Host,
+    }
+}
+
+/// A transition of a claimed, active run through the one protected write.
+fn claimed_transition(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    transition: &'static str,
+    allowed: impl FnOnce(&RunRow) -> bool,
+    change: impl FnOnce(&WriteTx<'_>, &str) -> StoreResult<RunEvent>,
+) -> StoreResult<i64> {
+    let run_id = authority.resource_id.as_str();
+    let committed = claims::protected_write(tx, authority, expected, |tx| {
+        let run = read_run(tx, run_id)?;
+        run.require(transition, run.is_claimed_active() && allowed(&run))?;
+        Ok(((), change(tx, run_id)?))
+    })?;
+    Ok(committed.revision)
+}
+
+/// A transition of a run that has no claim holder. A run with a holder (live or expired)
+/// must go through its claim or `cancel_expired`.
+fn unclaimed_transition(
+    tx: &WriteTx<'_>,
+    run_id: &str,
+    expected: Option<i64>,
+    transition: &'static str,
+    allowed: impl FnOnce(&RunRow) -> bool,
+    change: impl FnOnce(&WriteTx<'_>) -> StoreResult<RunEvent>,
+) -> StoreResult<i64> {
+    let run = read_run(tx, run_id)?;
+    if claims::has_holder(tx, run_id)? {
+        return Err(StoreError::ClaimHeld {
+            resource_id: run_id.to_string(),
+        });
+    }
+    run.require(transition, !run.queue.holds_claim() && allowed(&run))?;
+    events::check_expected_revision(run_id, expected, run.revision)?;
+    let event = change(tx)?;
+    events::advance(tx, run_id, run.revision, &event, None)
+}
+
+/// How a run ends.
+enum Ending {
+    Completed,
+    Failed(FailureClass),
+    TimedOut,
+    Cancelled,
+}
+
+/// The terminal facts of every ending: run and queue status, the unfinished attempt,
+/// pending interactions and decisions, unsettled effects and pending messages.
+fn end_run(tx: &WriteTx<'_>, run_id: &str, ending: Ending) -> StoreResult<()> {
+    let (run_status, queue_status, attempt_status, detail) = match ending {
+        Ending::Completed => (RunStatus::Completed, QueueStatus::Done, AttemptStatus::Completed, None),
+        Ending::Failed(class) => (
+            RunStatus::Failed,
+            QueueStatus::Failed,
+            AttemptStatus::Failed,
+            Some(class.as_str()),
+        ),
+        Ending::TimedOut => (RunStatus::TimedOut, QueueStatus::Failed, AttemptStatus::TimedOut, None),
+        Ending::Cancelled => (
+            RunStatus::Cancelled,
+            QueueStatus::Cancelled,
+            AttemptStatus::Cancelled,
+            None,
+        ),
+    };
+    attempts::close_unfinished(tx, run_id, attempt_status)?;
+    set_run_status(tx, run_id, run_status, detail)?;
+    set_paused(tx, run_id, false)?;
+    set_queue_status(tx, run_id, queue_status)?;
+    close_open_work(tx, run_id)?;
+    let kinds: &[&str] = if run_status == RunStatus::Completed {
+        &["step", "decision"]
+    } else {
+        &["step", "decision", "followUp"]
+    };
+    cancel_pending_messages(tx, run_id, kinds)
+}
+
+/// Cancel pending interactions and unresolved decisions; a pending effect is cancelled and
+/// an applying one becomes ambiguous (its external outcome cannot be proved).
+fn close_open_work(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<()> {
+    let conn = tx.conn();
+    let now = tx.now_ms();
+    conn.prepare_cached(
+        "UPDATE interactive_requests SET status = 'cancelled', settled_at = ?1 WHERE run_id = ?2 AND status = 'pending'",
+    )?
+    .execute(params![now, run_id])?;
+    conn.prepare_cached(
+        "INSERT INTO human_decision_resolutions (decision_id, outcome, provenance, resolved_at)
+         SELECT d.decision_id, 'cancelled', 'run_ended', ?1 FROM human_decisions d
+         WHERE d.run_id = ?2 AND NOT EXISTS
+           (SELECT 1 FROM human_decision_resolutions r WHERE r.decision_id = d.decision_id)",
+    )?
+    .execute(params![now, run_id])?;
+    conn.prepare_cached(
+        "UPDATE effect_attempts SET outcome = 'ambiguous', finished_at = ?1
+         WHERE outcome IS NULL AND effect_id IN (SELECT effect_id FROM effects WHERE run_id = ?2 AND status = 'applying')",
+    )?
+    .execute(params![now, run_id])?;
+    conn.prepare_cached(
+        "UPDATE effects SET status = CASE status WHEN 'applying' THEN 'ambiguous' ELSE 'cancelled' END, updated_at = ?1
+         WHERE run_id = ?2 AND status IN ('pending', 'applying')",
+    )?
+    .execute(params![now, run_id])?;
+    Ok(())
+}
+
+fn cancel_pending_messages(tx: &WriteTx<'_>, run_id: &str, kinds: &[&str]) -> StoreResult<()> {
+    let mut statement = tx.conn().prepare_cached(
+        "UPDATE workflow_messages SET status = 'cancelled', updated_at = ?1
+         WHERE run_id = ?2 AND kind = ?3 AND status = 'pending'",
+    )?;
+    for kind in kinds {
+        statement.execute(params![tx.now_ms(), run_id, kind])?;
+    }
+    Ok(())
+}

@@ -1,0 +1,337 @@
+-- pi-workflows-state, schema version 1.
+--
+-- Alpha state policy: this file is edited in place. Its SHA-256 digest is stored in
+-- schema_meta; a database created from any other text is refused before mutation with
+-- the backup-and-reset instruction. There are no migrations.
+--
+-- Conventions: every table is STRICT; times are UTC milliseconds since the Unix epoch
+-- (`*_at`); `*_hash` columns hold lowercase hex SHA-256 digests of canonical JSON or of
+-- blob bytes; content itself lives in `blobs` or `run_view_content`.
+
+CREATE TABLE schema_meta (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  schema_name TEXT NOT NULL CHECK (schema_name = 'pi-workflows-state'),
+  schema_version INTEGER NOT NULL CHECK (schema_version = 1),
+  schema_digest TEXT NOT NULL,
+  created_at INTEGER NOT NULL
+) STRICT;
+
+-- Content-addressed values (receipts, outputs, errors, transfer content).
+CREATE TABLE blobs (
+  blob_hash TEXT PRIMARY KEY CHECK (length(blob_hash) = 64),
+  media_type TEXT NOT NULL CHECK (length(media_type) BETWEEN 1 AND 128),
+  byte_length INTEGER NOT NULL CHECK (byte_length >= 0),
+  content BLOB NOT NULL CHECK (length(content) = byte_length),
+  created_at INTEGER NOT NULL
+) STRICT;
+
+-- Runs and queue -------------------------------------------------------------------------
+
+CREATE TABLE runs (
+  run_id TEXT PRIMARY KEY CHECK (length(run_id) BETWEEN 1 AND 256),
+  workflow_name TEXT NOT NULL,
+  project_path TEXT NOT NULL,
+  parent_run_id TEXT REFERENCES runs (run_id),
+  root_run_id TEXT NOT NULL,
+  definition_digest TEXT NOT NULL,
+  input_hash TEXT NOT NULL,
+  status TEXT NOT NULL CHECK (status IN
+    ('queued', 'running', 'waiting', 'completed', 'failed', 'timed_out', 'cancelled')),
+  paused INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)),
+  -- Why the run stopped or parked: a failure-class code such as runnerNoProgress.
+  status_detail TEXT,
+  -- The resource revision: bumped by every lifecycle or protected write, never reused.
+  revision INTEGER NOT NULL CHECK (revision >= 1),
+  output_hash TEXT,
+  error_hash TEXT,
+  created_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL,
+  finished_at INTEGER,
+  CHECK ((finished_at IS NOT NULL) = (status IN ('completed', 'failed', 'timed_out', 'cancelled')))
+) STRICT;
+
+CREATE INDEX runs_by_root ON runs (root_run_id);
+
+CREATE TABLE run_bindings (
+  run_id TEXT PRIMARY KEY REFERENCES runs (run_id) ON DELETE CASCADE,
+  execution_mode TEXT NOT NULL CHECK (execution_mode IN ('interactive', 'headless')),
+  origin_session_id TEXT,
+  CHECK ((execution_mode = 'interactive') = (origin_session_id IS NOT NULL))
+) STRICT;
+
+CREATE TABLE run_queue (
+  run_id TEXT PRIMARY KEY REFERENCES runs (run_id) ON DELETE CASCADE,
+  status TEXT NOT NULL CHECK (status IN
+    ('queued', 'starting', 'running', 'parked', 'done', 'failed', 'cancelled')),
+  available_at INTEGER NOT NULL,
+  -- The origin-session reservation of an interactive run (NULL for headless runs).
+  origin_session_id TEXT,
+  consecutive_errors INTEGER NOT NULL DEFAULT 0 CHECK (consecutive_errors >= 0),
+  updated_at INTEGER NOT NULL
+) STRICT;
+
+CREATE INDEX run_queue_admission ON run_queue (status, available_at);
+
+-- An interactive run holds its origin-session reservation until it is terminal.
+CREATE UNIQUE INDEX run_queue_one_active_per_session ON run_queue (origin_session_id)
+  WHERE origin_session_id IS NOT NULL AND status NOT IN ('done', 'failed', 'cancelled');
+
+-- Claims ---------------------------------------------------------------------------------
+
+-- One row per claimable resource. The row outlives its holders so `generation` only grows;
+-- a released claim keeps its generation and clears every holder column. For the server
+-- lease (resource_type 'server') the generation is the server epoch.
+CREATE TABLE leases (
+  resource_type TEXT NOT NULL CHECK (resource_type IN ('run', 'server')),
+  resource_id TEXT NOT NULL,
+  generation INTEGER NOT NULL CHECK (generation >= 1),
+  owner_type TEXT CHECK (owner_type IN ('host', 'control', 'server')),
+  owner_id TEXT,
+  token_hash TEXT CHECK (length(token_hash) = 64),
+  acquired_at INTEGER,
+  heartbeat_at INTEGER,
+  expires_at INTEGER,
+  PRIMARY KEY (resource_type, resource_id),
+  CHECK (
+    (owner_type IS NULL AND owner_id IS NULL AND token_hash IS NULL
+      AND acquired_at IS NULL AND heartbeat_at IS NULL AND expires_at IS NULL)
+    OR
+    (owner_type IS NOT NULL AND owner_id IS NOT NULL AND token_hash IS NOT NULL
+      AND acquired_at IS NOT NULL AND heartbeat_at IS NOT NULL AND expires_at IS NOT NULL
+      AND heartbeat_at >= acquired_at AND expires_at > heartbeat_at)
+  )
+) STRICT;
+
+-- Events and viewer deltas ---------------------------------------------------------------
+
+CREATE TABLE events (
+  event_seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+  resource_revision INTEGER NOT NULL,
+  event_type TEXT NOT NULL,
+  actor_type TEXT NOT NULL CHECK (actor_type IN ('host', 'control', 'client', 'system')),
+  lease_generation INTEGER,
+  payload_hash TEXT,
+  created_at INTEGER NOT NULL,
+  UNIQUE (run_id, resource_revision)
+) STRICT;
+
+-- Events are immutable; whole run trees are removed only by retention.
+CREATE TRIGGER events_are_immutable BEFORE UPDATE ON events
+BEGIN
+  SELECT RAISE(ABORT, 'events are immutable');
+END;
+
+CREATE TABLE viewer_deltas (
+  run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+  resource_revision INTEGER NOT NULL,
+  delta_kind TEXT NOT NULL,
+  -- Canonical JSON, bounded by the writer (VIEWER_DELTA_BYTES_MAX).
+  delta_json TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (run_id, resource_revision)
+) STRICT;
+
+-- Attempts -------------------------------------------------------------------------------
+
+CREATE TABLE node_attempts (
+  attempt_id TEXT PRIMARY KEY,
+  run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+  node_id TEXT NOT NULL,
+  -- Full compiled node path (include mounts) and visit number: the effect key inputs.
+  node_path TEXT NOT NULL,
+  visit INTEGER NOT NULL CHECK (visit >= 1),
+  node_type TEXT NOT NULL,
+  status TEXT NOT NULL CHECK (status IN
+    ('running', 'waiting', 'interrupted', 'completed', 'failed', 'timed_out', 'cancelled')),
+  lease_generation INTEGER NOT NULL,
+  started_at INTEGER NOT NULL,
+  finished_at INTEGER,
+  deadline_at INTEGER,
+  timeout_ms INTEGER,
+  output_hash TEXT,
+  error_hash TEXT,
+  CHECK ((finished_at IS NULL) = (status IN ('running', 'waiting')))
+) STRICT;
+
+-- The one unfinished attempt is the durable source of a run's current node.
+CREATE UNIQUE INDEX node_attempts_one_unfinished_per_run ON node_attempts (run_id)
+  WHERE status IN ('running', 'waiting');
+
+-- Human decisions ------------------------------------------------------------------------
+
+CREATE TABLE human_decisions (
+  decision_id TEXT PRIMARY KEY,
+  run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+  attempt_id TEXT REFERENCES node_attempts (attempt_id) ON DELETE CASCADE,
+  request_digest TEXT NOT NULL UNIQUE,
+  presentation_hash TEXT NOT NULL,
+  deadline_at INTEGER,
+  default_response_hash TEXT,
+  created_at INTEGER NOT NULL
+) STRICT;
+
+-- At most one winner per decision (the primary key).
+CREATE TABLE human_decision_resolutions (
+  decision_id TEXT PRIMARY KEY REFERENCES human_decisions (decision_id) ON DELETE CASCADE,
+  outcome TEXT NOT NULL CHECK (outcome IN ('accepted', 'cancelled')),
+  provenance TEXT NOT NULL CHECK (provenance IN
+    ('human', 'timeout_policy', 'explicit_cancel', 'expired_no_default', 'run_ended')),
+  response_hash TEXT,
+  resolved_at INTEGER NOT NULL
+) STRICT;
+
+-- Effects --------------------------------------------------------------------------------
+
+CREATE TABLE effects (
+  effect_id TEXT PRIMARY KEY,
+  run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+  effect_type TEXT NOT NULL,
+  -- Derived by the engine from run ID, effect type, node path and visit; never by workflow code.
+  idempotency_key TEXT NOT NULL,
+  request_fingerprint TEXT NOT NULL,
+  status TEXT NOT NULL CHECK (status IN
+    ('pending', 'applying', 'applied', 'rejected', 'ambiguous', 'cancelled')),
+  attempt_count INTEGER NOT NULL DEFAULT 0 CHECK (attempt_count >= 0),
+  result_hash TEXT,
+  external_ref TEXT,
+  created_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL,
+  UNIQUE (run_id, effect_type, idempotency_key)
+) STRICT;
+
+CREATE TABLE effect_attempts (
+  effect_id TEXT NOT NULL REFERENCES effects (effect_id) ON DELETE CASCADE,
+  attempt_number INTEGER NOT NULL CHECK (attempt_number >= 1),
+  runner_epoch TEXT,
+  lease_generation INTEGER NOT NULL,
+  outcome TEXT CHECK (outcome IN ('applied', 'rejected', 'ambiguous', 'interrupted', 'cancelled')),
+  started_at INTEGER NOT NULL,
+  finished_at INTEGER,
+  PRIMARY KEY (effect_id, attempt_number),
+  CHECK ((outcome IS NULL) = (finished_at IS NULL))
+) STRICT;
+
+-- Interactions ---------------------------------------------------------------------------
+
+CREATE TABLE interactive_requests (
+  request_id TEXT PRIMARY KEY,
+  run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+  attempt_id TEXT NOT NULL UNIQUE REFERENCES node_attempts (attempt_id) ON DELETE CASCADE,
+  target_session_id TEXT,
+  kind TEXT NOT NULL CHECK (kind IN ('agent', 'assistant', 'checkpoint', 'decision')),
+  contract_hash TEXT NOT NULL,
+  revision INTEGER NOT NULL DEFAULT 1 CHECK (revision >= 1),
+  status TEXT NOT NULL CHECK (status IN ('pending', 'settled', 'cancelled')),
+  accepted_submission_id TEXT,
+  unproductive_turn_ends INTEGER NOT NULL DEFAULT 0 CHECK (unproductive_turn_ends >= 0),
+  created_at INTEGER NOT NULL,
+  settled_at INTEGER,
+  CHECK ((settled_at IS NULL) = (status = 'pending'))
+) STRICT;
+
+CREATE TABLE interactive_submissions (
+  submission_id TEXT PRIMARY KEY,
+  request_id TEXT NOT NULL REFERENCES interactive_requests (request_id) ON DELETE CASCADE,
+  idempotency_key TEXT NOT NULL,
+  payload_hash TEXT NOT NULL,
+  outcome TEXT NOT NULL CHECK (outcome IN ('validating', 'accepted', 'rejected')),
+  receipt_hash TEXT,
+  submitted_at INTEGER NOT NULL,
+  settled_at INTEGER,
+  UNIQUE (request_id, idempotency_key)
+) STRICT;
+
+-- Messages -------------------------------------------------------------------------------
+
+CREATE TABLE workflow_messages (
+  workflow_message_id TEXT PRIMARY KEY,
+  run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+  target_session_id TEXT NOT NULL,
+  kind TEXT NOT NULL CHECK (kind IN ('step', 'decision', 'notification', 'terminal', 'followUp')),
+  -- The source record: an interactive request, decision, notification node, run or follow-up.
+  source_id TEXT NOT NULL,
+  reason TEXT CHECK (reason IN ('initial', 'reminder', 'resumed')),
+  content_hash TEXT NOT NULL,
+  order_number INTEGER NOT NULL CHECK (order_number >= 1),
+  status TEXT NOT NULL CHECK (status IN ('pending', 'sent', 'cancelled')),
+  pi_session_entry_id TEXT,
+  created_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL,
+  UNIQUE (target_session_id, order_number),
+  CHECK ((status = 'sent') = (pi_session_entry_id IS NOT NULL)),
+  CHECK ((kind = 'step') = (reason IS NOT NULL))
+) STRICT;
+
+-- At most one pending step message for one interactive request.
+CREATE UNIQUE INDEX workflow_messages_one_pending_step ON workflow_messages (source_id)
+  WHERE kind = 'step' AND status = 'pending';
+
+-- Server commands ------------------------------------------------------------------------
+
+-- One row per durable command. The primary key is the first request ID; the client and
+-- idempotency-key pair adopts the same payload across transport attempts.
+CREATE TABLE host_commands (
+  request_id TEXT PRIMARY KEY,
+  client_id TEXT NOT NULL,
+  operation TEXT NOT NULL,
+  idempotency_key TEXT NOT NULL,
+  request_fingerprint TEXT NOT NULL CHECK (length(request_fingerprint) = 64),
+  run_id TEXT,
+  accepted_revision INTEGER,
+  outcome TEXT NOT NULL CHECK (outcome IN ('accepted', 'rejected')),
+  receipt_hash TEXT REFERENCES blobs (blob_hash),
+  error_hash TEXT REFERENCES blobs (blob_hash),
+  created_at INTEGER NOT NULL,
+  UNIQUE (client_id, idempotency_key),
+  CHECK ((outcome = 'accepted') = (receipt_hash IS NOT NULL)),
+  CHECK ((outcome = 'rejected') = (error_hash IS NOT NULL))
+) STRICT;
+
+-- Every transport attempt (request ID) that named a stored command, so one request ID can
+-- never name two payloads, even when it only adopted an earlier receipt.
+CREATE TABLE host_command_requests (
+  request_id TEXT PRIMARY KEY,
+  command_request_id TEXT NOT NULL REFERENCES host_commands (request_id) ON DELETE CASCADE,
+  request_fingerprint TEXT NOT NULL,
+  received_at INTEGER NOT NULL
+) STRICT;
+
+-- Runner epochs --------------------------------------------------------------------------
+
+CREATE TABLE run_workers (
+  runner_epoch TEXT PRIMARY KEY,
+  run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+  generation INTEGER NOT NULL,
+  server_epoch INTEGER NOT NULL,
+  launch_envelope_hash TEXT NOT NULL,
+  pid INTEGER,
+  -- boot id + pid + /proc starttime: a reused PID never matches.
+  process_start_identity TEXT,
+  status TEXT NOT NULL CHECK (status IN
+    ('starting', 'ready', 'exited', 'cancelled', 'timedOut', 'crashed', 'claimLost', 'orphaned')),
+  started_at INTEGER NOT NULL,
+  ready_at INTEGER,
+  finished_at INTEGER,
+  exit_code INTEGER,
+  signal INTEGER,
+  diagnostic_hash TEXT,
+  CHECK ((finished_at IS NULL) = (status IN ('starting', 'ready')))
+) STRICT;
+
+CREATE UNIQUE INDEX run_workers_one_active_per_run ON run_workers (run_id)
+  WHERE status IN ('starting', 'ready');
+
+-- View content ---------------------------------------------------------------------------
+
+-- Generated referenced content, stored before it is advertised. A read must match run,
+-- digest and media type, so a reference from another run or representation is unavailable.
+CREATE TABLE run_view_content (
+  run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+  content_hash TEXT NOT NULL CHECK (length(content_hash) = 64),
+  media_type TEXT NOT NULL,
+  byte_length INTEGER NOT NULL CHECK (byte_length >= 0),
+  content BLOB NOT NULL CHECK (length(content) = byte_length),
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (run_id, content_hash, media_type)
+) STRICT;

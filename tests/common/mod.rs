@@ -1,0 +1,80 @@
+//! Shared helpers for store integration tests: a real SQLite file in a temporary
+//! directory, a manual clock, and whole-database snapshots to prove "nothing changed".
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use pi_workflows::store::runs::{ExecutionMode, NewRun};
+use pi_workflows::store::{ManualClock, Store, StoreResult};
+use rusqlite::types::ValueRef;
+
+/// 2026-01-01T00:00:00Z: a fixed start so test timestamps are reproducible.
+pub const START_MS: i64 = 1_767_225_600_000;
+
+pub struct TestStore {
+    pub dir: tempfile::TempDir,
+    pub clock: ManualClock,
+    pub store: Store,
+}
+
+pub fn open_store() -> TestStore {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clock = ManualClock::new(START_MS);
+    let store = Store::open(&dir.path().join("state.sqlite"), Arc::new(clock.clone())).expect("open store");
+    TestStore { dir, clock, store }
+}
+
+pub fn new_run(run_id: &str) -> NewRun {
+    NewRun {
+        run_id: run_id.to_string(),
+        workflow_name: "example".to_string(),
+        project_path: "/project".to_string(),
+        parent_run_id: None,
+        root_run_id: None,
+        definition_digest: format!("sha256:{}", "d".repeat(64)),
+        input_hash: "e".repeat(64),
+        execution: ExecutionMode::Headless,
+    }
+}
+
+/// Every row of every table, rendered as text, in a stable order.
+pub fn snapshot(store: &Store) -> Vec<String> {
+    store
+        .read(|conn| {
+            let tables: Vec<String> = conn
+                .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")?
+                .query_map([], |row| row.get(0))?
+                .collect::<Result<_, _>>()?;
+            let mut rows = Vec::new();
+            for table in tables {
+                rows.extend(table_rows(conn, &table)?);
+            }
+            Ok(rows)
+        })
+        .expect("snapshot")
+}
+
+fn table_rows(conn: &rusqlite::Connection, table: &str) -> StoreResult<Vec<String>> {
+    let mut statement = conn.prepare(&format!("SELECT * FROM \"{table}\" ORDER BY rowid"))?;
+    let columns = statement.column_count();
+    let rows = statement
+        .query_map([], |row| {
+            let mut cells = Vec::with_capacity(columns);
+            for index in 0..columns {
+                cells.push(render(row.get_ref(index)?));
+            }
+            Ok(format!("{table}: {}", cells.join(" | ")))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(rows)
+}
+
+fn render(value: ValueRef<'_>) -> String {
+    match value {
+        ValueRef::Null => "NULL".to_string(),
+        ValueRef::Integer(number) => number.to_string(),
+        ValueRef::Real(number) => number.to_string(),
+        ValueRef::Text(text) => String::from_utf8_lossy(text).into_owned(),
+        ValueRef::Blob(bytes) => format!("blob[{}]", pi_workflows::digest::sha256_hex(bytes)),
+    }
+}

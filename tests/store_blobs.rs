@@ -1,0 +1,154 @@
+//! Content-addressed blobs: parts of at most 512 KiB, verified whole reads, bounded errors.
+
+mod common;
+
+use pi_workflows::digest::sha256_hex;
+use pi_workflows::store::StoreError;
+use pi_workflows::store::blobs::{self, BLOB_PART_BYTES_MAX, BlobError, BlobRef};
+
+const JSON: &str = "application/json";
+
+fn blob_error(result: Result<impl std::fmt::Debug, StoreError>) -> BlobError {
+    match result {
+        Err(StoreError::Blob(err)) => err,
+        other => panic!("expected a blob error, got {other:?}"),
+    }
+}
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
+}
+
+#[test]
+fn large_content_reads_back_in_bounded_parts_and_verifies() {
+    let t = common::open_store();
+    let content = pattern(BLOB_PART_BYTES_MAX * 2 + 17);
+    let stored = content.clone();
+    let reference = t
+        .store
+        .write(move |tx| blobs::put_blob(tx, &stored, "application/octet-stream"))
+        .expect("put");
+    assert_eq!(reference.sha256, sha256_hex(&content));
+    assert_eq!(reference.bytes, content.len() as u64);
+
+    let whole = t
+        .store
+        .read(|conn| blobs::read_blob_verified(conn, &reference))
+        .expect("verified read");
+    assert_eq!(whole, content);
+    let tail_ref = reference.clone();
+    let tail = t
+        .store
+        .read(move |conn| blobs::read_blob_part(conn, &tail_ref, (BLOB_PART_BYTES_MAX * 2) as u64, BLOB_PART_BYTES_MAX))
+        .expect("tail part");
+    assert_eq!(tail, content[BLOB_PART_BYTES_MAX * 2..]);
+    let same = content.clone();
+    let again = t
+        .store
+        .write(move |tx| blobs::put_blob(tx, &same, "application/octet-stream"))
+        .expect("idempotent");
+    assert_eq!(again, reference);
+}
+
+#[test]
+fn bad_references_and_ranges_get_bounded_errors() {
+    let t = common::open_store();
+    let reference = t
+        .store
+        .write(|tx| blobs::put_blob(tx, b"{\"a\":1}", JSON))
+        .expect("put");
+
+    let read_part = |reference: BlobRef, offset: u64, len: usize| {
+        t.store
+            .read(move |conn| blobs::read_blob_part(conn, &reference, offset, len))
+    };
+    assert_eq!(
+        blob_error(read_part(reference.clone(), 0, BLOB_PART_BYTES_MAX + 1)),
+        BlobError::PartTooLarge {
+            requested: BLOB_PART_BYTES_MAX + 1
+        }
+    );
+    assert_eq!(
+        blob_error(read_part(reference.clone(), 8, 1)),
+        BlobError::BadRange { offset: 8, bytes: 7 }
+    );
+    assert_eq!(
+        read_part(reference.clone(), 7, 4).expect("empty read at the end"),
+        Vec::<u8>::new()
+    );
+    assert_eq!(
+        blob_error(read_part(reference.clone(), u64::MAX, 4)),
+        BlobError::BadRange {
+            offset: u64::MAX,
+            bytes: 7
+        }
+    );
+
+    let wrong_media = BlobRef {
+        media_type: "text/plain".to_string(),
+        ..reference.clone()
+    };
+    assert!(matches!(
+        blob_error(read_part(wrong_media, 0, 4)),
+        BlobError::MediaTypeMismatch { .. }
+    ));
+    let wrong_length = BlobRef {
+        bytes: 99,
+        ..reference.clone()
+    };
+    assert!(matches!(
+        blob_error(read_part(wrong_length, 0, 4)),
+        BlobError::LengthMismatch { .. }
+    ));
+    let missing = BlobRef {
+        sha256: sha256_hex(b"never stored"),
+        ..reference.clone()
+    };
+    assert!(matches!(
+        blob_error(read_part(missing, 0, 4)),
+        BlobError::NotFound { .. }
+    ));
+    let malformed = BlobRef {
+        sha256: "../../etc/passwd".to_string(),
+        ..reference.clone()
+    };
+    assert_eq!(blob_error(read_part(malformed, 0, 4)), BlobError::MalformedDigest);
+    let bad_media = BlobRef {
+        media_type: String::new(),
+        ..reference.clone()
+    };
+    assert_eq!(blob_error(read_part(bad_media, 0, 4)), BlobError::BadMediaType);
+
+    let err = t
+        .store
+        .write(|tx| blobs::put_blob(tx, b"{\"a\":1}", "text/plain"))
+        .expect_err("conflicting media type");
+    assert!(
+        matches!(err, StoreError::Blob(BlobError::MediaTypeMismatch { .. })),
+        "{err}"
+    );
+}
+
+#[test]
+fn damaged_content_fails_verification() {
+    let t = common::open_store();
+    let reference = t
+        .store
+        .write(|tx| blobs::put_blob(tx, b"original bytes", "text/plain"))
+        .expect("put");
+    let digest = reference.sha256.clone();
+    t.store
+        .write(move |tx| {
+            tx.conn().execute(
+                "UPDATE blobs SET content = CAST('damaged bytes!' AS BLOB) WHERE blob_hash = ?1",
+                [digest],
+            )?;
+            Ok(())
+        })
+        .expect("damage");
+    let err = t
+        .store
+        .read(|conn| blobs::read_blob_verified(conn, &reference))
+        .expect_err("damage detected");
+    assert!(matches!(err, StoreError::Blob(BlobError::DigestMismatch)), "{err}");
+}
