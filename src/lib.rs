@@ -2,6 +2,8 @@
 //!
 //! See `docs/ARCHITECTURE.md` for the codemap.
 
+pub mod cli;
 pub mod digest;
+pub mod paths;
 pub mod protocol;
 pub mod store;

@@ -119,13 +119,38 @@ fn bad_references_and_ranges_get_bounded_errors() {
     };
     assert_eq!(blob_error(read_part(bad_media, 0, 4)), BlobError::BadMediaType);
 
-    let err = t
+    // The same bytes may also be stored as another representation; each reads back alone.
+    let as_text = t
         .store
         .write(|tx| blobs::put_blob(tx, b"{\"a\":1}", "text/plain"))
-        .expect_err("conflicting media type");
+        .expect("second representation");
+    assert_eq!(as_text.sha256, reference.sha256);
+    let text = t
+        .store
+        .read(move |conn| blobs::read_blob_verified(conn, &as_text))
+        .expect("text read");
+    assert_eq!(text, b"{\"a\":1}");
+}
+
+#[test]
+fn empty_content_is_a_valid_blob() {
+    let t = common::open_store();
+    let reference = t
+        .store
+        .write(|tx| blobs::put_blob(tx, b"", "text/plain"))
+        .expect("put empty");
+    assert_eq!(reference.bytes, 0);
+    let part_ref = reference.clone();
+    let part = t
+        .store
+        .read(move |conn| blobs::read_blob_part(conn, &part_ref, 0, 16))
+        .expect("empty part");
+    assert!(part.is_empty());
     assert!(
-        matches!(err, StoreError::Blob(BlobError::MediaTypeMismatch { .. })),
-        "{err}"
+        t.store
+            .read(move |conn| blobs::read_blob_verified(conn, &reference))
+            .expect("verified")
+            .is_empty()
     );
 }
 

@@ -256,3 +256,21 @@ fn logs_contain_neither_token_nor_token_hash() {
         assert!(!text.contains(&secret), "a token or token hash reached the logs");
     }
 }
+
+#[test]
+fn a_wall_clock_step_back_keeps_a_live_claim_writable() {
+    let t = open_store();
+    queue(&t.store, "run-1");
+    let authority = start(&t.store, "run-1", SERVER_A);
+    // ManualClock never goes back, so model the NTP step with a run started "in the future".
+    t.store
+        .write(|tx| {
+            tx.conn().execute(
+                "UPDATE leases SET acquired_at = acquired_at + 1000, heartbeat_at = heartbeat_at + 1000",
+                [],
+            )?;
+            Ok(())
+        })
+        .expect("shift the claim times forward");
+    mark_running(&t.store, &authority).expect("a live claim still writes after the clock stepped back");
+}

@@ -145,3 +145,60 @@ fn a_rejected_command_is_stored_and_repeats_its_error() {
     let run_after = t.store.read(|conn| runs::read_run_on(conn, "run-1")).expect("run");
     assert_eq!(run_after, run_before, "a rejected command changed the run");
 }
+
+#[test]
+fn invalid_input_and_a_busy_session_are_stored_rejections_not_crashes() {
+    use pi_workflows::store::attempts::{self, NewAttempt};
+    use pi_workflows::store::runs::ExecutionMode;
+
+    let t = open_store();
+    let interactive = |run_id: &str| {
+        let mut run = common::new_run(run_id);
+        run.execution = ExecutionMode::Interactive {
+            origin_session_id: "session-1".to_string(),
+        };
+        run
+    };
+    let first = interactive("run-a");
+    t.store
+        .write(move |tx| runs::queue_run(tx, &first))
+        .expect("first interactive run");
+    let second = interactive("run-b");
+    let err = t
+        .store
+        .write(move |tx| runs::queue_run(tx, &second))
+        .expect_err("the session is reserved");
+    assert!(
+        matches!(err, pi_workflows::store::StoreError::SessionBusy { .. }),
+        "{err}"
+    );
+
+    let authority = t
+        .store
+        .write(|tx| runs::start_run(tx, "run-a", "server"))
+        .expect("start")
+        .value;
+    let live = authority.clone();
+    t.store
+        .write(move |tx| runs::mark_running(tx, &live, None))
+        .expect("live");
+    let before = snapshot(&t.store);
+    let bad_visit = NewAttempt {
+        attempt_id: "attempt-0".to_string(),
+        node_id: "n".to_string(),
+        node_path: "n".to_string(),
+        visit: 0,
+        node_type: "compute".to_string(),
+        deadline_at: None,
+        timeout_ms: None,
+    };
+    let err = t
+        .store
+        .write(move |tx| attempts::start_attempt(tx, &authority, None, &bad_visit))
+        .expect_err("visit 0 is invalid");
+    assert!(
+        matches!(err, pi_workflows::store::StoreError::InvalidInput { .. }),
+        "{err}"
+    );
+    assert_eq!(snapshot(&t.store), before);
+}

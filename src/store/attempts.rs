@@ -52,7 +52,12 @@ pub fn start_attempt(
     expected: Option<i64>,
     attempt: &NewAttempt,
 ) -> StoreResult<i64> {
-    assert!(attempt.visit >= 1, "node visits count from one");
+    if attempt.visit < 1 {
+        return Err(StoreError::InvalidInput {
+            what: "node visit",
+            detail: format!("{} (visits count from 1)", attempt.visit),
+        });
+    }
     let run_id = authority.resource_id.as_str();
     let committed = claims::protected_write(tx, authority, expected, |tx| {
         require_live(tx, run_id, "start a node attempt of")?;

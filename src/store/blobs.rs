@@ -59,8 +59,7 @@ fn check_media_type(media_type: &str) -> Result<(), BlobError> {
     Ok(())
 }
 
-/// Store `content` under its SHA-256 (idempotent). The same bytes under another media type
-/// are refused: a digest names one representation.
+/// Store `content` under its SHA-256 and media type (idempotent).
 pub fn put_blob(tx: &WriteTx<'_>, content: &[u8], media_type: &str) -> StoreResult<BlobRef> {
     check_media_type(media_type)?;
     if content.len() > BLOB_BYTES_MAX {
@@ -71,13 +70,10 @@ pub fn put_blob(tx: &WriteTx<'_>, content: &[u8], media_type: &str) -> StoreResu
         media_type: media_type.to_string(),
         bytes: content.len() as u64,
     };
-    if let Some(stored) = find_blob(tx.conn(), &reference.sha256)? {
-        check_matches(&reference, &stored)?;
-        return Ok(stored);
-    }
     tx.conn()
         .prepare_cached(
-            "INSERT INTO blobs (blob_hash, media_type, byte_length, content, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO blobs (blob_hash, media_type, byte_length, content, created_at) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (blob_hash, media_type) DO NOTHING",
         )?
         .execute(params![
             reference.sha256,
@@ -89,55 +85,59 @@ pub fn put_blob(tx: &WriteTx<'_>, content: &[u8], media_type: &str) -> StoreResu
     Ok(reference)
 }
 
-fn find_blob(conn: &Connection, sha256: &str) -> StoreResult<Option<BlobRef>> {
-    let found = conn
-        .prepare_cached("SELECT media_type, byte_length FROM blobs WHERE blob_hash = ?1")?
-        .query_row([sha256], |row| {
-            Ok(BlobRef {
-                sha256: sha256.to_string(),
-                media_type: row.get(0)?,
-                bytes: row.get::<_, i64>(1)? as u64,
-            })
-        })
+/// The stored length of (digest, media type), if stored.
+fn stored_length(conn: &Connection, sha256: &str, media_type: &str) -> StoreResult<Option<u64>> {
+    let length = conn
+        .prepare_cached("SELECT byte_length FROM blobs WHERE blob_hash = ?1 AND media_type = ?2")?
+        .query_row([sha256, media_type], |row| row.get::<_, i64>(0))
         .optional()?;
-    Ok(found)
+    Ok(length.map(|bytes| bytes as u64))
 }
 
-fn check_matches(reference: &BlobRef, stored: &BlobRef) -> Result<(), BlobError> {
-    if stored.media_type != reference.media_type {
-        return Err(BlobError::MediaTypeMismatch {
-            expected: reference.media_type.clone(),
-            found: stored.media_type.clone(),
-        });
+/// Why (digest, media type) is not stored: the digest exists under another media type, or
+/// not at all.
+fn absent(conn: &Connection, sha256: &str, media_type: &str) -> StoreResult<BlobError> {
+    let other: Option<String> = conn
+        .prepare_cached("SELECT media_type FROM blobs WHERE blob_hash = ?1 LIMIT 1")?
+        .query_row([sha256], |row| row.get(0))
+        .optional()?;
+    Ok(match other {
+        Some(found) => BlobError::MediaTypeMismatch {
+            expected: media_type.to_string(),
+            found,
+        },
+        None => BlobError::NotFound {
+            sha256_prefix: digest_prefix(sha256),
+        },
+    })
+}
+
+/// The stored reference of a digest and media type (for rows that hold only a digest).
+pub fn blob_ref(conn: &Connection, sha256: &str, media_type: &str) -> StoreResult<BlobRef> {
+    if !is_sha256_hex(sha256) {
+        return Err(BlobError::MalformedDigest.into());
     }
+    check_media_type(media_type)?;
+    match stored_length(conn, sha256, media_type)? {
+        Some(bytes) => Ok(BlobRef {
+            sha256: sha256.to_string(),
+            media_type: media_type.to_string(),
+            bytes,
+        }),
+        None => Err(absent(conn, sha256, media_type)?.into()),
+    }
+}
+
+/// Check a reference (digest, media type and length) against what is stored.
+pub fn resolve_blob(conn: &Connection, reference: &BlobRef) -> StoreResult<BlobRef> {
+    let stored = blob_ref(conn, &reference.sha256, &reference.media_type)?;
     if stored.bytes != reference.bytes {
         return Err(BlobError::LengthMismatch {
             expected: reference.bytes,
             found: stored.bytes,
-        });
+        }
+        .into());
     }
-    Ok(())
-}
-
-/// The stored facts of a digest (for readers that hold only a digest column).
-pub fn blob_by_digest(conn: &Connection, sha256: &str) -> StoreResult<BlobRef> {
-    if !is_sha256_hex(sha256) {
-        return Err(BlobError::MalformedDigest.into());
-    }
-    let stored = find_blob(conn, sha256)?;
-    Ok(stored.ok_or_else(|| BlobError::NotFound {
-        sha256_prefix: digest_prefix(sha256),
-    })?)
-}
-
-/// Check a reference against what is stored and return the stored facts.
-pub fn resolve_blob(conn: &Connection, reference: &BlobRef) -> StoreResult<BlobRef> {
-    if !is_sha256_hex(&reference.sha256) {
-        return Err(BlobError::MalformedDigest.into());
-    }
-    check_media_type(&reference.media_type)?;
-    let stored = blob_by_digest(conn, &reference.sha256)?;
-    check_matches(reference, &stored)?;
     Ok(stored)
 }
 
@@ -154,12 +154,14 @@ pub fn read_blob_part(conn: &Connection, reference: &BlobRef, offset: u64, lengt
         }
         .into());
     }
-    // SQLite's substr counts blob bytes from 1.
-    let part: Vec<u8> = conn
-        .prepare_cached("SELECT substr(content, ?1, ?2) FROM blobs WHERE blob_hash = ?3")?
-        .query_row(params![offset as i64 + 1, length as i64, stored.sha256], |row| {
-            row.get(0)
-        })?;
+    // SQLite's substr counts blob bytes from 1 and yields NULL for empty content.
+    let part: Option<Vec<u8>> = conn
+        .prepare_cached("SELECT substr(content, ?1, ?2) FROM blobs WHERE blob_hash = ?3 AND media_type = ?4")?
+        .query_row(
+            params![offset as i64 + 1, length as i64, stored.sha256, stored.media_type],
+            |row| row.get(0),
+        )?;
+    let part = part.unwrap_or_default();
     let expected = (stored.bytes - offset).min(length as u64);
     if part.len() as u64 != expected {
         return Err(BlobError::LengthMismatch {

@@ -201,7 +201,7 @@ pub fn acquire(
             owner_id,
             token.hash(),
             now,
-            now + lease_ms
+            now.saturating_add(lease_ms)
         ])?;
     tracing::debug!(
         resource = resource_type.as_str(),
@@ -219,15 +219,19 @@ pub fn acquire(
     })
 }
 
-/// Steps 2–4 of a protected write: compare owner, generation and token, require a future
-/// expiry, then renew that exact claim. Changes nothing when a check fails.
-fn verify_and_renew(tx: &WriteTx<'_>, authority: &ClaimAuthority, lease_ms: i64) -> StoreResult<()> {
+/// Steps 2–3 of a protected write: compare owner, generation and token, and require a
+/// future expiry. Reads only.
+fn verify(tx: &WriteTx<'_>, authority: &ClaimAuthority) -> StoreResult<()> {
     let row = read_lease(tx, authority.resource_type, &authority.resource_id)?;
-    if let Err(reason) = check_holder(row.as_ref(), authority, tx.now_ms()) {
+    check_holder(row.as_ref(), authority, tx.now_ms()).map_err(|reason| {
         let lost = authority.lost(reason);
         tracing::info!(resource_id = %lost.resource_id, generation = lost.generation, reason = %reason, "claim rejected");
-        return Err(lost.into());
-    }
+        lost.into()
+    })
+}
+
+/// Step 4: renew heartbeat and expiry of the exact verified claim.
+fn extend(tx: &WriteTx<'_>, authority: &ClaimAuthority, lease_ms: i64) -> StoreResult<()> {
     let now = tx.now_ms();
     let renewed = tx
         .conn()
@@ -237,7 +241,7 @@ fn verify_and_renew(tx: &WriteTx<'_>, authority: &ClaimAuthority, lease_ms: i64)
         )?
         .execute(params![
             now,
-            now + lease_ms,
+            now.saturating_add(lease_ms),
             authority.resource_type.as_str(),
             authority.resource_id,
             authority.generation
@@ -267,7 +271,8 @@ fn check_holder(row: Option<&LeaseRow>, authority: &ClaimAuthority, now_ms: i64)
 /// Renew a held claim without changing the resource: the server's backup timer for a run
 /// that is not writing. An expired claim cannot renew itself.
 pub fn renew(tx: &WriteTx<'_>, authority: &ClaimAuthority, lease_ms: i64) -> StoreResult<()> {
-    verify_and_renew(tx, authority, lease_ms)
+    verify(tx, authority)?;
+    extend(tx, authority, lease_ms)
 }
 
 /// Clear the holder, keeping the generation. Only lifecycle transitions call this, inside a
@@ -319,8 +324,9 @@ pub fn protected_write<T>(
         "protected writes change runs"
     );
     let revision = events::current_revision(tx, &authority.resource_id)?;
-    verify_and_renew(tx, authority, RUN_CLAIM_LEASE_MS)?;
+    verify(tx, authority)?;
     events::check_expected_revision(&authority.resource_id, expected_revision, revision)?;
+    extend(tx, authority, RUN_CLAIM_LEASE_MS)?;
     let (value, event) = change(tx)?;
     let revision = events::advance(tx, &authority.resource_id, revision, &event, Some(authority.generation))?;
     Ok(Committed { value, revision })

@@ -10,7 +10,7 @@ use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::blobs::{BlobRef, blob_by_digest, put_blob, read_blob_verified};
+use super::blobs::{BlobRef, blob_ref, put_blob, read_blob_verified};
 use super::error::{StoreError, StoreResult};
 use super::writer::WriteTx;
 use crate::digest::is_sha256_hex;
@@ -82,18 +82,13 @@ pub fn run_command(
         return Ok(receipt);
     }
     let conn = tx.conn();
+    // The change and its receipt commit together or not at all, even for a caller that
+    // keeps using the transaction after an error.
     conn.execute_batch("SAVEPOINT command_apply")?;
-    match apply(tx) {
-        Ok(accepted) => {
+    match apply(tx).and_then(|accepted| store_accepted(tx, request, accepted)) {
+        Ok(receipt) => {
             conn.execute_batch("RELEASE command_apply")?;
-            let receipt_ref = put_json(tx, &accepted.receipt)?;
-            insert_command(tx, request, accepted.revision, Some(&receipt_ref), None)?;
-            Ok(CommandReceipt {
-                outcome: CommandOutcome::Accepted,
-                revision: accepted.revision,
-                receipt: Some(accepted.receipt),
-                error: None,
-            })
+            Ok(receipt)
         }
         Err(err) => {
             conn.execute_batch("ROLLBACK TO command_apply; RELEASE command_apply")?;
@@ -110,6 +105,17 @@ pub fn run_command(
             })
         }
     }
+}
+
+fn store_accepted(tx: &WriteTx<'_>, request: &CommandRequest, accepted: Accepted) -> StoreResult<CommandReceipt> {
+    let receipt_ref = put_json(tx, &accepted.receipt)?;
+    insert_command(tx, request, accepted.revision, Some(&receipt_ref), None)?;
+    Ok(CommandReceipt {
+        outcome: CommandOutcome::Accepted,
+        revision: accepted.revision,
+        receipt: Some(accepted.receipt),
+        error: None,
+    })
 }
 
 /// The stored answer for a known request ID or idempotency key, or a conflict.
@@ -247,7 +253,7 @@ fn put_json(tx: &WriteTx<'_>, value: &impl Serialize) -> StoreResult<BlobRef> {
 }
 
 fn read_json(conn: &rusqlite::Connection, sha256: &str) -> StoreResult<Value> {
-    let stored = blob_by_digest(conn, sha256)?;
+    let stored = blob_ref(conn, sha256, JSON_MEDIA_TYPE)?;
     let bytes = read_blob_verified(conn, &stored)?;
     serde_json::from_slice(&bytes)
         .map_err(|err| StoreError::CommitFailed(format!("stored receipt is unreadable: {err}")))
@@ -268,6 +274,8 @@ fn rejection_of(err: &StoreError) -> Option<CommandError> {
         StoreError::AttemptNotActive { .. } => "attemptNotActive",
         StoreError::Blob(_) => "invalidContent",
         StoreError::TooLarge { .. } => "tooLarge",
+        StoreError::InvalidInput { .. } => "invalidInput",
+        StoreError::SessionBusy { .. } => "sessionBusy",
         _ => return None,
     };
     let mut message = err.to_string();

@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 /// Why a protected write or renewal was refused. Exactly one reason per refusal, checked in
-/// the spec's order: authority present, owner, token, generation, then expiry.
+/// this order: authority present, owner, generation, token, then expiry. Generation comes
+/// before token so that a claim re-taken by the same owner reads as `generationChanged`;
+/// `tokenChanged` then means a token that never belonged to this claim generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ClaimLostReason {
     /// No claim is held on the resource (never acquired, or released).
@@ -83,6 +85,12 @@ pub enum StoreError {
         queue_status: String,
         paused: bool,
     },
+
+    #[error("{what} is invalid: {detail}")]
+    InvalidInput { what: &'static str, detail: String },
+
+    #[error("Pi session {session_id} already has an active interactive run; wait for it to finish or cancel it")]
+    SessionBusy { session_id: String },
 
     #[error("{resource_id} is claimed by a live owner; wait for its claim to expire or be released")]
     ClaimHeld { resource_id: String },

@@ -19,6 +19,7 @@ pub mod error;
 pub mod events;
 pub mod runs;
 pub mod schema;
+pub mod verify;
 pub mod writer;
 
 use std::path::{Path, PathBuf};

@@ -264,6 +264,19 @@ pub fn queue_run(tx: &WriteTx<'_>, new_run: &NewRun) -> StoreResult<i64> {
             run_id: new_run.run_id.clone(),
         });
     }
+    if let ExecutionMode::Interactive { origin_session_id } = &new_run.execution {
+        let busy: bool = conn
+            .prepare_cached(
+                "SELECT count(*) > 0 FROM run_queue WHERE origin_session_id = ?1
+                 AND status NOT IN ('done', 'failed', 'cancelled')",
+            )?
+            .query_row([origin_session_id], |row| row.get(0))?;
+        if busy {
+            return Err(StoreError::SessionBusy {
+                session_id: origin_session_id.clone(),
+            });
+        }
+    }
     let root = new_run.root_run_id.as_deref().unwrap_or(&new_run.run_id);
     conn.prepare_cached(
         "INSERT INTO runs (run_id, workflow_name, project_path, parent_run_id, root_run_id, definition_digest,

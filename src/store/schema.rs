@@ -163,10 +163,15 @@ fn create_database(path: &Path, now_ms: i64) -> StoreResult<()> {
     Ok(())
 }
 
+/// Prepared statements kept per connection; the store uses a few dozen distinct statements
+/// and rusqlite's default of 16 would re-parse them on every write.
+pub const STATEMENT_CACHE_CAPACITY: usize = 128;
+
 /// Pragmas of the one writer connection (ARCHITECTURE §6): an acknowledged commit survives
 /// power loss (`synchronous = FULL` in WAL mode).
 pub fn configure_writer(conn: &Connection) -> StoreResult<()> {
     conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
     conn.execute_batch(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA trusted_schema = OFF;",
     )?;
@@ -186,6 +191,7 @@ pub fn open_reader(path: &Path) -> StoreResult<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags)?;
     conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
     conn.execute_batch("PRAGMA query_only = ON; PRAGMA trusted_schema = OFF;")?;
     Ok(conn)
 }

@@ -16,13 +16,15 @@ CREATE TABLE schema_meta (
   created_at INTEGER NOT NULL
 ) STRICT;
 
--- Content-addressed values (receipts, outputs, errors, transfer content).
+-- Content-addressed values (receipts, outputs, errors, transfer content). A reference names
+-- the digest and the media type, so the same bytes may be stored as two representations.
 CREATE TABLE blobs (
-  blob_hash TEXT PRIMARY KEY CHECK (length(blob_hash) = 64),
+  blob_hash TEXT NOT NULL CHECK (length(blob_hash) = 64),
   media_type TEXT NOT NULL CHECK (length(media_type) BETWEEN 1 AND 128),
   byte_length INTEGER NOT NULL CHECK (byte_length >= 0),
   content BLOB NOT NULL CHECK (length(content) = byte_length),
-  created_at INTEGER NOT NULL
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (blob_hash, media_type)
 ) STRICT;
 
 -- Runs and queue -------------------------------------------------------------------------
@@ -98,14 +100,14 @@ CREATE TABLE leases (
     OR
     (owner_type IS NOT NULL AND owner_id IS NOT NULL AND token_hash IS NOT NULL
       AND acquired_at IS NOT NULL AND heartbeat_at IS NOT NULL AND expires_at IS NOT NULL
-      AND heartbeat_at >= acquired_at AND expires_at > heartbeat_at)
+      AND expires_at > heartbeat_at)
   )
 ) STRICT;
 
 -- Events and viewer deltas ---------------------------------------------------------------
 
+-- Keyed by run and revision (WITHOUT ROWID: one b-tree, so an event costs one page write).
 CREATE TABLE events (
-  event_seq INTEGER PRIMARY KEY AUTOINCREMENT,
   run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
   resource_revision INTEGER NOT NULL,
   event_type TEXT NOT NULL,
@@ -113,8 +115,8 @@ CREATE TABLE events (
   lease_generation INTEGER,
   payload_hash TEXT,
   created_at INTEGER NOT NULL,
-  UNIQUE (run_id, resource_revision)
-) STRICT;
+  PRIMARY KEY (run_id, resource_revision)
+) STRICT, WITHOUT ROWID;
 
 -- Events are immutable; whole run trees are removed only by retention.
 CREATE TRIGGER events_are_immutable BEFORE UPDATE ON events
@@ -130,7 +132,7 @@ CREATE TABLE viewer_deltas (
   delta_json TEXT NOT NULL,
   created_at INTEGER NOT NULL,
   PRIMARY KEY (run_id, resource_revision)
-) STRICT;
+) STRICT, WITHOUT ROWID;
 
 -- Attempts -------------------------------------------------------------------------------
 
@@ -164,11 +166,12 @@ CREATE TABLE human_decisions (
   decision_id TEXT PRIMARY KEY,
   run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
   attempt_id TEXT REFERENCES node_attempts (attempt_id) ON DELETE CASCADE,
-  request_digest TEXT NOT NULL UNIQUE,
+  request_digest TEXT NOT NULL,
   presentation_hash TEXT NOT NULL,
   deadline_at INTEGER,
   default_response_hash TEXT,
-  created_at INTEGER NOT NULL
+  created_at INTEGER NOT NULL,
+  UNIQUE (run_id, request_digest)
 ) STRICT;
 
 -- At most one winner per decision (the primary key).
@@ -280,8 +283,9 @@ CREATE TABLE host_commands (
   run_id TEXT,
   accepted_revision INTEGER,
   outcome TEXT NOT NULL CHECK (outcome IN ('accepted', 'rejected')),
-  receipt_hash TEXT REFERENCES blobs (blob_hash),
-  error_hash TEXT REFERENCES blobs (blob_hash),
+  -- Digests of application/json blobs.
+  receipt_hash TEXT,
+  error_hash TEXT,
   created_at INTEGER NOT NULL,
   UNIQUE (client_id, idempotency_key),
   CHECK ((outcome = 'accepted') = (receipt_hash IS NOT NULL)),

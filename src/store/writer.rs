@@ -5,10 +5,12 @@
 //! job rolls back alone; every caller gets its answer only after the shared COMMIT. This is
 //! how protected writes keep pace with raw commits under `synchronous = FULL`.
 
+use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
@@ -21,7 +23,8 @@ pub const WRITER_QUEUE_LEN_MAX: usize = 1_024;
 pub const GROUP_COMMIT_JOBS_MAX: usize = 64;
 
 /// One write transaction as seen by domain code: a connection inside `BEGIN IMMEDIATE` (and
-/// a savepoint of its own), with the clock read once for the whole job.
+/// a savepoint of its own), with the clock read once for the whole job. Domain code may use
+/// nested savepoints but never COMMIT, ROLLBACK or BEGIN: the writer owns the transaction.
 pub struct WriteTx<'c> {
     conn: &'c Connection,
     now_ms: i64,
@@ -75,7 +78,7 @@ where
             // A rolled-back change reports its own error, whatever happened to the batch.
             (Err(_), Some(Err(err))) => Err(err),
             (Ok(()), None) => Err(StoreError::CommitFailed(
-                "the change panicked and was rolled back".to_string(),
+                "the change did not run or panicked, and was rolled back".to_string(),
             )),
         };
         // The caller may have given up waiting; nothing else to do then.
@@ -136,55 +139,101 @@ impl Drop for Writer {
     }
 }
 
+/// After a commit the writer polls this long for the next job before it sleeps: a caller
+/// that writes again right after its answer then needs no thread wake-up, which on small
+/// VMs costs as much as the statements of a write.
+pub const WRITER_SPIN_MICROS_MAX: u64 = 100;
+
+fn next_message(receiver: &Receiver<WriterMessage>) -> Option<WriterMessage> {
+    let spin_until = Instant::now() + Duration::from_micros(WRITER_SPIN_MICROS_MAX);
+    while Instant::now() < spin_until {
+        match receiver.try_recv() {
+            Ok(message) => return Some(message),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) => std::hint::spin_loop(),
+        }
+    }
+    receiver.recv().ok()
+}
+
 fn run_writer(conn: Connection, clock: Arc<dyn Clock>, receiver: Receiver<WriterMessage>) {
-    while let Ok(first) = receiver.recv() {
-        let mut batch = vec![first];
-        while batch.len() < GROUP_COMMIT_JOBS_MAX {
+    while let Some(WriterMessage::Write(first)) = next_message(&receiver) {
+        let mut pending = VecDeque::from([first]);
+        while pending.len() < GROUP_COMMIT_JOBS_MAX {
             match receiver.try_recv() {
-                Ok(message) => batch.push(message),
+                Ok(WriterMessage::Write(job)) => pending.push_back(job),
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
-        commit_batch(&conn, clock.as_ref(), batch);
+        while !pending.is_empty() {
+            commit_batch(&conn, clock.as_ref(), &mut pending);
+        }
     }
 }
 
-fn commit_batch(conn: &Connection, clock: &dyn Clock, batch: Vec<WriterMessage>) {
-    let mut jobs: Vec<Box<dyn WriteJob>> = batch.into_iter().map(|WriterMessage::Write(job)| job).collect();
-    let commit = match conn.execute_batch("BEGIN IMMEDIATE") {
-        Ok(()) => {
-            for job in &mut jobs {
-                run_in_savepoint(conn, clock, job.as_mut());
-            }
-            conn.execute_batch("COMMIT").map_err(|err| {
-                let _ = conn.execute_batch("ROLLBACK");
-                err.to_string()
-            })
+/// Run jobs from the front of `pending` in one transaction, then answer each of them.
+///
+/// SQLite may roll back a whole transaction on its own (disk full, I/O error). The writer
+/// notices after each job; the jobs that ran are answered with the failure and the rest stay
+/// in `pending` for a fresh transaction, so no job ever runs outside `BEGIN IMMEDIATE`.
+fn commit_batch(conn: &Connection, clock: &dyn Clock, pending: &mut VecDeque<Box<dyn WriteJob>>) {
+    if !conn.is_autocommit() {
+        // Never expected: a transaction left open by an earlier failure.
+        let _ = control(conn, "ROLLBACK");
+    }
+    if let Err(err) = control(conn, "BEGIN IMMEDIATE") {
+        tracing::error!(error = %err, jobs = pending.len(), "store writer could not begin a transaction");
+        for job in pending.drain(..) {
+            job.deliver(Err(err.to_string()));
         }
-        Err(err) => Err(err.to_string()),
+        return;
+    }
+    let mut ran = Vec::with_capacity(pending.len());
+    let mut aborted = false;
+    while let Some(mut job) = pending.pop_front() {
+        run_in_savepoint(conn, clock, job.as_mut());
+        ran.push(job);
+        if conn.is_autocommit() {
+            aborted = true;
+            break;
+        }
+    }
+    let commit = if aborted {
+        Err("SQLite rolled back the transaction (disk full or I/O error)".to_string())
+    } else {
+        control(conn, "COMMIT").map_err(|err| {
+            let _ = control(conn, "ROLLBACK");
+            err.to_string()
+        })
     };
     if let Err(message) = &commit {
-        tracing::error!(error = %message, jobs = jobs.len(), "store write batch was not committed");
+        tracing::error!(error = %message, jobs = ran.len(), "store write batch was not committed");
     }
-    for job in jobs {
+    for job in ran {
         job.deliver(commit.clone());
     }
 }
 
+/// Transaction-control statements, prepared once.
+fn control(conn: &Connection, statement: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(statement)?.execute([])?;
+    Ok(())
+}
+
 /// Run one job inside its own savepoint; a failed or panicking job rolls back alone.
 fn run_in_savepoint(conn: &Connection, clock: &dyn Clock, job: &mut dyn WriteJob) {
-    if let Err(err) = conn.execute_batch("SAVEPOINT job") {
+    if let Err(err) = control(conn, "SAVEPOINT job") {
         tracing::error!(error = %err, "store job skipped: no savepoint");
         return;
     }
     let tx = WriteTx::new(conn, clock.now_ms());
     let succeeded = catch_unwind(AssertUnwindSafe(|| job.run(&tx))).unwrap_or(false);
-    let end = if succeeded {
-        "RELEASE job"
+    let closed = if succeeded {
+        control(conn, "RELEASE job")
     } else {
-        "ROLLBACK TO job; RELEASE job"
+        control(conn, "ROLLBACK TO job").and_then(|()| control(conn, "RELEASE job"))
     };
-    if let Err(err) = conn.execute_batch(end) {
+    if let Err(err) = closed {
         tracing::error!(error = %err, "store job savepoint could not be closed");
     }
 }

@@ -55,8 +55,10 @@ pub fn snapshot(store: &Store) -> Vec<String> {
 }
 
 fn table_rows(conn: &rusqlite::Connection, table: &str) -> StoreResult<Vec<String>> {
-    let mut statement = conn.prepare(&format!("SELECT * FROM \"{table}\" ORDER BY rowid"))?;
-    let columns = statement.column_count();
+    let columns = conn.prepare(&format!("SELECT * FROM \"{table}\""))?.column_count();
+    // Order by every column: WITHOUT ROWID tables have no rowid.
+    let order: Vec<String> = (1..=columns).map(|index| index.to_string()).collect();
+    let mut statement = conn.prepare(&format!("SELECT * FROM \"{table}\" ORDER BY {}", order.join(", ")))?;
     let rows = statement
         .query_map([], |row| {
             let mut cells = Vec::with_capacity(columns);

@@ -1,0 +1,41 @@
+//! Command-line interface. Exit codes are stable: 0 success, 1 failure, 2 usage error
+//! (clap), 3 a check found problems.
+
+mod protocol_check;
+mod state;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub const EXIT_FAILURE: u8 = 1;
+pub const EXIT_PROBLEMS_FOUND: u8 = 3;
+
+#[derive(Debug, Parser)]
+#[command(name = "pi-workflows", version, about = "Durable workflows for the Pi coding agent")]
+pub struct Cli {
+    /// State directory (default: $PI_CODING_AGENT_DIR/workflows or ~/.pi/agent/workflows).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Inspect and check the state database.
+    #[command(subcommand)]
+    State(state::StateCommand),
+    /// Check client.v1 protocol lines from standard input, one per line.
+    #[command(name = "protocol-check")]
+    ProtocolCheck(protocol_check::ProtocolCheckArgs),
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::State(command) => state::run(cli.state_dir, command),
+        Command::ProtocolCheck(args) => protocol_check::run(args),
+    }
+}

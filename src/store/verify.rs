@@ -1,0 +1,145 @@
+//! Read-only checks and counts over the whole database: `state verify` and the counts of
+//! `state status`. Never repairs anything.
+
+use rusqlite::Connection;
+use serde::Serialize;
+
+use super::error::StoreResult;
+
+/// The spec's run-lifecycle invariants as queries that count violating rows.
+pub const LIFECYCLE_INVARIANTS: &[(&str, &str)] = &[
+    (
+        "terminal queue row with a nonterminal run, or the reverse",
+        "SELECT count(*) FROM runs r JOIN run_queue q ON q.run_id = r.run_id
+         WHERE (q.status IN ('done', 'failed', 'cancelled'))
+            != (r.status IN ('completed', 'failed', 'timed_out', 'cancelled'))",
+    ),
+    (
+        "run-failure event while the run is not terminal",
+        "SELECT count(*) FROM events e JOIN runs r ON r.run_id = e.run_id
+         WHERE e.event_type IN ('run.failed', 'run.timed_out') AND r.status IN ('queued', 'running', 'waiting')",
+    ),
+    (
+        "claim holder present exactly when the queue is starting or running",
+        "SELECT count(*) FROM run_queue q
+         LEFT JOIN leases l ON l.resource_type = 'run' AND l.resource_id = q.run_id
+         WHERE (l.owner_type IS NOT NULL) != (q.status IN ('starting', 'running'))",
+    ),
+    (
+        "run/queue pair outside the lifecycle table",
+        "SELECT count(*) FROM runs r JOIN run_queue q ON q.run_id = r.run_id WHERE NOT (
+           (r.status = 'queued' AND q.status = 'queued' AND r.paused = 0) OR
+           (r.status = 'queued' AND q.status = 'parked' AND r.paused = 1) OR
+           (r.status = 'running' AND q.status IN ('starting', 'running') AND r.paused = 0) OR
+           (r.status = 'running' AND q.status = 'parked') OR
+           (r.status = 'waiting' AND q.status = 'parked') OR
+           (r.status = 'completed' AND q.status = 'done' AND r.paused = 0) OR
+           (r.status IN ('failed', 'timed_out') AND q.status = 'failed' AND r.paused = 0) OR
+           (r.status = 'cancelled' AND q.status = 'cancelled' AND r.paused = 0))",
+    ),
+    (
+        "run revision without exactly one event and one viewer delta per revision",
+        "SELECT count(*) FROM runs r
+         WHERE r.revision != (SELECT count(*) FROM events e WHERE e.run_id = r.run_id)
+            OR r.revision != (SELECT max(resource_revision) FROM events e WHERE e.run_id = r.run_id)
+            OR r.revision != (SELECT count(*) FROM viewer_deltas d WHERE d.run_id = r.run_id)",
+    ),
+    (
+        "unfinished node attempt on a run that is neither running nor waiting",
+        "SELECT count(*) FROM node_attempts a JOIN runs r ON r.run_id = a.run_id
+         WHERE a.status IN ('running', 'waiting') AND r.status NOT IN ('running', 'waiting')",
+    ),
+    (
+        "pending interactive request on a terminal run",
+        "SELECT count(*) FROM interactive_requests i JOIN runs r ON r.run_id = i.run_id
+         WHERE i.status = 'pending' AND r.status IN ('completed', 'failed', 'timed_out', 'cancelled')",
+    ),
+];
+
+/// One invariant that some rows violate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    pub invariant: &'static str,
+    pub rows: i64,
+}
+
+/// Lifecycle invariants that do not hold, with their violating row counts.
+pub fn lifecycle_violations(conn: &Connection) -> StoreResult<Vec<Violation>> {
+    let mut violations = Vec::new();
+    for (invariant, sql) in LIFECYCLE_INVARIANTS {
+        let rows: i64 = conn.prepare_cached(sql)?.query_row([], |row| row.get(0))?;
+        if rows != 0 {
+            violations.push(Violation { invariant, rows });
+        }
+    }
+    Ok(violations)
+}
+
+/// What `state verify` found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyReport {
+    /// `ok`, or the first problems SQLite's integrity check reported.
+    pub integrity: Vec<String>,
+    pub foreign_key_violations: i64,
+    pub violations: Vec<Violation>,
+}
+
+impl VerifyReport {
+    pub fn is_clean(&self) -> bool {
+        self.integrity == ["ok"] && self.foreign_key_violations == 0 && self.violations.is_empty()
+    }
+}
+
+/// Integrity messages reported at most (SQLite can list thousands).
+const INTEGRITY_MESSAGES_MAX: usize = 20;
+
+pub fn verify(conn: &Connection) -> StoreResult<VerifyReport> {
+    let integrity = conn
+        .prepare(&format!("PRAGMA integrity_check({INTEGRITY_MESSAGES_MAX})"))?
+        .query_map([], |row| row.get(0))?
+        .collect::<Result<Vec<String>, _>>()?;
+    let foreign_key_violations: i64 =
+        conn.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |row| row.get(0))?;
+    Ok(VerifyReport {
+        integrity,
+        foreign_key_violations,
+        violations: lifecycle_violations(conn)?,
+    })
+}
+
+/// The counts `server status` reports (spec "Status and privacy"). Counts only: no IDs,
+/// paths or payloads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StateCounts {
+    pub queued: i64,
+    pub running: i64,
+    pub parked: i64,
+    pub waiting: i64,
+    pub paused: i64,
+    pub terminal: i64,
+    pub expired_claims: i64,
+    pub pending_interactions: i64,
+    pub ambiguous_effects: i64,
+}
+
+pub fn state_counts(conn: &Connection, now_ms: i64) -> StoreResult<StateCounts> {
+    let count = |sql: &str| -> StoreResult<i64> { Ok(conn.prepare_cached(sql)?.query_row([], |row| row.get(0))?) };
+    Ok(StateCounts {
+        queued: count("SELECT count(*) FROM run_queue WHERE status = 'queued'")?,
+        running: count("SELECT count(*) FROM run_queue WHERE status IN ('starting', 'running')")?,
+        parked: count(
+            "SELECT count(*) FROM run_queue q JOIN runs r ON r.run_id = q.run_id
+             WHERE q.status = 'parked' AND r.status != 'waiting'",
+        )?,
+        waiting: count("SELECT count(*) FROM runs WHERE status = 'waiting'")?,
+        paused: count("SELECT count(*) FROM runs WHERE paused = 1")?,
+        terminal: count("SELECT count(*) FROM run_queue WHERE status IN ('done', 'failed', 'cancelled')")?,
+        expired_claims: conn
+            .prepare_cached("SELECT count(*) FROM leases WHERE owner_type IS NOT NULL AND expires_at <= ?1")?
+            .query_row([now_ms], |row| row.get(0))?,
+        pending_interactions: count("SELECT count(*) FROM interactive_requests WHERE status = 'pending'")?,
+        ambiguous_effects: count("SELECT count(*) FROM effects WHERE status = 'ambiguous'")?,
+    })
+}

@@ -1,0 +1,98 @@
+//! The writer thread: group commit keeps each job atomic, and every answer matches what is
+//! durable, even when SQLite aborts the shared transaction in the middle of a batch.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pi_workflows::store::runs;
+use pi_workflows::store::{Store, StoreError};
+
+/// Occupy the writer so the next jobs queue up and share one transaction.
+fn hold_writer(store: &Arc<Store>, hold: Duration) -> std::thread::JoinHandle<()> {
+    let store = Arc::clone(store);
+    let handle = std::thread::spawn(move || {
+        store
+            .write(move |_| {
+                std::thread::sleep(hold);
+                Ok(())
+            })
+            .expect("holding job");
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    handle
+}
+
+fn run_exists(store: &Store, run_id: &str) -> bool {
+    store
+        .read(|conn| Ok(runs::read_run_on(conn, run_id).is_ok()))
+        .expect("read")
+}
+
+#[test]
+fn a_failing_job_rolls_back_alone_within_a_shared_commit() {
+    let t = common::open_store();
+    let store = Arc::new(t.store);
+    let holder = hold_writer(&store, Duration::from_millis(300));
+    let failing = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || {
+            store.write(|tx| {
+                runs::queue_run(tx, &common::new_run("run-failing"))?;
+                Err::<(), _>(StoreError::RunNotFound {
+                    run_id: "forced".to_string(),
+                })
+            })
+        })
+    };
+    std::thread::sleep(Duration::from_millis(20));
+    let succeeding = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || store.write(|tx| runs::queue_run(tx, &common::new_run("run-kept"))))
+    };
+    holder.join().expect("holder");
+    assert!(failing.join().expect("thread").is_err());
+    assert_eq!(succeeding.join().expect("thread").expect("committed"), 1);
+    assert!(!run_exists(&store, "run-failing"), "a failed job's writes survived");
+    assert!(run_exists(&store, "run-kept"));
+}
+
+#[test]
+fn answers_match_durable_state_when_sqlite_aborts_the_transaction() {
+    let t = common::open_store();
+    let store = Arc::new(t.store);
+    let holder = hold_writer(&store, Duration::from_millis(300));
+    // Job A fills the database limit: SQLite rolls back the whole shared transaction.
+    let aborting = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || {
+            store.write(|tx| {
+                let conn = tx.conn();
+                let pages: i64 = conn.query_row("PRAGMA page_count", [], |row| row.get(0))?;
+                conn.query_row(&format!("PRAGMA max_page_count = {}", pages + 1), [], |_| Ok(()))?;
+                let result = pi_workflows::store::blobs::put_blob(tx, &vec![7u8; 1 << 20], "application/octet-stream");
+                conn.query_row("PRAGMA max_page_count = 4294967294", [], |_| Ok(()))?;
+                result.map(|_| ())
+            })
+        })
+    };
+    std::thread::sleep(Duration::from_millis(20));
+    // Job B queues behind A in the same batch.
+    let later = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || store.write(|tx| runs::queue_run(tx, &common::new_run("run-after-abort"))))
+    };
+    holder.join().expect("holder");
+    let aborted = aborting.join().expect("thread");
+    assert!(aborted.is_err(), "the oversized write must fail");
+    let later = later.join().expect("thread");
+    assert_eq!(
+        later.is_ok(),
+        run_exists(&store, "run-after-abort"),
+        "job B was answered {later:?} but its durable state disagrees"
+    );
+    store
+        .write(|tx| runs::queue_run(tx, &common::new_run("run-next")))
+        .expect("the writer keeps working");
+}
