@@ -7,3 +7,4 @@ pub mod digest;
 pub mod paths;
 pub mod protocol;
 pub mod store;
+mod wire_enum;

@@ -4,43 +4,7 @@
 //! order) and the string conversions, so the Rust names and `protocol/client.v1.schema.json`
 //! cannot drift apart silently (a test compares them).
 
-use serde::{Deserialize, Serialize};
-
-macro_rules! wire_enum {
-    (
-        $(#[$meta:meta])*
-        pub enum $name:ident { $( $(#[$variant_meta:meta])* $variant:ident = $wire:literal, )+ }
-    ) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        pub enum $name {
-            $( $(#[$variant_meta])* #[serde(rename = $wire)] $variant, )+
-        }
-
-        impl $name {
-            /// Every value, in the order the wire schema lists them.
-            pub const ALL: &'static [Self] = &[ $( Self::$variant, )+ ];
-
-            /// The wire name.
-            #[must_use]
-            pub const fn as_str(self) -> &'static str {
-                match self { $( Self::$variant => $wire, )+ }
-            }
-
-            /// The value with this exact wire name, if any.
-            #[must_use]
-            pub fn from_wire(name: &str) -> Option<Self> {
-                match name { $( $wire => Some(Self::$variant), )+ _ => None }
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                formatter.write_str(self.as_str())
-            }
-        }
-    };
-}
+use crate::wire_enum::wire_enum;
 
 wire_enum! {
     /// A client request operation (`request.operation`).
@@ -212,7 +176,7 @@ mod tests {
 
     #[test]
     fn wire_names_are_unique_and_round_trip() {
-        fn check<T: Copy + Eq + std::fmt::Debug + Serialize>(
+        fn check<T: Copy + Eq + std::fmt::Debug + serde::Serialize>(
             all: &[T],
             as_str: fn(T) -> &'static str,
             from_wire: fn(&str) -> Option<T>,

@@ -9,21 +9,22 @@ use rusqlite::{OptionalExtension, params};
 use super::claims::{self, ClaimAuthority};
 use super::error::{StoreError, StoreResult};
 use super::events::{Actor, RunEvent};
-use super::runs::{QueueStatus, RunStatus, read_run, string_enum};
+use super::runs::{QueueStatus, RunStatus, read_run};
 use super::writer::WriteTx;
+use crate::wire_enum::wire_enum;
 
-string_enum!(
+wire_enum! {
     /// Node attempt status.
-    AttemptStatus {
-        Running => "running",
-        Waiting => "waiting",
-        Interrupted => "interrupted",
-        Completed => "completed",
-        Failed => "failed",
-        TimedOut => "timed_out",
-        Cancelled => "cancelled",
+    pub enum AttemptStatus {
+        Running = "running",
+        Waiting = "waiting",
+        Interrupted = "interrupted",
+        Completed = "completed",
+        Failed = "failed",
+        TimedOut = "timed_out",
+        Cancelled = "cancelled",
     }
-);
+}
 
 /// A node visit the runner starts.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -30,88 +30,62 @@ use super::claims::{self, ClaimAuthority, Committed, OwnerType, RUN_CLAIM_LEASE_
 use super::error::{StoreError, StoreResult};
 use super::events::{self, Actor, RunEvent};
 use super::writer::WriteTx;
+use crate::wire_enum::wire_enum;
 
-macro_rules! string_enum {
-    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum $name { $($(#[$vmeta])* $variant),+ }
-
-        impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
-
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $text),+ }
-            }
-
-            pub fn parse(text: &str) -> Option<Self> {
-                match text { $($text => Some($name::$variant),)+ _ => None }
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
-}
-pub(crate) use string_enum;
-
-string_enum!(
+wire_enum! {
     /// Durable run status.
-    RunStatus {
-        Queued => "queued",
-        Running => "running",
-        Waiting => "waiting",
-        Completed => "completed",
-        Failed => "failed",
-        TimedOut => "timed_out",
-        Cancelled => "cancelled",
+    pub enum RunStatus {
+        Queued = "queued",
+        Running = "running",
+        Waiting = "waiting",
+        Completed = "completed",
+        Failed = "failed",
+        TimedOut = "timed_out",
+        Cancelled = "cancelled",
     }
-);
+}
 
-string_enum!(
+wire_enum! {
     /// Queue row status: the scheduler's view of a run.
-    QueueStatus {
-        Queued => "queued",
-        Starting => "starting",
-        Running => "running",
-        Parked => "parked",
-        Done => "done",
-        Failed => "failed",
-        Cancelled => "cancelled",
+    pub enum QueueStatus {
+        Queued = "queued",
+        Starting = "starting",
+        Running = "running",
+        Parked = "parked",
+        Done = "done",
+        Failed = "failed",
+        Cancelled = "cancelled",
     }
-);
+}
 
-string_enum!(
+wire_enum! {
     /// Why a run parked instead of continuing.
-    ParkReason {
+    pub enum ParkReason {
         /// Stopped at a durable boundary (e.g. server shutdown); resumable.
-        Boundary => "boundary",
+        Boundary = "boundary",
         /// The runner exited before the run revision advanced; needs an explicit resume.
-        RunnerNoProgress => "runnerNoProgress",
+        RunnerNoProgress = "runnerNoProgress",
         /// The runner crashed after saving progress.
-        WorkerCrashed => "workerCrashed",
+        WorkerCrashed = "workerCrashed",
         /// The workflow source no longer matches its saved identity.
-        WorkflowSourceChanged => "workflowSourceChanged",
+        WorkflowSourceChanged = "workflowSourceChanged",
         /// An external effect may have applied without a receipt; needs review.
-        EffectAmbiguous => "effectAmbiguous",
+        EffectAmbiguous = "effectAmbiguous",
     }
-);
+}
 
-string_enum!(
+wire_enum! {
     /// Failure classes that end a run. Claim loss never fails a run, and
     /// `runnerNoProgress` parks instead.
-    FailureClass {
-        WorkerCrashed => "workerCrashed",
-        WorkerTimedOut => "workerTimedOut",
-        SourceChanged => "sourceChanged",
-        EffectAmbiguous => "effectAmbiguous",
-        NodeFailed => "nodeFailed",
-        ProtocolRejected => "protocolRejected",
+    pub enum FailureClass {
+        WorkerCrashed = "workerCrashed",
+        WorkerTimedOut = "workerTimedOut",
+        SourceChanged = "sourceChanged",
+        EffectAmbiguous = "effectAmbiguous",
+        NodeFailed = "nodeFailed",
+        ProtocolRejected = "protocolRejected",
     }
-);
+}
 
 impl RunStatus {
     pub fn is_terminal(self) -> bool {
@@ -191,8 +165,8 @@ pub fn read_run_on(conn: &rusqlite::Connection, run_id: &str) -> StoreResult<Run
     };
     Ok(RunRow {
         run_id: run_id.to_string(),
-        status: RunStatus::parse(&status).expect("the schema CHECK admits only known run statuses"),
-        queue: QueueStatus::parse(&queue).expect("the schema CHECK admits only known queue statuses"),
+        status: RunStatus::from_wire(&status).expect("the schema CHECK admits only known run statuses"),
+        queue: QueueStatus::from_wire(&queue).expect("the schema CHECK admits only known queue statuses"),
         paused,
         revision,
         detail,
@@ -446,9 +420,7 @@ pub fn complete_run(
                     paused: false,
                 });
             }
-            end_run(tx, run_id, Ending::Completed)?;
-            set_result_hashes(tx, run_id, output_hash, None)?;
-            claims::release(tx, authority)?;
+            end_claimed(tx, authority, Ending::Completed, output_hash, None)?;
             Ok(RunEvent::new("run.completed", Actor::Host))
         },
     )
@@ -468,10 +440,8 @@ pub fn fail_run(
         expected,
         "fail",
         |_| true,
-        |tx, run_id| {
-            end_run(tx, run_id, Ending::Failed(class))?;
-            set_result_hashes(tx, run_id, None, error_hash)?;
-            claims::release(tx, authority)?;
+        |tx, _| {
+            end_claimed(tx, authority, Ending::Failed(class), None, error_hash)?;
             Ok(RunEvent::new("run.failed", Actor::Host))
         },
     )
@@ -490,10 +460,8 @@ pub fn time_out_run(
         expected,
         "time out",
         |_| true,
-        |tx, run_id| {
-            end_run(tx, run_id, Ending::TimedOut)?;
-            set_result_hashes(tx, run_id, None, error_hash)?;
-            claims::release(tx, authority)?;
+        |tx, _| {
+            end_claimed(tx, authority, Ending::TimedOut, None, error_hash)?;
             Ok(RunEvent::new("run.timed_out", Actor::Host))
         },
     )
@@ -507,9 +475,8 @@ pub fn cancel_claimed(tx: &WriteTx<'_>, authority: &ClaimAuthority, expected: Op
         expected,
         "cancel",
         |_| true,
-        |tx, run_id| {
-            end_run(tx, run_id, Ending::Cancelled)?;
-            claims::release(tx, authority)?;
+        |tx, _| {
+            end_claimed(tx, authority, Ending::Cancelled, None, None)?;
             Ok(RunEvent::new("run.cancelled", actor_of(authority)))
         },
     )
@@ -667,6 +634,21 @@ enum Ending {
     Failed(FailureClass),
     TimedOut,
     Cancelled,
+}
+
+/// End a run whose claim the caller holds: the terminal facts, its result digests, and the
+/// release of the claim, all in the caller's protected write.
+fn end_claimed(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    ending: Ending,
+    output_hash: Option<&str>,
+    error_hash: Option<&str>,
+) -> StoreResult<()> {
+    let run_id = authority.resource_id.as_str();
+    end_run(tx, run_id, ending)?;
+    set_result_hashes(tx, run_id, output_hash, error_hash)?;
+    claims::release(tx, authority)
 }
 
 /// The terminal facts of every ending: run and queue status, the unfinished attempt,
