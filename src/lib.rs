@@ -3,8 +3,10 @@
 //! See `docs/ARCHITECTURE.md` for the codemap.
 
 pub mod cli;
+pub mod client;
 pub mod digest;
 pub mod paths;
 pub mod protocol;
+pub mod server;
 pub mod store;
 mod wire_enum;

@@ -2,6 +2,7 @@
 //! (clap), 3 a check found problems.
 
 mod protocol_check;
+mod server;
 mod state;
 
 use std::path::PathBuf;
@@ -28,6 +29,9 @@ pub enum Command {
     /// Inspect and check the state database.
     #[command(subcommand)]
     State(state::StateCommand),
+    /// Run, start, inspect and stop the workflow server.
+    #[command(subcommand)]
+    Server(server::ServerCommand),
     /// Check client.v1 protocol lines from standard input, one per line.
     #[command(name = "protocol-check")]
     ProtocolCheck(protocol_check::ProtocolCheckArgs),
@@ -36,6 +40,13 @@ pub enum Command {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::State(command) => state::run(cli.state_dir, command),
+        Command::Server(command) => {
+            let state_dir = match cli.state_dir {
+                Some(dir) => dir,
+                None => crate::paths::default_state_dir()?,
+            };
+            server::run(state_dir, command)
+        }
         Command::ProtocolCheck(args) => protocol_check::run(args),
     }
 }

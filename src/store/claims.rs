@@ -181,6 +181,28 @@ pub fn acquire(
         });
     }
     let generation = current.map_or(1, |row| row.generation + 1);
+    write_holder(
+        tx,
+        resource_type,
+        resource_id,
+        generation,
+        owner_type,
+        owner_id,
+        lease_ms,
+    )
+}
+
+/// Record a new holder with a fresh token at `generation`.
+fn write_holder(
+    tx: &WriteTx<'_>,
+    resource_type: ResourceType,
+    resource_id: &str,
+    generation: i64,
+    owner_type: OwnerType,
+    owner_id: &str,
+    lease_ms: i64,
+) -> StoreResult<ClaimAuthority> {
+    let now = tx.now_ms();
     let token = ClaimToken::generate()?;
     tx.conn()
         .prepare_cached(
@@ -217,6 +239,30 @@ pub fn acquire(
         generation,
         token,
     })
+}
+
+/// Take the claim whatever its holder's expiry, growing the generation. Only for a caller
+/// that has proved the previous holder is gone by other means: the server holds the global
+/// lock file, which the kernel releases when the old server process dies.
+pub(crate) fn take_over(
+    tx: &WriteTx<'_>,
+    resource_type: ResourceType,
+    resource_id: &str,
+    owner_type: OwnerType,
+    owner_id: &str,
+    lease_ms: i64,
+) -> StoreResult<ClaimAuthority> {
+    let current = read_lease(tx, resource_type, resource_id)?;
+    let generation = current.map_or(1, |row| row.generation + 1);
+    write_holder(
+        tx,
+        resource_type,
+        resource_id,
+        generation,
+        owner_type,
+        owner_id,
+        lease_ms,
+    )
 }
 
 /// Steps 2–3 of a protected write: compare owner, generation and token, and require a
@@ -273,6 +319,17 @@ fn check_holder(row: Option<&LeaseRow>, authority: &ClaimAuthority, now_ms: i64)
 pub fn renew(tx: &WriteTx<'_>, authority: &ClaimAuthority, lease_ms: i64) -> StoreResult<()> {
     verify(tx, authority)?;
     extend(tx, authority, lease_ms)
+}
+
+/// Re-arm a claim that expired but still names `authority` exactly (owner, generation and
+/// token): nobody took it over. Only the server lease uses this (after a long suspend); a
+/// run claim that expired must be re-acquired under a new generation.
+pub(crate) fn rearm_expired(tx: &WriteTx<'_>, authority: &ClaimAuthority, lease_ms: i64) -> StoreResult<()> {
+    let row = read_lease(tx, authority.resource_type, &authority.resource_id)?;
+    match check_holder(row.as_ref(), authority, tx.now_ms()) {
+        Ok(()) | Err(ClaimLostReason::Expired) => extend(tx, authority, lease_ms),
+        Err(reason) => Err(authority.lost(reason).into()),
+    }
 }
 
 /// Clear the holder, keeping the generation. Only lifecycle transitions call this, inside a

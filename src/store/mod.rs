@@ -19,6 +19,7 @@ pub mod error;
 pub mod events;
 pub mod runs;
 pub mod schema;
+pub mod server_lease;
 pub mod verify;
 pub mod writer;
 

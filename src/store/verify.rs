@@ -143,3 +143,15 @@ pub fn state_counts(conn: &Connection, now_ms: i64) -> StoreResult<StateCounts> 
         ambiguous_effects: count("SELECT count(*) FROM effects WHERE status = 'ambiguous'")?,
     })
 }
+
+/// Work that needs a live server: admitted or running runs, waits with a durable deadline,
+/// unsettled effects and pending interactions. An idle server may exit only when this is 0.
+pub fn unsettled_work(conn: &Connection) -> StoreResult<i64> {
+    let sql = "SELECT
+        (SELECT count(*) FROM run_queue q JOIN runs r ON r.run_id = q.run_id
+           WHERE q.status IN ('queued', 'starting', 'running') AND r.paused = 0)
+      + (SELECT count(*) FROM node_attempts WHERE status = 'waiting' AND deadline_at IS NOT NULL)
+      + (SELECT count(*) FROM effects WHERE status IN ('pending', 'applying'))
+      + (SELECT count(*) FROM interactive_submissions WHERE outcome = 'validating')";
+    Ok(conn.prepare_cached(sql)?.query_row([], |row| row.get(0))?)
+}

@@ -10,6 +10,7 @@
 //!
 //! Architecture Invariant: this crate knows nothing about workflows, runs or databases.
 
+pub mod process;
 pub mod snapshot;
 pub mod spec;
 pub mod supervisor;

@@ -1,12 +1,12 @@
 //! A point-in-time view of a supervision tree, for `server status --tree` and the examples.
 //! It holds names, states, labels and counts only: nothing private.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::spec::{ChildKind, Restart, Strategy};
 
 /// What the tree knows about one node right now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NodeState {
     Running,
@@ -18,7 +18,7 @@ pub enum NodeState {
     Unresponsive,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TreeSnapshot {
     pub id: String,
@@ -59,10 +59,10 @@ impl TreeSnapshot {
 fn describe(node: &TreeSnapshot) -> String {
     let mut parts = vec![format!("{:?}", node.state).to_lowercase()];
     if let Some(strategy) = node.strategy {
-        parts.push(format!("{strategy:?}").to_lowercase());
+        parts.push(strategy.as_str().to_string());
     }
     if let Some(restart) = node.restart {
-        parts.push(format!("{restart:?}").to_lowercase());
+        parts.push(restart.as_str().to_string());
     }
     parts.push(format!("restarts {}", node.restarts));
     if let Some(label) = &node.label {

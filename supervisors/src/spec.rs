@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorCell, SpawnErr};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How the other children react when one child must be restarted (OTP strategies).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     /// Restart only the child that exited.
@@ -22,7 +22,7 @@ pub enum Strategy {
 }
 
 /// When a child that exited is restarted (OTP restart types).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Restart {
     /// Always restarted.
@@ -46,6 +46,26 @@ pub enum Shutdown {
 pub const SHUTDOWN_TIMEOUT_MS_MAX: u64 = 60_000;
 /// The default graceful shutdown wait.
 pub const SHUTDOWN_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+
+impl Strategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OneForOne => "one_for_one",
+            Self::OneForAll => "one_for_all",
+            Self::RestForOne => "rest_for_one",
+        }
+    }
+}
+
+impl Restart {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Permanent => "permanent",
+            Self::Transient => "transient",
+            Self::Temporary => "temporary",
+        }
+    }
+}
 
 impl Default for Shutdown {
     fn default() -> Self {
@@ -75,7 +95,7 @@ impl Default for Intensity {
 }
 
 /// Whether a child is itself a supervisor (its snapshot nests) or a worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChildKind {
     Worker,

@@ -1,0 +1,289 @@
+//! `pi-workflows server run|start|status|stop`.
+
+use std::io::Read;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+use serde_json::Value;
+
+use crate::client::{Client, ClientError};
+use crate::protocol::{JsonObject, Operation, Outcome};
+use crate::server::ownership::ServerPaths;
+use crate::server::{self, READY_FD_ENV, ServerConfig};
+
+/// How long `server start` waits for the ready handshake.
+pub const START_TIMEOUT_MS: u64 = 10_000;
+/// How long `server stop` waits for the process to be gone.
+pub const STOP_WAIT_MS: u64 = 35_000;
+const START_ERROR_BYTES_MAX: u64 = 4 * 1024;
+
+#[derive(Debug, Subcommand)]
+pub enum ServerCommand {
+    /// Run the server attached to this terminal (for direct operation and tests).
+    Run,
+    /// Start the server in the background unless one is running; waits until it is ready.
+    Start,
+    /// Show the server's state and counts (nothing private). Exits 3 when no server runs.
+    Status {
+        #[arg(long)]
+        json: bool,
+        /// Also print the live supervision tree.
+        #[arg(long)]
+        tree: bool,
+    },
+    /// Stop the server gracefully: commands in flight finish and commit first.
+    Stop,
+}
+
+pub fn run(state_dir: PathBuf, command: ServerCommand) -> anyhow::Result<ExitCode> {
+    let paths = ServerPaths::new(&state_dir);
+    match command {
+        ServerCommand::Run => run_attached(paths),
+        ServerCommand::Start => start(&paths, &state_dir),
+        ServerCommand::Status { json, tree } => status(&paths, json, tree),
+        ServerCommand::Stop => stop(&paths),
+    }
+}
+
+fn run_attached(paths: ServerPaths) -> anyhow::Result<ExitCode> {
+    let config = ServerConfig::from_env(paths)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let reason = runtime.block_on(server::run(config))?;
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    Ok(match reason {
+        server::StopReason::LeaseLost => ExitCode::from(super::EXIT_FAILURE),
+        _ => ExitCode::SUCCESS,
+    })
+}
+
+fn start(paths: &ServerPaths, state_dir: &Path) -> anyhow::Result<ExitCode> {
+    paths.check_socket_path()?;
+    if Client::connect(&paths.socket).is_ok() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    paths.create_dirs()?;
+    let (ready_read, ready_write) = nix::unistd::pipe().context("could not create the ready pipe")?;
+    let start_errors = paths.logs_dir.join("server-start.err");
+    let errors_file = private_file(&start_errors)?;
+    let mut child = spawn_detached(state_dir, &ready_write, errors_file)?;
+    drop(ready_write);
+    match wait_ready(ready_read, Duration::from_millis(START_TIMEOUT_MS)) {
+        Ready::Epoch(epoch) => {
+            println!("pi-workflows server started (epoch {epoch})");
+            Ok(ExitCode::SUCCESS)
+        }
+        failed => {
+            // Another `server start` may have won the race: that is success too.
+            if Client::connect(&paths.socket).is_ok() {
+                return Ok(ExitCode::SUCCESS);
+            }
+            let _ = child.try_wait();
+            let detail = read_bounded(&start_errors);
+            let what = match failed {
+                Ready::TimedOut => format!("did not become ready within {} s", START_TIMEOUT_MS / 1_000),
+                _ => "exited before it was ready".to_string(),
+            };
+            bail!(
+                "the server {what}{}; see {}",
+                if detail.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", detail.trim())
+                },
+                paths.logs_dir.join("server.log").display()
+            )
+        }
+    }
+}
+
+fn private_file(path: &Path) -> anyhow::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("could not create {}", path.display()))
+}
+
+fn spawn_detached(state_dir: &Path, ready: &OwnedFd, errors: std::fs::File) -> anyhow::Result<std::process::Child> {
+    let exe = std::env::current_exe().context("could not find the pi-workflows executable")?;
+    let ready_fd = ready.as_raw_fd();
+    let mut command = Command::new(exe);
+    command
+        .arg("--state-dir")
+        .arg(state_dir)
+        .args(["server", "run"])
+        .env(READY_FD_ENV, ready_fd.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(errors);
+    // SAFETY: only async-signal-safe calls (setsid, fcntl) run between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            rustix::process::setsid().map_err(std::io::Error::from)?;
+            // Keep the ready pipe open across exec (pipe() creates it close-on-exec).
+            let fd = std::os::fd::BorrowedFd::borrow_raw(ready_fd);
+            let flags = rustix::io::fcntl_getfd(fd)?;
+            rustix::io::fcntl_setfd(fd, flags - rustix::io::FdFlags::CLOEXEC)?;
+            Ok(())
+        });
+    }
+    command.spawn().context("could not start the server process")
+}
+
+enum Ready {
+    Epoch(i64),
+    /// The pipe closed without "ready": the server exited.
+    Exited,
+    TimedOut,
+}
+
+/// Wait for "ready <epoch>" on the pipe.
+fn wait_ready(pipe: OwnedFd, timeout: Duration) -> Ready {
+    let deadline = Instant::now() + timeout;
+    let mut file = std::fs::File::from(pipe);
+    let mut text = Vec::new();
+    loop {
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            return Ready::TimedOut;
+        };
+        let mut fds = [nix::poll::PollFd::new(
+            std::os::fd::AsFd::as_fd(&file),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        match nix::poll::poll(&mut fds, u16::try_from(left.as_millis()).unwrap_or(u16::MAX)) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) => {}
+            Err(_) => return Ready::Exited,
+        }
+        let mut chunk = [0u8; 64];
+        let read = file.read(&mut chunk).unwrap_or(0);
+        if read == 0 {
+            return Ready::Exited;
+        }
+        text.extend_from_slice(&chunk[..read]);
+        if let Some(end) = text.iter().position(|byte| *byte == b'\n') {
+            let line = String::from_utf8_lossy(&text[..end]).into_owned();
+            return match line.strip_prefix("ready ").and_then(|epoch| epoch.trim().parse().ok()) {
+                Some(epoch) => Ready::Epoch(epoch),
+                None => Ready::Exited,
+            };
+        }
+    }
+}
+
+fn read_bounded(path: &Path) -> String {
+    let Ok(file) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let mut text = String::new();
+    let _ = file.take(START_ERROR_BYTES_MAX).read_to_string(&mut text);
+    text
+}
+
+fn status(paths: &ServerPaths, json: bool, tree: bool) -> anyhow::Result<ExitCode> {
+    let mut client = match Client::connect(&paths.socket) {
+        Ok(client) => client,
+        Err(ClientError::Unavailable(_)) => {
+            if json {
+                println!("{}", serde_json::json!({"state": "stopped", "socket": "unavailable"}));
+            } else {
+                println!("server: not running");
+            }
+            return Ok(ExitCode::from(super::EXIT_PROBLEMS_FOUND));
+        }
+        Err(err) => return Err(err.into()),
+    };
+    let mut payload = JsonObject::new();
+    if tree {
+        payload.insert("tree".to_string(), Value::Bool(true));
+    }
+    let response = client.request(Operation::ServerStatus, payload)?;
+    let receipt = match (response.outcome, response.receipt) {
+        (Outcome::Accepted, Some(receipt)) => receipt,
+        (_, _) => bail!(
+            "the server refused the status request: {:?}",
+            response.error.map(|e| e.message)
+        ),
+    };
+    if json {
+        println!("{}", Value::Object(receipt));
+    } else {
+        print_status(&receipt, tree)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_status(status: &JsonObject, tree: bool) -> anyhow::Result<()> {
+    let number = |key: &str| status.get(key).and_then(Value::as_i64).unwrap_or(0);
+    let text = |key: &str| status.get(key).and_then(Value::as_str).unwrap_or("unknown").to_string();
+    println!(
+        "server: {} (epoch {}, up {} s)",
+        text("state"),
+        number("epoch"),
+        number("uptimeMs") / 1_000
+    );
+    println!("socket: {}", text("socket"));
+    println!(
+        "clients: {}, active runners: {}",
+        number("clients"),
+        number("activeRunners")
+    );
+    println!(
+        "runs: {} queued, {} running, {} parked, {} waiting ({} paused)",
+        number("queued"),
+        number("running"),
+        number("parked"),
+        number("waiting"),
+        number("paused")
+    );
+    println!("expired claims: {}", number("expiredClaims"));
+    println!("pending interactions: {}", number("pendingInteractions"));
+    println!("ambiguous effects: {}", number("ambiguousEffects"));
+    if tree {
+        let snapshot: supervisors::TreeSnapshot = match status.get("tree") {
+            Some(tree) => serde_json::from_value(tree.clone()).context("the server sent an unreadable tree")?,
+            None => bail!("the server did not include the supervision tree"),
+        };
+        print!("{}", snapshot.render());
+    }
+    Ok(())
+}
+
+fn stop(paths: &ServerPaths) -> anyhow::Result<ExitCode> {
+    let mut client = match Client::connect(&paths.socket) {
+        Ok(client) => client,
+        Err(ClientError::Unavailable(_)) => {
+            println!("pi-workflows server is not running");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(err) => return Err(err.into()),
+    };
+    let response = client.request(Operation::ServerStop, JsonObject::new())?;
+    if !matches!(response.outcome, Outcome::Accepted | Outcome::Adopted) {
+        bail!("the server refused to stop: {:?}", response.error.map(|e| e.message));
+    }
+    drop(client);
+    let deadline = Instant::now() + Duration::from_millis(STOP_WAIT_MS);
+    while Instant::now() < deadline {
+        if Client::connect(&paths.socket).is_err() && crate::server::ownership::lock_is_free(paths) {
+            println!("pi-workflows server stopped");
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bail!(
+        "the server accepted the stop but is still running after {} s",
+        STOP_WAIT_MS / 1_000
+    )
+}

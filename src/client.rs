@@ -1,0 +1,116 @@
+//! A small blocking client of `pi-workflows.client.v1` for the CLI: connect, read `hello`,
+//! send one request at a time, read its response.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::digest::hex_lower;
+use crate::protocol::{
+    ClientMessage, ClientSchema, FRAME_BYTES_MAX, Hello, JsonObject, OpaqueId, Operation, Request, Response,
+    decode_client_message, encode_client_message,
+};
+
+/// How long one request may wait for its response.
+pub const RESPONSE_TIMEOUT_MS: u64 = 30_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No server is listening (the `hostUnavailable` failure class).
+    #[error(
+        "no pi-workflows server is running for this state directory ({0}); start one with `pi-workflows server start`"
+    )]
+    Unavailable(String),
+    #[error("the server runs pi-workflows {server}, this client is {client}; restart the server with this version")]
+    VersionMismatch { server: String, client: String },
+    #[error("the server sent something unexpected: {0}")]
+    Protocol(String),
+    #[error("connection to the server failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub struct Client {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    client_id: OpaqueId,
+    pub hello: Hello,
+}
+
+fn random_id(prefix: &str) -> String {
+    let mut bytes = [0u8; 12];
+    // Without randomness, fall back to time and pid: IDs only need to be unique per client.
+    if getrandom::fill(&mut bytes).is_err() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        bytes[..8].copy_from_slice(&(nanos as u64).to_le_bytes());
+        bytes[8..].copy_from_slice(&std::process::id().to_le_bytes());
+    }
+    format!("{prefix}-{}", hex_lower(&bytes))
+}
+
+impl Client {
+    pub fn connect(socket: &Path) -> Result<Self, ClientError> {
+        let writer = UnixStream::connect(socket).map_err(|err| ClientError::Unavailable(err.kind().to_string()))?;
+        writer.set_read_timeout(Some(Duration::from_millis(RESPONSE_TIMEOUT_MS)))?;
+        let mut reader = BufReader::new(writer.try_clone()?);
+        let hello = match read_message(&mut reader)? {
+            ClientMessage::Hello(hello) => hello,
+            _ => return Err(ClientError::Protocol("the first message was not hello".to_string())),
+        };
+        let client = env!("CARGO_PKG_VERSION");
+        if hello.package_version != client {
+            return Err(ClientError::VersionMismatch {
+                server: hello.package_version,
+                client: client.to_string(),
+            });
+        }
+        let client_id = OpaqueId::new(random_id("cli")).map_err(|err| ClientError::Protocol(err.to_string()))?;
+        Ok(Self {
+            reader,
+            writer,
+            client_id,
+            hello,
+        })
+    }
+
+    /// Send one request and wait for its response. State-changing operations get a fresh
+    /// idempotency key per call (one user invocation).
+    pub fn request(&mut self, operation: Operation, payload: JsonObject) -> Result<Response, ClientError> {
+        let idempotency_key = operation
+            .is_state_changing()
+            .then(|| OpaqueId::new(random_id("key")))
+            .transpose()
+            .map_err(|err| ClientError::Protocol(err.to_string()))?;
+        let request = Request {
+            schema: ClientSchema::V1,
+            request_id: OpaqueId::new(random_id("req")).map_err(|err| ClientError::Protocol(err.to_string()))?,
+            client_id: self.client_id.clone(),
+            operation,
+            idempotency_key,
+            run_id: None,
+            expected_revision: None,
+            payload,
+        };
+        let bytes = encode_client_message(&ClientMessage::Request(request.clone()))
+            .map_err(|err| ClientError::Protocol(err.to_string()))?;
+        self.writer.write_all(&bytes)?;
+        match read_message(&mut self.reader)? {
+            ClientMessage::Response(response) if response.request_id == request.request_id => Ok(response),
+            _ => Err(ClientError::Protocol(
+                "expected the response to this request".to_string(),
+            )),
+        }
+    }
+}
+
+fn read_message(reader: &mut BufReader<UnixStream>) -> Result<ClientMessage, ClientError> {
+    let mut line = Vec::new();
+    let read = std::io::Read::take(reader, FRAME_BYTES_MAX as u64).read_until(b'\n', &mut line)?;
+    if read == 0 {
+        return Err(ClientError::Protocol("the server closed the connection".to_string()));
+    }
+    decode_client_message(&line).map_err(|err| ClientError::Protocol(err.to_string()))
+}

@@ -1,0 +1,101 @@
+//! What every server actor shares: the store, the epoch, and the shutdown signal.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use ractor::ActorRef;
+use supervisors::SupervisorMsg;
+use tokio::sync::watch;
+
+use crate::store::Store;
+
+/// Why the server is stopping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// `server.stop` from a client.
+    Requested,
+    /// SIGTERM or SIGINT.
+    Signal,
+    /// Nothing to do for the idle period.
+    Idle,
+    /// The server lease was taken by another server.
+    LeaseLost,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Requested => "requested",
+            Self::Signal => "signal",
+            Self::Idle => "idle",
+            Self::LeaseLost => "leaseLost",
+        }
+    }
+}
+
+pub struct ServerContext {
+    pub store: Arc<Store>,
+    pub epoch: i64,
+    pub started: Instant,
+    pub package_version: &'static str,
+    /// Open client connections (the idle rule needs none).
+    pub connections: AtomicUsize,
+    /// Live runner children (maintained by the runner supervisor once runners exist).
+    pub runners: AtomicUsize,
+    /// The root supervisor, for `server status --tree`.
+    pub root: OnceLock<ActorRef<SupervisorMsg>>,
+    stop: watch::Sender<Option<StopReason>>,
+}
+
+impl ServerContext {
+    pub fn new(store: Arc<Store>, epoch: i64) -> Arc<Self> {
+        let (stop, _) = watch::channel(None);
+        Arc::new(Self {
+            store,
+            epoch,
+            started: Instant::now(),
+            package_version: env!("CARGO_PKG_VERSION"),
+            connections: AtomicUsize::new(0),
+            runners: AtomicUsize::new(0),
+            root: OnceLock::new(),
+            stop,
+        })
+    }
+
+    /// Ask the server to stop; the first reason wins.
+    pub fn request_stop(&self, reason: StopReason) {
+        self.stop.send_if_modified(|current| {
+            if current.is_some() {
+                return false;
+            }
+            *current = Some(reason);
+            true
+        });
+    }
+
+    pub fn stop_requested(&self) -> Option<StopReason> {
+        *self.stop.borrow()
+    }
+
+    /// Resolves when a stop has been requested.
+    pub async fn stopped(&self) -> StopReason {
+        let mut receiver = self.stop.subscribe();
+        loop {
+            if let Some(reason) = *receiver.borrow_and_update() {
+                return reason;
+            }
+            if receiver.changed().await.is_err() {
+                return StopReason::Requested;
+            }
+        }
+    }
+
+    pub fn connection_opened(&self) {
+        self.connections.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub fn connection_closed(&self) {
+        self.connections.fetch_sub(1, Ordering::SeqCst);
+    }
+}

@@ -1,0 +1,113 @@
+//! The listener actor: owns the user-only socket and starts one connection actor per client
+//! under the `clients` supervisor.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use supervisors::{ChildSpec, Restart, SupervisorMsg};
+use tokio::net::UnixListener;
+use tokio::task::JoinHandle;
+
+use super::connection::{Connection, ConnectionArgs};
+use super::context::ServerContext;
+
+const SOCKET_MODE: u32 = 0o600;
+/// Client connections at once; more are closed at accept.
+pub const CONNECTIONS_MAX: usize = 256;
+
+pub struct Listener;
+
+pub struct ListenerArgs {
+    pub ctx: Arc<ServerContext>,
+    pub socket: PathBuf,
+}
+
+pub enum ListenerMsg {}
+
+pub struct ListenerState {
+    ctx: Arc<ServerContext>,
+    socket: PathBuf,
+    /// Bound in `pre_start`, served from `post_start` (once linked to `clients`).
+    listener: Option<UnixListener>,
+    accept_loop: Option<JoinHandle<()>>,
+}
+
+impl Actor for Listener {
+    type Msg = ListenerMsg;
+    type State = ListenerState;
+    type Arguments = ListenerArgs;
+
+    async fn pre_start(
+        &self,
+        _: ActorRef<ListenerMsg>,
+        args: ListenerArgs,
+    ) -> Result<ListenerState, ActorProcessingErr> {
+        // The global lock is held, so a socket file left here belongs to a dead server.
+        match std::fs::remove_file(&args.socket) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => return Err(Box::new(err)),
+        }
+        let listener = UnixListener::bind(&args.socket)?;
+        std::fs::set_permissions(&args.socket, std::fs::Permissions::from_mode(SOCKET_MODE))?;
+        tracing::info!("listening");
+        Ok(ListenerState {
+            ctx: args.ctx,
+            socket: args.socket,
+            listener: Some(listener),
+            accept_loop: None,
+        })
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<ListenerMsg>,
+        state: &mut ListenerState,
+    ) -> Result<(), ActorProcessingErr> {
+        let clients: ActorRef<SupervisorMsg> = myself
+            .try_get_supervisor()
+            .ok_or("the listener must run under the clients supervisor")?
+            .into();
+        let listener = state.listener.take().ok_or("the listener socket was not bound")?;
+        state.accept_loop = Some(tokio::spawn(accept_loop(listener, clients, Arc::clone(&state.ctx))));
+        Ok(())
+    }
+
+    async fn post_stop(&self, _: ActorRef<ListenerMsg>, state: &mut ListenerState) -> Result<(), ActorProcessingErr> {
+        if let Some(accept_loop) = state.accept_loop.take() {
+            accept_loop.abort();
+        }
+        let _ = std::fs::remove_file(&state.socket);
+        Ok(())
+    }
+}
+
+async fn accept_loop(listener: UnixListener, clients: ActorRef<SupervisorMsg>, ctx: Arc<ServerContext>) {
+    let counter = AtomicU64::new(0);
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(err) => {
+                tracing::warn!(error = %err, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        if ctx.connections.load(Ordering::SeqCst) >= CONNECTIONS_MAX {
+            tracing::warn!(max = CONNECTIONS_MAX, "too many client connections; closing a new one");
+            continue;
+        }
+        let number = counter.fetch_add(1, Ordering::SeqCst) + 1;
+        let args = ConnectionArgs::new(Arc::clone(&ctx), stream, number);
+        let spec = ChildSpec::worker(format!("connection-{number}"), Restart::Temporary, move || {
+            (Connection, args.clone())
+        });
+        match clients.call(|reply| SupervisorMsg::StartChild(spec, reply), None).await {
+            Ok(ractor::rpc::CallResult::Success(Ok(()))) => {}
+            other => tracing::warn!(result = ?other.map(|_| ()), "could not start a connection actor"),
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! The server log: `logs/server.log` in the state directory, user-only, bounded by
+//! rotation (one previous file kept). Log lines carry IDs and counts, never payloads,
+//! prompts, tokens or paths of projects.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// The log file is rotated when it passes this size; at most two files exist.
+pub const LOG_FILE_BYTES_MAX: u64 = 4 * 1024 * 1024;
+const LOG_FILE_MODE: u32 = 0o600;
+
+#[derive(Clone)]
+pub struct BoundedLog {
+    inner: Arc<Mutex<LogFile>>,
+}
+
+struct LogFile {
+    path: PathBuf,
+    file: File,
+    bytes: u64,
+}
+
+fn open_append(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(LOG_FILE_MODE)
+        .open(path)
+}
+
+impl BoundedLog {
+    pub fn open(path: &Path) -> std::io::Result<Self> {
+        let file = open_append(path)?;
+        let bytes = file.metadata()?.len();
+        Ok(Self {
+            inner: Arc::new(Mutex::new(LogFile {
+                path: path.to_path_buf(),
+                file,
+                bytes,
+            })),
+        })
+    }
+}
+
+impl LogFile {
+    fn rotate(&mut self) -> std::io::Result<()> {
+        let previous = self.path.with_extension("log.1");
+        std::fs::rename(&self.path, previous)?;
+        self.file = open_append(&self.path)?;
+        self.bytes = 0;
+        Ok(())
+    }
+}
+
+impl Write for BoundedLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut log = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if log.bytes + buf.len() as u64 > LOG_FILE_BYTES_MAX {
+            log.rotate()?;
+        }
+        log.file.write_all(buf)?;
+        log.bytes += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let mut log = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        log.file.flush()
+    }
+}
+
+/// Send `tracing` output to the bounded log (JSON lines when `json`).
+pub fn install(path: &Path, json: bool) -> anyhow::Result<()> {
+    let log = BoundedLog::open(path)?;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PI_WORKFLOWS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(move || log.clone());
+    let installed = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+    installed.map_err(|err| anyhow::anyhow!("could not install the server log: {err}"))
+}

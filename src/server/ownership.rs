@@ -1,0 +1,116 @@
+//! What makes this process the one server of a state directory: the private directories,
+//! the global lock file held for the server's lifetime, and the socket path.
+//!
+//! Proof that an older server is gone: the lock is an `flock` on `server/server.lock`. The
+//! kernel releases it when the holding process exits for any reason (including SIGKILL), so
+//! a new server that obtains it knows no other server of this directory is alive and takes
+//! the SQLite server lease over at once with epoch + 1, without waiting for it to expire.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+
+use crate::paths::ensure_private_dir;
+
+/// `sockaddr_un.sun_path` holds 108 bytes including the terminating NUL.
+pub const SOCKET_PATH_BYTES_MAX: usize = 107;
+const LOCK_FILE_MODE: u32 = 0o600;
+
+/// The files of one state directory.
+#[derive(Debug, Clone)]
+pub struct ServerPaths {
+    pub state_dir: PathBuf,
+    pub server_dir: PathBuf,
+    pub socket: PathBuf,
+    pub lock: PathBuf,
+    pub logs_dir: PathBuf,
+    pub database: PathBuf,
+}
+
+impl ServerPaths {
+    pub fn new(state_dir: &Path) -> Self {
+        let server_dir = state_dir.join("server");
+        Self {
+            state_dir: state_dir.to_path_buf(),
+            socket: server_dir.join("server.sock"),
+            lock: server_dir.join("server.lock"),
+            server_dir,
+            logs_dir: state_dir.join("logs"),
+            database: state_dir.join(crate::paths::DATABASE_FILE),
+        }
+    }
+
+    /// Refuse a socket path the kernel cannot bind, with what to do about it.
+    pub fn check_socket_path(&self) -> anyhow::Result<()> {
+        let bytes = self.socket.as_os_str().len();
+        if bytes > SOCKET_PATH_BYTES_MAX {
+            bail!(
+                "the server socket path is {bytes} bytes, above the {SOCKET_PATH_BYTES_MAX}-byte limit of Unix sockets: {}; \
+                 set PI_CODING_AGENT_DIR (or --state-dir) to a shorter directory",
+                self.socket.display()
+            );
+        }
+        Ok(())
+    }
+
+    pub fn create_dirs(&self) -> anyhow::Result<()> {
+        for dir in [&self.state_dir, &self.server_dir, &self.logs_dir] {
+            ensure_private_dir(dir)?;
+        }
+        Ok(())
+    }
+}
+
+/// The held global lock; released when dropped or when the process dies.
+pub struct ServerLock {
+    _file: File,
+}
+
+/// Take the global lock, or explain who holds it.
+pub fn take_lock(paths: &ServerPaths) -> anyhow::Result<ServerLock> {
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(LOCK_FILE_MODE)
+        .open(&paths.lock)
+        .with_context(|| format!("could not open the server lock {}", paths.lock.display()))?;
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::WOULDBLOCK) => {
+            let holder = std::fs::read_to_string(&paths.lock).unwrap_or_default();
+            let pid = holder.trim();
+            bail!(
+                "another pi-workflows server is already running for this state directory{}; \
+                 use `pi-workflows server status` or `pi-workflows server stop`",
+                if pid.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (pid {pid})")
+                }
+            );
+        }
+        Err(err) => return Err(err).context("could not lock the server lock file"),
+    }
+    file.set_len(0)?;
+    writeln!(file, "{}", std::process::id())?;
+    Ok(ServerLock { _file: file })
+}
+
+/// True when no process holds the global lock (no server is alive for these paths).
+pub fn lock_is_free(paths: &ServerPaths) -> bool {
+    let Ok(file) = std::fs::File::open(&paths.lock) else {
+        return true;
+    };
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockShared) {
+        Ok(()) => {
+            let _ = rustix::fs::flock(&file, rustix::fs::FlockOperation::Unlock);
+            true
+        }
+        Err(_) => false,
+    }
+}

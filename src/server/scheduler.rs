@@ -1,0 +1,131 @@
+//! The scheduler actor: the server's timers. Today: server-lease renewal and the idle-exit
+//! rule. (Run admission, claim renewal and deadlines join it with the runner issue.)
+//!
+//! Idle exit: the server stops after `idle_exit` with no client connection, no runner and
+//! no unsettled work (admitted or running runs, deadlines, unsettled effects, validating
+//! submissions). A later client starts it again with `pi-workflows server start`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::task::JoinHandle;
+
+use super::blocking;
+use super::context::{ServerContext, StopReason};
+use crate::store::server_lease::{self, Renewal, SERVER_LEASE_MS, ServerLease};
+use crate::store::verify;
+
+/// How often the scheduler looks at its timers.
+pub const TICK_MS: u64 = 500;
+/// The server lease is renewed after a third of its life.
+pub const LEASE_RENEW_MS: u64 = (SERVER_LEASE_MS / 3) as u64;
+/// Default idle period before exit; `PI_WORKFLOWS_IDLE_EXIT_MS` overrides it.
+pub const IDLE_EXIT_MS_DEFAULT: u64 = 5 * 60 * 1_000;
+
+pub struct Scheduler;
+
+pub struct SchedulerArgs {
+    pub ctx: Arc<ServerContext>,
+    pub lease: ServerLease,
+    pub idle_exit: Duration,
+}
+
+pub enum SchedulerMsg {
+    Tick,
+}
+
+pub struct SchedulerState {
+    ctx: Arc<ServerContext>,
+    lease: ServerLease,
+    idle_exit: Duration,
+    idle_since: Option<Instant>,
+    renewed_at: Instant,
+    ticker: Option<JoinHandle<()>>,
+}
+
+impl Actor for Scheduler {
+    type Msg = SchedulerMsg;
+    type State = SchedulerState;
+    type Arguments = SchedulerArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<SchedulerMsg>,
+        args: SchedulerArgs,
+    ) -> Result<SchedulerState, ActorProcessingErr> {
+        let ticker = myself.send_interval(Duration::from_millis(TICK_MS), || SchedulerMsg::Tick);
+        Ok(SchedulerState {
+            ctx: args.ctx,
+            lease: args.lease,
+            idle_exit: args.idle_exit,
+            idle_since: None,
+            renewed_at: Instant::now(),
+            ticker: Some(ticker),
+        })
+    }
+
+    async fn post_stop(&self, _: ActorRef<SchedulerMsg>, state: &mut SchedulerState) -> Result<(), ActorProcessingErr> {
+        if let Some(ticker) = state.ticker.take() {
+            ticker.abort();
+        }
+        let lease = state.lease.clone();
+        if let Err(err) = blocking::write(&state.ctx.store, move |tx| {
+            server_lease::release_server_lease(tx, &lease)
+        })
+        .await
+        {
+            tracing::warn!(error = %err, "server lease was not released");
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        _: ActorRef<SchedulerMsg>,
+        message: SchedulerMsg,
+        state: &mut SchedulerState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            SchedulerMsg::Tick => {
+                renew_lease_when_due(state).await;
+                check_idle(state).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn renew_lease_when_due(state: &mut SchedulerState) {
+    if state.renewed_at.elapsed() < Duration::from_millis(LEASE_RENEW_MS) {
+        return;
+    }
+    let lease = state.lease.clone();
+    match blocking::write(&state.ctx.store, move |tx| server_lease::renew_server_lease(tx, &lease)).await {
+        Ok(Renewal::Renewed | Renewal::Rearmed) => state.renewed_at = Instant::now(),
+        Err(err) if err.claim_lost_reason().is_some() => {
+            tracing::error!(epoch = state.lease.epoch, error = %err, "server lease lost; stopping");
+            state.ctx.request_stop(StopReason::LeaseLost);
+        }
+        Err(err) => tracing::warn!(error = %err, "server lease renewal failed; will retry"),
+    }
+}
+
+async fn check_idle(state: &mut SchedulerState) {
+    let ctx = &state.ctx;
+    let busy_in_memory = ctx.connections.load(std::sync::atomic::Ordering::SeqCst) > 0
+        || ctx.runners.load(std::sync::atomic::Ordering::SeqCst) > 0;
+    let busy = busy_in_memory
+        || blocking::read(&ctx.store, verify::unsettled_work)
+            .await
+            .map_or(true, |work| work > 0);
+    if busy {
+        state.idle_since = None;
+        return;
+    }
+    let idle_since = *state.idle_since.get_or_insert_with(Instant::now);
+    if idle_since.elapsed() >= state.idle_exit {
+        tracing::info!(idle_ms = state.idle_exit.as_millis() as u64, "idle; stopping");
+        ctx.request_stop(StopReason::Idle);
+    }
+}

@@ -1,0 +1,513 @@
+//! Spawning one child in its own process group, waiting without reaping, terminating, reaping.
+
+use std::fmt;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::process::Signal;
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+use tokio::task::JoinHandle;
+
+use super::capture::{self, CaptureReport, StreamCapture};
+use super::error::ProcessError;
+use super::identity::{self, StartIdentity};
+use super::spec::ProcessSpec;
+use super::sys::{self, ChildLimit, GroupReap, WaitTarget};
+use super::{
+    DROP_REAP_MS_MAX, EXIT_POLL_MS, EXIT_RECHECK_MS, GRACE_MS_MAX, GROUP_REAP_MS_MAX, GROUP_REAP_POLL_MS,
+    KILL_WAIT_MS_MAX,
+};
+
+/// How the group leader ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExitOutcome {
+    /// Exited normally with this code.
+    Exited(i32),
+    /// Killed by this signal number.
+    Signaled(i32),
+}
+
+impl ExitOutcome {
+    /// The exit code, if it exited normally.
+    pub fn code(self) -> Option<i32> {
+        match self {
+            Self::Exited(code) => Some(code),
+            Self::Signaled(_) => None,
+        }
+    }
+
+    /// The terminating signal, if it was killed.
+    pub fn signal(self) -> Option<i32> {
+        match self {
+            Self::Exited(_) => None,
+            Self::Signaled(sig) => Some(sig),
+        }
+    }
+
+    /// Exited with code 0.
+    pub fn success(self) -> bool {
+        self == Self::Exited(0)
+    }
+}
+
+impl fmt::Display for ExitOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Exited(code) => write!(f, "exited with code {code}"),
+            Self::Signaled(sig) => write!(f, "killed by signal {sig}"),
+        }
+    }
+}
+
+/// How a child ended after [`ProcessChild::terminate`] or [`ProcessChild::kill`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Termination {
+    /// The leader's exit status.
+    pub outcome: ExitOutcome,
+    /// `SIGKILL` had to be sent while the leader was still running.
+    pub escalated: bool,
+}
+
+enum Waiter {
+    PidFd(AsyncFd<OwnedFd>),
+    Poll,
+}
+
+/// One running (or exited but not yet reaped) child process and its process group.
+///
+/// The leader is never reaped before [`terminate`](Self::terminate) or [`kill`](Self::kill) (or
+/// `Drop`), so its pid and process group id stay reserved while the group may be signaled.
+pub struct ProcessChild {
+    pid: i32,
+    identity: StartIdentity,
+    program_name: String,
+    grace: Duration,
+    waiter: Waiter,
+    exit: Option<ExitOutcome>,
+    termination: Option<Termination>,
+    /// Someone else reaped the leader (`ECHILD`): its pid may be reused, so never signal it again.
+    lost: bool,
+    stdout_task: Option<JoinHandle<StreamCapture>>,
+    stderr_task: Option<JoinHandle<StreamCapture>>,
+    capture: Option<CaptureReport>,
+}
+
+impl fmt::Debug for ProcessChild {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProcessChild")
+            .field("pid", &self.pid)
+            .field("program", &self.program_name)
+            .field("pidfd", &self.uses_pidfd())
+            .field("exit", &self.exit)
+            .field("termination", &self.termination)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Starts `spec.program` as the leader of a new process group.
+///
+/// Must be called inside a Tokio runtime with IO and time enabled (capture and exit watching run on
+/// it). Stdin is null; stdout/stderr go to the capture files or are discarded.
+pub fn spawn(mut spec: ProcessSpec) -> Result<ProcessChild, ProcessError> {
+    tokio::runtime::Handle::try_current().map_err(|_| ProcessError::NoRuntime)?;
+    spec.validate()?;
+    let program_name = program_file_name(&spec.program);
+    let stdout_file = open_optional_capture(spec.stdout_path.as_deref())?;
+    let stderr_file = open_optional_capture(spec.stderr_path.as_deref())?;
+    let mut std_child = start_command(&mut spec, stdout_file.is_some(), stderr_file.is_some())?;
+    let pid = i32::try_from(std_child.id()).unwrap_or(i32::MAX);
+    let waiter = Waiter::open(pid);
+    let identity = identity::read_identity(pid).inspect_err(|_| kill_and_reap_blocking(pid))?;
+    tracing::debug!(pid, program = %program_name, pidfd = matches!(waiter, Waiter::PidFd(_)), "spawned child");
+    let bytes_max = spec.capture_bytes_max;
+    let stdout_task = attach_capture(std_child.stdout.take(), stdout_file, bytes_max, pid)?;
+    let stderr_task = attach_capture(std_child.stderr.take(), stderr_file, bytes_max, pid)?;
+    // Dropping std's handle neither waits for nor kills the child: we own reaping from here on.
+    drop(std_child);
+    Ok(ProcessChild {
+        pid,
+        identity,
+        program_name,
+        grace: spec.grace,
+        waiter,
+        exit: None,
+        termination: None,
+        lost: false,
+        stdout_task,
+        stderr_task,
+        capture: None,
+    })
+}
+
+fn open_optional_capture(path: Option<&Path>) -> Result<Option<std::fs::File>, ProcessError> {
+    path.map(capture::open_capture_file).transpose()
+}
+
+/// Forks and execs; afterwards closes the parent's copy of the inherited descriptor so the channel
+/// sees end of file when the child exits.
+fn start_command(spec: &mut ProcessSpec, stdout: bool, stderr: bool) -> Result<std::process::Child, ProcessError> {
+    let inherit = spec.inherit_fd.take();
+    let mut command = build_command(spec, stdout, stderr, inherit.as_ref());
+    let started = command.spawn().map_err(|e| spawn_error(&spec.program, e));
+    drop(command);
+    drop(inherit);
+    started
+}
+
+fn program_file_name(program: &Path) -> String {
+    program
+        .file_name()
+        .map_or_else(|| "<program>".to_owned(), |name| name.to_string_lossy().into_owned())
+}
+
+fn build_command(spec: &ProcessSpec, stdout: bool, stderr: bool, inherit: Option<&(OwnedFd, i32)>) -> Command {
+    let mut command = Command::new(&spec.program);
+    command.args(&spec.args).process_group(0).stdin(Stdio::null());
+    command.stdout(if stdout { Stdio::piped() } else { Stdio::null() });
+    command.stderr(if stderr { Stdio::piped() } else { Stdio::null() });
+    if spec.env_clear {
+        command.env_clear();
+    }
+    command.envs(spec.env.iter().map(|(k, v)| (k, v)));
+    if let Some(dir) = &spec.cwd {
+        command.current_dir(dir);
+    }
+    let limits: Vec<ChildLimit> = spec
+        .rlimits
+        .iter()
+        .map(|l| ChildLimit {
+            resource: l.resource.to_rustix(),
+            soft: l.soft,
+            hard: l.hard,
+        })
+        .collect();
+    let fds = inherit.map(|(fd, target)| (fd.as_raw_fd(), *target));
+    // SAFETY: the closure only issues async-signal-safe system calls (dup2, fcntl, setrlimit) on
+    // data prepared before fork; it neither allocates nor takes locks.
+    unsafe {
+        command.pre_exec(move || sys::child_pre_exec(&limits, fds));
+    }
+    command
+}
+
+fn spawn_error(program: &Path, error: std::io::Error) -> ProcessError {
+    let program = program.display().to_string();
+    match error.raw_os_error() {
+        Some(libc::ENOENT) => ProcessError::NotFound { program },
+        Some(libc::EACCES) => ProcessError::PermissionDenied { program },
+        _ => ProcessError::Spawn { program, source: error },
+    }
+}
+
+fn attach_capture<S: Into<OwnedFd>>(
+    pipe: Option<S>,
+    file: Option<std::fs::File>,
+    bytes_max: u64,
+    pid: i32,
+) -> Result<Option<JoinHandle<StreamCapture>>, ProcessError> {
+    let (Some(pipe), Some(file)) = (pipe, file) else {
+        return Ok(None);
+    };
+    let pipe: OwnedFd = pipe.into();
+    let reader = tokio::process::ChildStdout::from_std(std::process::ChildStdout::from(pipe)).map_err(|e| {
+        kill_and_reap_blocking(pid);
+        ProcessError::os(pid, "registering output pipe", e)
+    })?;
+    Ok(Some(capture::start_capture(reader, file, bytes_max)))
+}
+
+impl Waiter {
+    fn open(pid: i32) -> Self {
+        let Some(fd) = sys::open_pidfd(pid) else {
+            return Self::Poll;
+        };
+        // SAFETY: an `OwnedFd` stays open and always returns the same descriptor until dropped, and
+        // the `AsyncFd` owns it for its whole lifetime.
+        match unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) } {
+            Ok(fd) => Self::PidFd(fd),
+            Err(error) => {
+                tracing::debug!(pid, error = %error.into_parts().1, "pidfd not pollable; polling for exit");
+                Self::Poll
+            }
+        }
+    }
+}
+
+impl ProcessChild {
+    /// The leader's process id.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// The process group id (equal to the leader's pid).
+    pub fn pgid(&self) -> i32 {
+        self.pid
+    }
+
+    /// The leader's start identity, recorded right after spawn.
+    pub fn identity(&self) -> &StartIdentity {
+        &self.identity
+    }
+
+    /// The default termination grace from the spec.
+    pub fn grace(&self) -> Duration {
+        self.grace
+    }
+
+    /// Whether exit is watched through a pidfd (otherwise by polling).
+    pub fn uses_pidfd(&self) -> bool {
+        matches!(self.waiter, Waiter::PidFd(_))
+    }
+
+    /// Stops using the pidfd and watches the leader by polling `waitid(P_PID)` every
+    /// [`EXIT_POLL_MS`] instead (the fallback for kernels without pidfd; useful to test it).
+    pub fn use_polling(&mut self) {
+        self.waiter = Waiter::Poll;
+    }
+
+    /// Whether the leader has been reaped (after terminate/kill).
+    pub fn is_reaped(&self) -> bool {
+        self.termination.is_some()
+    }
+
+    fn target(&self) -> WaitTarget<'_> {
+        match &self.waiter {
+            Waiter::PidFd(fd) => WaitTarget::PidFd(fd.get_ref().as_fd()),
+            Waiter::Poll => WaitTarget::Pid(self.pid),
+        }
+    }
+
+    /// Non-blocking: the leader's exit status if it has exited (it stays unreaped).
+    pub fn try_exit(&mut self) -> Result<Option<ExitOutcome>, ProcessError> {
+        if let Some(outcome) = self.exit {
+            return Ok(Some(outcome));
+        }
+        let peeked = match sys::peek_exit(self.target()) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && self.uses_pidfd() => {
+                // Kernel has pidfd_open but not waitid(P_PIDFD) (Linux 5.3): fall back to the pid.
+                self.waiter = Waiter::Poll;
+                sys::peek_exit(self.target())
+            }
+            other => other,
+        };
+        match peeked {
+            Ok(exit) => self.exit = exit,
+            Err(e) => {
+                if e.raw_os_error() == Some(libc::ECHILD) {
+                    tracing::warn!(pid = self.pid, program = %self.program_name, "leader was reaped elsewhere");
+                    self.lost = true;
+                }
+                return Err(ProcessError::os(self.pid, "waitid(WNOWAIT)", e));
+            }
+        }
+        Ok(self.exit)
+    }
+
+    /// Waits until the leader exits, leaving it unreaped (a zombie) so the pid/pgid stay reserved.
+    /// Cancel-safe.
+    pub async fn wait_exit(&mut self) -> Result<ExitOutcome, ProcessError> {
+        loop {
+            if let Some(outcome) = self.try_exit()? {
+                return Ok(outcome);
+            }
+            self.wait_exit_signal().await?;
+        }
+    }
+
+    async fn wait_exit_signal(&self) -> Result<(), ProcessError> {
+        let Waiter::PidFd(fd) = &self.waiter else {
+            tokio::time::sleep(Duration::from_millis(EXIT_POLL_MS)).await;
+            return Ok(());
+        };
+        let recheck = Duration::from_millis(EXIT_RECHECK_MS);
+        match tokio::time::timeout(recheck, fd.readable()).await {
+            Err(_elapsed) => Ok(()),
+            Ok(Ok(mut guard)) => {
+                // Readable means exited; if the next check disagrees, wait for the next edge.
+                if sys::peek_exit(WaitTarget::PidFd(fd.get_ref().as_fd())).is_ok_and(|o| o.is_none()) {
+                    guard.clear_ready();
+                }
+                Ok(())
+            }
+            Ok(Err(e)) => Err(ProcessError::os(self.pid, "polling pidfd", e)),
+        }
+    }
+
+    /// Terminates the whole group: `SIGTERM`, wait up to `grace` (clamped to [`GRACE_MS_MAX`]) for
+    /// the leader, then `SIGKILL`; after the leader exited, `SIGKILL` the group once more for
+    /// stragglers, then reap the leader and any reparented group members. Idempotent.
+    pub async fn terminate(&mut self, grace: Duration) -> Result<Termination, ProcessError> {
+        if let Some(done) = self.termination {
+            return Ok(done);
+        }
+        let grace = grace.min(Duration::from_millis(GRACE_MS_MAX));
+        self.signal_group(Signal::TERM);
+        let escalated = match tokio::time::timeout(grace, self.wait_exit()).await {
+            Ok(outcome) => {
+                outcome?;
+                false
+            }
+            Err(_elapsed) => self.escalate().await?,
+        };
+        self.finish(escalated).await
+    }
+
+    /// Brutal kill: `SIGKILL` the whole group immediately, then reap. Idempotent.
+    pub async fn kill(&mut self) -> Result<Termination, ProcessError> {
+        if let Some(done) = self.termination {
+            return Ok(done);
+        }
+        let escalated = if self.try_exit()?.is_some() {
+            false
+        } else {
+            self.escalate().await?
+        };
+        self.finish(escalated).await
+    }
+
+    /// Sends `SIGKILL` to the group and waits (bounded) for the leader. Returns whether the leader
+    /// was still running when killed.
+    async fn escalate(&mut self) -> Result<bool, ProcessError> {
+        if self.try_exit()?.is_some() {
+            return Ok(false);
+        }
+        tracing::debug!(pid = self.pid, program = %self.program_name, "escalating to SIGKILL");
+        self.signal_group(Signal::KILL);
+        let bound = Duration::from_millis(KILL_WAIT_MS_MAX);
+        match tokio::time::timeout(bound, self.wait_exit()).await {
+            Ok(outcome) => outcome.map(|_| true),
+            Err(_elapsed) => Err(ProcessError::StillRunning {
+                pid: self.pid,
+                waited_ms: KILL_WAIT_MS_MAX,
+            }),
+        }
+    }
+
+    /// Best effort: a failure (e.g. a member changed credentials) is logged, and the leader is still
+    /// waited for and reaped.
+    fn signal_group(&self, signal: Signal) {
+        if self.lost {
+            return;
+        }
+        if let Err(error) = sys::kill_group(self.pid, signal) {
+            tracing::warn!(pid = self.pid, program = %self.program_name, %error, "signaling the group failed");
+        }
+    }
+
+    /// The leader has exited (unreaped): kill stragglers, reap the leader, then reap the group.
+    async fn finish(&mut self, escalated: bool) -> Result<Termination, ProcessError> {
+        self.signal_group(Signal::KILL);
+        let outcome = sys::reap_exit(self.target())
+            .map_err(|e| ProcessError::os(self.pid, "waitid(reap)", e))?
+            .or(self.exit)
+            .ok_or_else(|| ProcessError::os(self.pid, "waitid(reap)", std::io::ErrorKind::WouldBlock))?;
+        let termination = Termination { outcome, escalated };
+        self.termination = Some(termination);
+        reap_group(self.pid).await;
+        tracing::debug!(pid = self.pid, program = %self.program_name, %outcome, escalated, "child reaped");
+        Ok(termination)
+    }
+
+    /// Waits (at most `limit`) for both capture tasks to reach end of file and flush. A stream that
+    /// is still open afterwards (a descendant escaped the group and holds the pipe) is abandoned and
+    /// reported with `complete == false`. Call after the child ended.
+    pub async fn wait_capture(&mut self, limit: Duration) -> CaptureReport {
+        if let Some(report) = self.capture {
+            return report;
+        }
+        let deadline = tokio::time::Instant::now() + limit;
+        let report = CaptureReport {
+            stdout: join_capture(self.stdout_task.take(), deadline).await,
+            stderr: join_capture(self.stderr_task.take(), deadline).await,
+        };
+        self.capture = Some(report);
+        report
+    }
+}
+
+async fn join_capture(
+    task: Option<JoinHandle<StreamCapture>>,
+    deadline: tokio::time::Instant,
+) -> Option<StreamCapture> {
+    let mut task = task?;
+    match tokio::time::timeout_at(deadline, &mut task).await {
+        Ok(Ok(report)) => Some(report),
+        Ok(Err(_join_error)) => Some(StreamCapture::default()),
+        Err(_elapsed) => {
+            task.abort();
+            Some(StreamCapture::default())
+        }
+    }
+}
+
+/// Reaps reparented members of `pgid` that are our children (we are a subreaper), bounded in time.
+async fn reap_group(pgid: i32) {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(GROUP_REAP_MS_MAX);
+    loop {
+        match sys::reap_group_once(pgid) {
+            GroupReap::Reaped => continue,
+            GroupReap::Done => return,
+            GroupReap::Pending if tokio::time::Instant::now() >= deadline => {
+                tracing::debug!(pgid, "group members still running after reap bound");
+                return;
+            }
+            GroupReap::Pending => tokio::time::sleep(Duration::from_millis(GROUP_REAP_POLL_MS)).await,
+        }
+    }
+}
+
+/// Synchronous, bounded: `SIGKILL` the group and reap leader and group; hands leftovers to a thread.
+fn kill_and_reap_blocking(pid: i32) {
+    if let Err(error) = sys::kill_group(pid, Signal::KILL) {
+        tracing::debug!(pid, %error, "SIGKILL to group failed");
+    }
+    let deadline = Instant::now() + Duration::from_millis(DROP_REAP_MS_MAX);
+    let poll = Duration::from_millis(GROUP_REAP_POLL_MS);
+    let mut leader_reaped = false;
+    while Instant::now() < deadline {
+        if !leader_reaped {
+            // Ok(None): still running. Ok(Some): reaped now. Err: not our child (already reaped).
+            leader_reaped = !matches!(sys::reap_exit(WaitTarget::Pid(pid)), Ok(None));
+        }
+        if leader_reaped {
+            match sys::reap_group_once(pid) {
+                GroupReap::Done => return,
+                GroupReap::Reaped => continue,
+                GroupReap::Pending => {}
+            }
+        }
+        std::thread::sleep(poll);
+    }
+    reap_in_background(pid, leader_reaped);
+}
+
+fn reap_in_background(pid: i32, leader_reaped: bool) {
+    let spawned = std::thread::Builder::new()
+        .name("process-reaper".to_owned())
+        .spawn(move || {
+            if !leader_reaped {
+                let _ = sys::reap_exit_blocking(pid);
+            }
+            let deadline = Instant::now() + Duration::from_millis(GROUP_REAP_MS_MAX);
+            while sys::reap_group_once(pid) != GroupReap::Done && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(GROUP_REAP_POLL_MS));
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(pid, %error, "could not start reaper thread; child may stay a zombie");
+    }
+}
+
+impl Drop for ProcessChild {
+    fn drop(&mut self) {
+        if self.termination.is_some() || self.lost {
+            return;
+        }
+        tracing::debug!(pid = self.pid, program = %self.program_name, "dropping live child: killing its group");
+        kill_and_reap_blocking(self.pid);
+    }
+}

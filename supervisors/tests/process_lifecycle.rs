@@ -1,0 +1,290 @@
+//! Real-process tests of spawn, capture, limits, fd inheritance, termination and reaping.
+//! Bounds are generous (seconds) and nothing asserts that an operation is fast.
+
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use supervisors::process::{
+    CAPTURE_TRUNCATION_MARKER_PREFIX, ExitOutcome, ProcessError, ProcessSpec, RlimitResource, spawn,
+};
+
+const SIGKILL: i32 = 9;
+const SIGTERM: i32 = 15;
+const WAIT_BOUND: Duration = Duration::from_secs(30);
+
+fn sh(script: &str) -> ProcessSpec {
+    ProcessSpec::new("/bin/sh").arg("-c").arg(script)
+}
+
+fn mode_of(path: &Path) -> u32 {
+    std::fs::metadata(path).expect("metadata").permissions().mode() & 0o777
+}
+
+async fn wait_for_file(path: &Path) {
+    let deadline = tokio::time::Instant::now() + WAIT_BOUND;
+    while !path.exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn normal_exit_code_and_output_captured_to_private_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("logs/nested/out.log");
+    let err = dir.path().join("logs/nested/err.log");
+    let spec = sh("echo to-stdout; echo to-stderr >&2; exit 7")
+        .stdout_to(&out)
+        .stderr_to(&err);
+    let mut child = spawn(spec).expect("spawn");
+    let exit = tokio::time::timeout(WAIT_BOUND, child.wait_exit())
+        .await
+        .expect("bound")
+        .expect("wait");
+    assert_eq!(exit, ExitOutcome::Exited(7));
+    let done = child.terminate(Duration::from_secs(5)).await.expect("terminate");
+    assert_eq!(done.outcome, ExitOutcome::Exited(7));
+    assert!(!done.escalated);
+    let report = child.wait_capture(WAIT_BOUND).await;
+    assert!(report.stdout.expect("stdout captured").complete);
+    assert!(report.stderr.expect("stderr captured").complete);
+    assert_eq!(std::fs::read_to_string(&out).expect("read"), "to-stdout\n");
+    assert_eq!(std::fs::read_to_string(&err).expect("read"), "to-stderr\n");
+    assert_eq!(mode_of(&out), 0o600);
+    assert_eq!(mode_of(&err), 0o600);
+    assert_eq!(mode_of(&dir.path().join("logs")), 0o700);
+    assert_eq!(mode_of(&dir.path().join("logs/nested")), 0o700);
+}
+
+#[tokio::test]
+async fn existing_capture_file_is_truncated_and_made_private() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out.log");
+    std::fs::write(&out, "old content that must disappear\n").expect("write");
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let mut child = spawn(sh("echo new").stdout_to(&out)).expect("spawn");
+    tokio::time::timeout(WAIT_BOUND, child.wait_exit())
+        .await
+        .expect("bound")
+        .expect("wait");
+    child.terminate(Duration::from_secs(5)).await.expect("terminate");
+    child.wait_capture(WAIT_BOUND).await;
+    assert_eq!(std::fs::read_to_string(&out).expect("read"), "new\n");
+    assert_eq!(mode_of(&out), 0o600);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_beyond_bound_is_truncated_with_marker_and_child_completes() {
+    const TOTAL_BYTES: u64 = 5_000_000;
+    const BOUND_BYTES: u64 = 64 * 1024;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out.log");
+    let spec = sh(&format!("head -c {TOTAL_BYTES} /dev/zero; echo finished >&2"))
+        .stdout_to(&out)
+        .stderr_to(dir.path().join("err.log"))
+        .capture_bytes_max(BOUND_BYTES);
+    let mut child = spawn(spec).expect("spawn");
+    let exit = tokio::time::timeout(WAIT_BOUND, child.wait_exit())
+        .await
+        .expect("child blocked?")
+        .expect("wait");
+    assert_eq!(exit, ExitOutcome::Exited(0));
+    child.terminate(Duration::from_secs(5)).await.expect("terminate");
+    let report = child.wait_capture(WAIT_BOUND).await;
+    let stdout = report.stdout.expect("stdout captured");
+    assert!(stdout.complete && stdout.truncated && !stdout.write_failed);
+    assert_eq!(stdout.bytes_written, BOUND_BYTES);
+    assert_eq!(stdout.bytes_discarded, TOTAL_BYTES - BOUND_BYTES);
+    let bytes = std::fs::read(&out).expect("read");
+    let (data, marker) = bytes.split_at(usize::try_from(BOUND_BYTES).expect("fits"));
+    assert!(data.iter().all(|&b| b == 0));
+    let marker = std::str::from_utf8(marker).expect("utf8 marker");
+    assert_eq!(
+        marker,
+        format!("\n{CAPTURE_TRUNCATION_MARKER_PREFIX}{BOUND_BYTES} bytes]\n")
+    );
+    let stderr = std::fs::read_to_string(dir.path().join("err.log")).expect("read");
+    assert_eq!(stderr, "finished\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_ignoring_sigterm_is_killed_after_grace() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ready = dir.path().join("ready");
+    let spec = sh(r#"trap "" TERM; : > "$1"; sleep 60"#).arg("sh").arg(&ready);
+    let mut child = spawn(spec).expect("spawn");
+    wait_for_file(&ready).await;
+    let done = child.terminate(Duration::from_millis(300)).await.expect("terminate");
+    assert_eq!(done.outcome, ExitOutcome::Signaled(SIGKILL));
+    assert!(done.escalated, "SIGKILL escalation must be reported");
+    assert!(!Path::new(&format!("/proc/{}", child.pid())).exists());
+}
+
+#[tokio::test]
+async fn sigterm_ends_cooperative_child_without_escalation_and_leaves_no_zombie() {
+    let mut child = spawn(ProcessSpec::new("sleep").arg("60")).expect("spawn");
+    let pid = child.pid();
+    assert_eq!(child.pgid(), pid);
+    let done = child.terminate(Duration::from_secs(20)).await.expect("terminate");
+    assert_eq!(done.outcome, ExitOutcome::Signaled(SIGTERM));
+    assert!(!done.escalated);
+    assert!(child.is_reaped());
+    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "leader left as zombie");
+    // Idempotent.
+    assert_eq!(child.terminate(Duration::from_secs(1)).await.expect("again"), done);
+}
+
+#[tokio::test]
+async fn brutal_kill_reaps_immediately() {
+    let mut child = spawn(ProcessSpec::new("sleep").arg("60")).expect("spawn");
+    let pid = child.pid();
+    let done = child.kill().await.expect("kill");
+    assert_eq!(done.outcome, ExitOutcome::Signaled(SIGKILL));
+    assert!(done.escalated);
+    assert!(!Path::new(&format!("/proc/{pid}")).exists());
+}
+
+#[tokio::test]
+async fn wait_exit_leaves_leader_unreaped_until_cleanup() {
+    for polling in [false, true] {
+        let mut child = spawn(sh("exit 3")).expect("spawn");
+        if polling {
+            child.use_polling();
+        }
+        let exit = tokio::time::timeout(WAIT_BOUND, child.wait_exit())
+            .await
+            .expect("bound")
+            .expect("wait");
+        assert_eq!(exit, ExitOutcome::Exited(3));
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.pid())).expect("zombie still present");
+        let state = stat[stat.rfind(')').expect("comm") + 2..].chars().next();
+        assert_eq!(
+            state,
+            Some('Z'),
+            "leader must stay a zombie until reaped (polling={polling})"
+        );
+        child.terminate(Duration::from_secs(5)).await.expect("terminate");
+        assert!(!Path::new(&format!("/proc/{}", child.pid())).exists());
+    }
+}
+
+#[tokio::test]
+async fn polling_fallback_terminates_group() {
+    let mut child = spawn(ProcessSpec::new("sleep").arg("60")).expect("spawn");
+    child.use_polling();
+    assert!(!child.uses_pidfd());
+    let done = child.terminate(Duration::from_secs(20)).await.expect("terminate");
+    assert_eq!(done.outcome, ExitOutcome::Signaled(SIGTERM));
+}
+
+#[tokio::test]
+async fn rlimits_are_applied_before_exec() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out.log");
+    let spec = sh("ulimit -n; ulimit -c; ulimit -Hn")
+        .stdout_to(&out)
+        .rlimit(RlimitResource::Nofile, Some(64), Some(128))
+        .rlimit(RlimitResource::Core, Some(0), Some(0));
+    let mut child = spawn(spec).expect("spawn");
+    let exit = tokio::time::timeout(WAIT_BOUND, child.wait_exit())
+        .await
+        .expect("bound")
+        .expect("wait");
+    assert_eq!(exit, ExitOutcome::Exited(0));
+    child.terminate(Duration::from_secs(5)).await.expect("terminate");
+    child.wait_capture(WAIT_BOUND).await;
+    assert_eq!(std::fs::read_to_string(&out).expect("read"), "64\n0\n128\n");
+}
+
+#[tokio::test]
+async fn environment_is_explicit_and_cwd_applies() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out.log");
+    let spec = ProcessSpec::new("/bin/sh")
+        .args(["-c", r#"printf '%s|%s|%s\n' "$KEEP" "${HOME-unset}" "$(pwd)""#])
+        .env_clear(true)
+        .env("KEEP", "value")
+        .cwd(dir.path())
+        .stdout_to(&out);
+    let mut child = spawn(spec).expect("spawn");
+    tokio::time::timeout(WAIT_BOUND, child.wait_exit())
+        .await
+        .expect("bound")
+        .expect("wait");
+    child.terminate(Duration::from_secs(5)).await.expect("terminate");
+    child.wait_capture(WAIT_BOUND).await;
+    let cwd = dir.path().canonicalize().expect("canonical");
+    let expected = format!("value|unset|{}\n", cwd.display());
+    assert_eq!(std::fs::read_to_string(&out).expect("read"), expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inherited_fd_appears_as_fd3_in_child() {
+    let (parent_end, child_end) = UnixStream::pair().expect("socketpair");
+    let spec = sh("echo hello-over-fd3 >&3").inherit_fd(OwnedFd::from(child_end), 3);
+    let mut child = spawn(spec).expect("spawn");
+    let received = tokio::task::spawn_blocking(move || {
+        let mut parent_end = parent_end;
+        parent_end.set_read_timeout(Some(WAIT_BOUND)).expect("timeout");
+        let mut text = String::new();
+        parent_end.read_to_string(&mut text).map(|_| text)
+    })
+    .await
+    .expect("join")
+    .expect("read until the child closed fd 3");
+    assert_eq!(received, "hello-over-fd3\n");
+    let done = child.terminate(Duration::from_secs(5)).await.expect("terminate");
+    assert_eq!(done.outcome, ExitOutcome::Exited(0));
+}
+
+#[tokio::test]
+async fn missing_program_reports_not_found_clearly() {
+    let err = spawn(ProcessSpec::new("/nonexistent/pi-no-such-program")).expect_err("must fail");
+    assert!(matches!(err, ProcessError::NotFound { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains("could not start /nonexistent/pi-no-such-program: not found"),
+        "{message}"
+    );
+    assert!(message.contains("check PATH"), "{message}");
+}
+
+#[tokio::test]
+async fn invalid_specs_are_rejected_before_spawning() {
+    let (_a, b) = UnixStream::pair().expect("socketpair");
+    let cases = [
+        ProcessSpec::new(""),
+        ProcessSpec::new("true").inherit_fd(OwnedFd::from(b), 1),
+        ProcessSpec::new("true").cwd("/nonexistent/dir/for/pi"),
+        ProcessSpec::new("true").rlimit(RlimitResource::Nofile, Some(10), Some(5)),
+        ProcessSpec::new("true").rlimit(RlimitResource::Nofile, None, Some(5)),
+        ProcessSpec::new("true").grace(Duration::from_secs(3600)),
+        ProcessSpec::new("true").capture_bytes_max(u64::MAX),
+    ];
+    for spec in cases {
+        let err = spawn(spec).expect_err("must be rejected");
+        assert!(matches!(err, ProcessError::InvalidSpec(_)), "{err:?}");
+    }
+}
+
+#[test]
+fn spawn_outside_runtime_is_an_error_not_a_panic() {
+    let err = spawn(ProcessSpec::new("true")).expect_err("no runtime");
+    assert!(matches!(err, ProcessError::NoRuntime), "{err:?}");
+}
+
+#[test]
+fn owner_types_can_live_in_actors() {
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+    assert_send_sync::<supervisors::process::ProcessChild>();
+    assert_send_sync::<ProcessSpec>();
+    assert_send_sync::<ProcessError>();
+}

@@ -1,0 +1,280 @@
+//! The real `pi-workflows` server on a temporary state directory: ownership, permissions,
+//! takeover after SIGKILL, idle exit, the front door, and status privacy.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+struct StateDir {
+    dir: tempfile::TempDir,
+}
+
+impl StateDir {
+    fn new() -> Self {
+        // Short paths: a Unix socket path holds at most 107 bytes.
+        Self {
+            dir: tempfile::Builder::new()
+                .prefix("piw")
+                .tempdir_in("/tmp")
+                .expect("temp dir"),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.path().join("server/server.sock")
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run pi-workflows")
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_pi-workflows"));
+        command.arg("--state-dir").arg(self.path()).args(args);
+        command
+    }
+
+    fn start(&self) -> String {
+        let out = self.run(&["server", "start"]);
+        assert!(
+            out.status.success(),
+            "server start failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn status_json(&self) -> serde_json::Value {
+        let out = self.run(&["server", "status", "--json"]);
+        serde_json::from_slice(&out.stdout).expect("status is one JSON document")
+    }
+
+    fn server_pid(&self) -> i32 {
+        let text = std::fs::read_to_string(self.path().join("server/server.lock")).expect("lock file");
+        text.trim().parse().expect("pid in the lock file")
+    }
+}
+
+impl Drop for StateDir {
+    fn drop(&mut self) {
+        let _ = self.run(&["server", "stop"]);
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // A zombie (state Z) has exited; only its parent has not reaped it yet.
+    !stat.is_empty()
+        && !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or_default()
+            .trim_start()
+            .starts_with('Z')
+}
+
+fn wait_until(what: &str, condition: impl Fn() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).expect("exists").permissions().mode() & 0o777
+}
+
+/// A raw client: connects, returns the hello line.
+fn connect(socket: &Path) -> (BufReader<UnixStream>, UnixStream, String) {
+    let stream = UnixStream::connect(socket).expect("connect");
+    stream.set_read_timeout(Some(WAIT)).expect("timeout");
+    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+    let mut hello = String::new();
+    reader.read_line(&mut hello).expect("hello");
+    (reader, stream, hello)
+}
+
+fn status_request(request_id: &str) -> String {
+    format!(
+        "{{\"clientId\":\"test-client\",\"operation\":\"server.status\",\"payload\":{{}},\"requestId\":\"{request_id}\",\"schema\":\"pi-workflows.client.v1\",\"type\":\"request\"}}\n"
+    )
+}
+
+#[test]
+fn start_creates_user_only_files_and_status_reports_counts() {
+    let state = StateDir::new();
+    let started = state.start();
+    assert!(started.contains("epoch 1"), "{started}");
+    assert_eq!(mode(state.path()), 0o700);
+    assert_eq!(mode(&state.path().join("server")), 0o700);
+    assert_eq!(mode(&state.socket()), 0o600);
+    assert_eq!(mode(&state.path().join("server/server.lock")), 0o600);
+    assert_eq!(mode(&state.path().join("state.sqlite")), 0o600);
+    assert_eq!(mode(&state.path().join("logs/server.log")), 0o600);
+    let status = state.status_json();
+    assert_eq!(status["state"], "running");
+    assert_eq!(status["epoch"], 1);
+    assert_eq!(status["queued"], 0);
+    // A second start succeeds quietly.
+    let again = state.run(&["server", "start"]);
+    assert!(again.status.success());
+    assert!(again.stdout.is_empty(), "{}", String::from_utf8_lossy(&again.stdout));
+}
+
+#[test]
+fn a_second_live_server_refuses_with_a_clear_message() {
+    let state = StateDir::new();
+    state.start();
+    let second = state.run(&["server", "run"]);
+    assert_eq!(second.status.code(), Some(1));
+    let message = String::from_utf8_lossy(&second.stderr);
+    assert!(message.contains("already running"), "{message}");
+    assert_eq!(
+        state.status_json()["state"],
+        "running",
+        "the first server must be unaffected"
+    );
+}
+
+#[test]
+fn after_sigkill_a_new_server_takes_over_with_the_next_epoch() {
+    let state = StateDir::new();
+    state.start();
+    let pid = state.server_pid();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).expect("kill -9");
+    wait_until("the killed server is gone", || !alive(pid));
+    // The old lease is still unexpired (30 s); the lock proves the old server is gone.
+    let started_at = Instant::now();
+    let output = state.start();
+    assert!(output.contains("epoch 2"), "{output}");
+    assert!(
+        started_at.elapsed() < Duration::from_secs(15),
+        "the takeover waited for the old lease"
+    );
+    assert_eq!(state.status_json()["epoch"], 2);
+}
+
+#[test]
+fn the_server_exits_when_idle_and_starts_again() {
+    let state = StateDir::new();
+    let out = state
+        .command(&["server", "start"])
+        .env("PI_WORKFLOWS_IDLE_EXIT_MS", "300")
+        .output()
+        .expect("start");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let pid = state.server_pid();
+    wait_until("the idle server exits", || !alive(pid));
+    assert!(!state.socket().exists(), "an idle exit removes the socket");
+    assert!(state.start().contains("epoch 2"));
+}
+
+#[test]
+fn a_bad_frame_closes_only_its_own_connection() {
+    let state = StateDir::new();
+    state.start();
+    let (mut good_reader, mut good, hello) = connect(&state.socket());
+    assert!(
+        hello.contains("\"type\":\"hello\"") && hello.contains("packageVersion"),
+        "{hello}"
+    );
+    let (mut bad_reader, mut bad, _) = connect(&state.socket());
+    bad.write_all(b"{\"type\": \"request\"}\n").expect("send garbage");
+    let mut rest = String::new();
+    assert_eq!(
+        bad_reader.read_line(&mut rest).expect("read"),
+        0,
+        "the bad connection must be closed: {rest}"
+    );
+
+    good.write_all(status_request("req-1").as_bytes()).expect("send");
+    let mut response = String::new();
+    good_reader.read_line(&mut response).expect("response");
+    assert!(
+        response.contains("\"outcome\":\"accepted\"") && response.contains("\"requestId\":\"req-1\""),
+        "{response}"
+    );
+
+    // An oversized frame is refused the same way, and the good client still works.
+    let (mut big_reader, mut big, _) = connect(&state.socket());
+    let _ = big.write_all(&vec![b'x'; 1024 * 1024 + 16]);
+    let mut rest = String::new();
+    assert_eq!(big_reader.read_line(&mut rest).unwrap_or(0), 0);
+    good.write_all(status_request("req-2").as_bytes()).expect("send");
+    response.clear();
+    good_reader.read_line(&mut response).expect("response");
+    assert!(response.contains("\"requestId\":\"req-2\""), "{response}");
+}
+
+#[test]
+fn status_output_contains_no_path_or_id_of_the_test() {
+    let state = StateDir::new();
+    state.start();
+    let (_reader, _client, _) = connect(&state.socket());
+    let json = state.run(&["server", "status", "--json", "--tree"]);
+    let text = state.run(&["server", "status", "--tree"]);
+    for output in [&json, &text] {
+        assert!(output.status.success());
+        let out = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            out.contains("runners") && out.contains("scheduler"),
+            "tree missing: {out}"
+        );
+        let root = state.path().to_string_lossy().into_owned();
+        let pid = state.server_pid().to_string();
+        for secret in [root.as_str(), "piw", "test-client", pid.as_str(), "/tmp", "/root"] {
+            assert!(!out.contains(secret), "status printed {secret:?}: {out}");
+        }
+    }
+}
+
+#[test]
+fn stop_and_sigterm_shut_down_gracefully() {
+    let state = StateDir::new();
+    state.start();
+    let pid = state.server_pid();
+    let stop = state.run(&["server", "stop"]);
+    assert!(stop.status.success(), "{}", String::from_utf8_lossy(&stop.stderr));
+    assert!(!alive(pid));
+    assert!(!state.socket().exists());
+
+    state.start();
+    let pid = state.server_pid();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).expect("term");
+    wait_until("SIGTERM stops the server", || !alive(pid));
+    let log = std::fs::read_to_string(state.path().join("logs/server.log")).expect("log");
+    assert!(log.contains("reason=\"signal\""), "{log}");
+    assert_eq!(
+        state.run(&["server", "status"]).status.code(),
+        Some(3),
+        "status of a stopped server exits 3"
+    );
+}
+
+#[test]
+fn a_socket_path_that_is_too_long_is_a_clear_error() {
+    let root = tempfile::Builder::new().prefix("piw").tempdir_in("/tmp").expect("dir");
+    let long = root.path().join("d".repeat(100));
+    let out = Command::new(env!("CARGO_BIN_EXE_pi-workflows"))
+        .arg("--state-dir")
+        .arg(&long)
+        .args(["server", "start"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let message = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        message.contains("107-byte limit") && message.contains("shorter"),
+        "{message}"
+    );
+}
