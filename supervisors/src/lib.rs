@@ -10,11 +10,15 @@
 //!
 //! Architecture Invariant: this crate knows nothing about workflows, runs or databases.
 
+pub mod fence;
 pub mod process;
+pub mod process_actor;
 pub mod snapshot;
 pub mod spec;
 pub mod supervisor;
 
+pub use fence::{Fence, Refused, Stamp};
+pub use process_actor::{ProcessActor, ProcessConfig, ProcessMsg, Readiness};
 pub use snapshot::{NodeState, TreeSnapshot};
 pub use spec::{ChildKind, ChildSpec, Intensity, Restart, Shutdown, Strategy};
 pub use supervisor::{Report, Supervisor, SupervisorError, SupervisorMsg, SupervisorSpec};
