@@ -186,8 +186,7 @@ pub fn acquire(
         resource_type,
         resource_id,
         generation,
-        owner_type,
-        owner_id,
+        (owner_type, owner_id),
         lease_ms,
     )
 }
@@ -198,8 +197,7 @@ fn write_holder(
     resource_type: ResourceType,
     resource_id: &str,
     generation: i64,
-    owner_type: OwnerType,
-    owner_id: &str,
+    (owner_type, owner_id): (OwnerType, &str),
     lease_ms: i64,
 ) -> StoreResult<ClaimAuthority> {
     let now = tx.now_ms();
@@ -259,8 +257,7 @@ pub(crate) fn take_over(
         resource_type,
         resource_id,
         generation,
-        owner_type,
-        owner_id,
+        (owner_type, owner_id),
         lease_ms,
     )
 }

@@ -34,8 +34,9 @@ pub enum Readiness {
     Immediate,
     /// The owner sends `ProcessMsg::Ready` before the deadline.
     Message { deadline: Duration },
-    /// The child writes `line` (plus newline) on the descriptor whose other end is
-    /// `ProcessConfig::ready_fd`, before the deadline.
+    /// The child writes `line` (plus newline) on an inherited descriptor before the deadline;
+    /// the spec factory returns the parent's end of it. The actor closes that end once the
+    /// line arrives, so the descriptor is for the handshake only.
     Line { deadline: Duration, line: String },
 }
 

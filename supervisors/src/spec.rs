@@ -43,7 +43,7 @@ pub enum Shutdown {
 }
 
 /// The longest a graceful shutdown may wait before the kill.
-pub const SHUTDOWN_TIMEOUT_MS_MAX: u64 = 60_000;
+pub const SHUTDOWN_TIMEOUT_MS_MAX: u64 = 120_000;
 /// The default graceful shutdown wait.
 pub const SHUTDOWN_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 
@@ -166,6 +166,14 @@ impl ChildSpec {
         child.kind = ChildKind::Supervisor;
         child.shutdown = Shutdown::Timeout(Duration::from_millis(SHUTDOWN_TIMEOUT_MS_MAX));
         child
+    }
+
+    /// An OS process child. The supervisor's shutdown wait covers the process's own SIGTERM
+    /// grace and SIGKILL wait, so the actor's cleanup (not a brutal kill) always ends it.
+    pub fn process(id: impl Into<String>, restart: Restart, config: crate::ProcessConfig, grace: Duration) -> Self {
+        const MARGIN_MS: u64 = 1_000;
+        let wait = grace + Duration::from_millis(crate::process::KILL_WAIT_MS_MAX + MARGIN_MS);
+        Self::worker(id, restart, move || (crate::ProcessActor, config.clone())).with_shutdown(Shutdown::Timeout(wait))
     }
 
     pub fn with_shutdown(mut self, shutdown: Shutdown) -> Self {
