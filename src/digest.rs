@@ -26,6 +26,13 @@ pub fn is_sha256_hex(text: &str) -> bool {
     text.len() == SHA256_HEX_LEN && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+/// `bytes` random bytes as lowercase hex (IDs, epochs); `None` without OS randomness.
+pub fn random_hex(bytes: usize) -> Option<String> {
+    let mut buffer = vec![0u8; bytes];
+    getrandom::fill(&mut buffer).ok()?;
+    Some(hex_lower(&buffer))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,6 +33,7 @@ mod envelope;
 mod error;
 mod frame;
 mod reader;
+pub mod runner;
 mod validate;
 mod vocabulary;
 

@@ -34,9 +34,25 @@ impl StopReason {
     }
 }
 
+/// How runners are launched and how many may run at once.
+#[derive(Debug, Clone)]
+pub struct RunnerSettings {
+    /// The runner program (`PI_WORKFLOWS_RUNNER`); without one, queued runs wait.
+    pub program: Option<std::path::PathBuf>,
+    /// Execution capacity (`PI_WORKFLOWS_MAX_WORKERS`, default 4), pending launches included.
+    pub max_workers: usize,
+    /// How long a runner has to send `runner.ready`.
+    pub ready_timeout: std::time::Duration,
+    /// Where runner stdout/stderr are captured (user-only).
+    pub logs_dir: std::path::PathBuf,
+}
+
 pub struct ServerContext {
     pub store: Arc<Store>,
     pub epoch: i64,
+    /// This server instance's claim owner ID (never shown in status).
+    pub server_id: String,
+    pub runner_settings: RunnerSettings,
     pub started: Instant,
     pub package_version: &'static str,
     /// Open client connections (the idle rule needs none).
@@ -49,11 +65,13 @@ pub struct ServerContext {
 }
 
 impl ServerContext {
-    pub fn new(store: Arc<Store>, epoch: i64) -> Arc<Self> {
+    pub fn new(store: Arc<Store>, epoch: i64, server_id: String, runner_settings: RunnerSettings) -> Arc<Self> {
         let (stop, _) = watch::channel(None);
         Arc::new(Self {
             store,
             epoch,
+            server_id,
+            runner_settings,
             started: Instant::now(),
             package_version: env!("CARGO_PKG_VERSION"),
             connections: AtomicUsize::new(0),

@@ -13,6 +13,7 @@ pub mod handlers;
 pub mod listener;
 pub mod logging;
 pub mod ownership;
+pub mod runner;
 pub mod scheduler;
 pub mod status;
 pub mod tree;
@@ -29,7 +30,6 @@ use supervisors::Supervisor;
 pub use context::{ServerContext, StopReason};
 use ownership::ServerPaths;
 
-use crate::digest::hex_lower;
 use crate::store::server_lease::{self, ServerLease};
 use crate::store::{Store, SystemClock};
 
@@ -40,25 +40,52 @@ pub const SHUTDOWN_TIMEOUT_MS: u64 = 30_000;
 pub const READY_FD_ENV: &str = "PI_WORKFLOWS_READY_FD";
 pub const IDLE_EXIT_ENV: &str = "PI_WORKFLOWS_IDLE_EXIT_MS";
 
+pub const RUNNER_ENV: &str = "PI_WORKFLOWS_RUNNER";
+pub const MAX_WORKERS_ENV: &str = "PI_WORKFLOWS_MAX_WORKERS";
+pub const RUNNER_READY_ENV: &str = "PI_WORKFLOWS_RUNNER_READY_MS";
+pub const MAX_WORKERS_DEFAULT: usize = 4;
+/// A generous bound on capacity: each runner is an OS process.
+pub const MAX_WORKERS_LIMIT: usize = 256;
+pub const RUNNER_READY_MS_DEFAULT: u64 = 10_000;
+
 pub struct ServerConfig {
     pub paths: ServerPaths,
     pub idle_exit: Duration,
     pub json_logs: bool,
+    pub runner: context::RunnerSettings,
+}
+
+fn env_number(name: &str, default: u64) -> anyhow::Result<u64> {
+    match std::env::var(name) {
+        Ok(text) => text
+            .trim()
+            .parse::<u64>()
+            .with_context(|| format!("{name} must be a non-negative integer, not {text:?}")),
+        Err(_) => Ok(default),
+    }
 }
 
 impl ServerConfig {
     pub fn from_env(paths: ServerPaths) -> anyhow::Result<Self> {
-        let idle_exit_ms = match std::env::var(IDLE_EXIT_ENV) {
-            Ok(text) => text
-                .parse::<u64>()
-                .with_context(|| format!("{IDLE_EXIT_ENV} must be a number of milliseconds"))?,
-            Err(_) => scheduler::IDLE_EXIT_MS_DEFAULT,
-        };
+        let idle_exit_ms = env_number(IDLE_EXIT_ENV, scheduler::IDLE_EXIT_MS_DEFAULT)?;
         let json_logs = std::env::var("PI_WORKFLOWS_LOG_JSON").is_ok_and(|value| value == "1");
+        let max_workers = env_number(MAX_WORKERS_ENV, MAX_WORKERS_DEFAULT as u64)? as usize;
+        if !(1..=MAX_WORKERS_LIMIT).contains(&max_workers) {
+            anyhow::bail!("{MAX_WORKERS_ENV} must be between 1 and {MAX_WORKERS_LIMIT}, not {max_workers}");
+        }
+        let runner = context::RunnerSettings {
+            program: std::env::var_os(RUNNER_ENV)
+                .filter(|value| !value.is_empty())
+                .map(Into::into),
+            max_workers,
+            ready_timeout: Duration::from_millis(env_number(RUNNER_READY_ENV, RUNNER_READY_MS_DEFAULT)?),
+            logs_dir: paths.logs_dir.join("runners"),
+        };
         Ok(Self {
             paths,
             idle_exit: Duration::from_millis(idle_exit_ms),
             json_logs,
+            runner,
         })
     }
 }
@@ -76,10 +103,11 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<StopReason> {
     let store = tokio::task::spawn_blocking(move || Store::open(&database, Arc::new(SystemClock))).await??;
     let store = Arc::new(store);
     let server_id = new_server_id()?;
-    let lease: ServerLease = blocking::write(&store, move |tx| server_lease::take_server_lease(tx, &server_id)).await?;
+    let owner = server_id.clone();
+    let lease: ServerLease = blocking::write(&store, move |tx| server_lease::take_server_lease(tx, &owner)).await?;
     tracing::info!(epoch = lease.epoch, pid = std::process::id(), "server starting");
 
-    let ctx = ServerContext::new(Arc::clone(&store), lease.epoch);
+    let ctx = ServerContext::new(Arc::clone(&store), lease.epoch, server_id, config.runner.clone());
     let spec = tree::root_spec(&ctx, &lease, paths.socket.clone(), config.idle_exit);
     let (root, root_done) = Actor::spawn(None, Supervisor, spec)
         .await
@@ -131,9 +159,7 @@ async fn signal_received() {
 }
 
 fn new_server_id() -> anyhow::Result<String> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|err| anyhow::anyhow!("no randomness for the server id: {err}"))?;
-    Ok(hex_lower(&bytes))
+    crate::digest::random_hex(16).ok_or_else(|| anyhow::anyhow!("no randomness for the server id"))
 }
 
 /// Tell a waiting `server start` that the socket accepts clients.

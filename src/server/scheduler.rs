@@ -11,10 +11,16 @@ use std::time::{Duration, Instant};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::task::JoinHandle;
 
+use ractor::rpc::CallResult;
+use supervisors::{ChildSpec, Restart, Shutdown, SupervisorMsg};
+
 use super::blocking;
 use super::context::{ServerContext, StopReason};
+use super::runner::{RUNNER_GRACE_MS, Runner, RunnerArgs, abandon_launch};
+use crate::store::runs;
 use crate::store::server_lease::{self, Renewal, SERVER_LEASE_MS, ServerLease};
 use crate::store::verify;
+use crate::store::workers;
 
 /// How often the scheduler looks at its timers.
 pub const TICK_MS: u64 = 500;
@@ -42,6 +48,8 @@ pub struct SchedulerState {
     idle_since: Option<Instant>,
     renewed_at: Instant,
     ticker: Option<JoinHandle<()>>,
+    runners: Option<ActorRef<SupervisorMsg>>,
+    launched: u64,
 }
 
 impl Actor for Scheduler {
@@ -62,6 +70,8 @@ impl Actor for Scheduler {
             idle_since: None,
             renewed_at: Instant::now(),
             ticker: Some(ticker),
+            runners: None,
+            launched: 0,
         })
     }
 
@@ -89,6 +99,7 @@ impl Actor for Scheduler {
         match message {
             SchedulerMsg::Tick => {
                 renew_lease_when_due(state).await;
+                admit(state).await;
                 check_idle(state).await;
             }
         }
@@ -109,6 +120,90 @@ async fn renew_lease_when_due(state: &mut SchedulerState) {
         }
         Err(err) => tracing::warn!(error = %err, "server lease renewal failed; will retry"),
     }
+}
+
+/// Start queued runs while capacity allows (running and pending launches both count).
+async fn admit(state: &mut SchedulerState) {
+    let ctx = Arc::clone(&state.ctx);
+    let Some(program) = ctx.runner_settings.program.clone() else {
+        return;
+    };
+    let running = ctx.runners.load(std::sync::atomic::Ordering::SeqCst);
+    let free = ctx.runner_settings.max_workers.saturating_sub(running);
+    if free == 0 || ctx.stop_requested().is_some() {
+        return;
+    }
+    let now = ctx.store.now_ms();
+    let Ok(queued) = blocking::read(&ctx.store, move |conn| workers::admissible_runs(conn, now, free)).await else {
+        return;
+    };
+    if queued.is_empty() {
+        return;
+    }
+    let Some(supervisor) = runners_supervisor(state).await else {
+        return;
+    };
+    for run in queued {
+        let (run_id, owner) = (run.run_id.clone(), ctx.server_id.clone());
+        let authority = match blocking::write(&ctx.store, move |tx| runs::start_run(tx, &run_id, &owner)).await {
+            Ok(started) => started.value,
+            Err(err) => {
+                tracing::warn!(run_id = %run.run_id, error = %err, "could not admit a run");
+                continue;
+            }
+        };
+        state.launched += 1;
+        let runner_epoch = format!(
+            "e{}-{}",
+            ctx.epoch,
+            crate::digest::random_hex(8).unwrap_or_else(|| state.launched.to_string())
+        );
+        let args = RunnerArgs {
+            ctx: Arc::clone(&ctx),
+            run,
+            authority: authority.clone(),
+            runner_epoch: runner_epoch.clone(),
+            program: program.clone(),
+        };
+        let shutdown = Duration::from_millis(RUNNER_GRACE_MS + supervisors::process::KILL_WAIT_MS_MAX + 1_000);
+        let spec = ChildSpec::worker(format!("runner-{}", state.launched), Restart::Temporary, move || {
+            (Runner, args.clone())
+        })
+        .with_label(format!("generation {}", authority.generation))
+        .with_shutdown(Shutdown::Timeout(shutdown));
+        match supervisor
+            .call(|reply| SupervisorMsg::StartChild(spec, reply), None)
+            .await
+        {
+            Ok(CallResult::Success(Ok(()))) => {}
+            other => {
+                tracing::warn!(result = ?other.map(|_| ()), "runner launch failed; parking the run");
+                abandon_launch(&ctx, authority, runner_epoch).await;
+            }
+        }
+    }
+}
+
+async fn runners_supervisor(state: &mut SchedulerState) -> Option<ActorRef<SupervisorMsg>> {
+    if state
+        .runners
+        .as_ref()
+        .is_some_and(|runners| runners.get_status() != ractor::ActorStatus::Running)
+    {
+        state.runners = None;
+    }
+    if state.runners.is_none() {
+        let root = state.ctx.root.get()?;
+        let cell = match root
+            .call(|reply| SupervisorMsg::Child("runners".to_string(), reply), None)
+            .await
+        {
+            Ok(CallResult::Success(Some(cell))) => cell,
+            _ => return None,
+        };
+        state.runners = Some(cell.into());
+    }
+    state.runners.clone()
 }
 
 async fn check_idle(state: &mut SchedulerState) {

@@ -21,6 +21,7 @@ pub mod runs;
 pub mod schema;
 pub mod server_lease;
 pub mod verify;
+pub mod workers;
 pub mod writer;
 
 use std::path::{Path, PathBuf};

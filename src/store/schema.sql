@@ -326,6 +326,17 @@ CREATE TABLE run_workers (
 CREATE UNIQUE INDEX run_workers_one_active_per_run ON run_workers (run_id)
   WHERE status IN ('starting', 'ready');
 
+-- Receipts of accepted runner messages: a repeated message ID gets the same answer.
+CREATE TABLE runner_messages (
+  runner_epoch TEXT NOT NULL REFERENCES run_workers (runner_epoch) ON DELETE CASCADE,
+  message_id TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  outcome TEXT NOT NULL CHECK (outcome IN ('accepted', 'rejected')),
+  revision INTEGER,
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (runner_epoch, message_id)
+) STRICT, WITHOUT ROWID;
+
 -- View content ---------------------------------------------------------------------------
 
 -- Generated referenced content, stored before it is advertised. A read must match run,

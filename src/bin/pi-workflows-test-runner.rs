@@ -1,0 +1,198 @@
+//! A scripted runner child for deterministic supervision tests (never used in production).
+//! It speaks the runner protocol on fd 3 and follows `PI_WORKFLOWS_TEST_SCRIPT`, a
+//! comma-separated list of directives:
+//!
+//! - `steps=N`            run N compute nodes, then finish the run (default 2)
+//! - `fail`               finish the run as failed instead of completed
+//! - `crash-after=N`      exit with code 70 right after sending N messages (ready included)
+//! - `hang-before-ready`  never send `runner.ready`
+//! - `garbage`            after ready, send a line that is not JSON
+//! - `oversized`          after ready, send a line above the 1 MiB frame limit
+//! - `stale-generation`   stamp messages after ready with the previous generation
+//! - `grandchildren`      start two `sleep 300` children in its process group first
+//! - `ignore-sigterm`     ignore SIGTERM
+//! - `step-delay-ms=N`    sleep N ms before each node
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::FromRawFd;
+use std::time::Duration;
+
+use pi_workflows::protocol::runner::{
+    LAUNCH_SCHEMA, Launch, MESSAGE_SCHEMA, Message, MessageKind, Response, ResponseOutcome,
+};
+use pi_workflows::protocol::{decode_frame, encode_frame};
+use serde_json::{Map, Value, json};
+
+const EXIT_CRASH: i32 = 70;
+const EXIT_CLAIM_LOST: i32 = 75;
+const EXIT_PROTOCOL: i32 = 76;
+
+#[derive(Default)]
+struct Script {
+    steps: u64,
+    fail: bool,
+    crash_after: Option<u64>,
+    hang_before_ready: bool,
+    garbage: bool,
+    oversized: bool,
+    stale_generation: bool,
+    grandchildren: bool,
+    ignore_sigterm: bool,
+    step_delay_ms: u64,
+}
+
+fn parse_script() -> Script {
+    let mut script = Script {
+        steps: 2,
+        ..Script::default()
+    };
+    let text = std::env::var("PI_WORKFLOWS_TEST_SCRIPT").unwrap_or_default();
+    for directive in text.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let (name, value) = directive.split_once('=').unwrap_or((directive, ""));
+        let number = || {
+            value
+                .parse::<u64>()
+                .unwrap_or_else(|_| exit_with(EXIT_PROTOCOL, "bad number in script"))
+        };
+        match name {
+            "steps" => script.steps = number(),
+            "fail" => script.fail = true,
+            "crash-after" => script.crash_after = Some(number()),
+            "hang-before-ready" => script.hang_before_ready = true,
+            "garbage" => script.garbage = true,
+            "oversized" => script.oversized = true,
+            "stale-generation" => script.stale_generation = true,
+            "grandchildren" => script.grandchildren = true,
+            "ignore-sigterm" => script.ignore_sigterm = true,
+            "step-delay-ms" => script.step_delay_ms = number(),
+            _ => exit_with(EXIT_PROTOCOL, "unknown script directive"),
+        }
+    }
+    script
+}
+
+fn exit_with(code: i32, why: &str) -> ! {
+    eprintln!("test runner: {why}");
+    std::process::exit(code)
+}
+
+struct Channel {
+    reader: BufReader<std::fs::File>,
+    writer: std::fs::File,
+    launch: Launch,
+    sent: u64,
+    next_id: u64,
+    generation: u64,
+}
+
+impl Channel {
+    fn open() -> Self {
+        // SAFETY: the server passes the runner channel as fd 3 and nothing else uses it.
+        let file = unsafe { std::fs::File::from_raw_fd(3) };
+        let writer = file
+            .try_clone()
+            .unwrap_or_else(|_| exit_with(EXIT_PROTOCOL, "fd 3 is not usable"));
+        let mut reader = BufReader::new(file);
+        let launch: Launch = serde_json::from_value(Value::Object(read_frame(&mut reader)))
+            .unwrap_or_else(|_| exit_with(EXIT_PROTOCOL, "bad launch envelope"));
+        if launch.schema != LAUNCH_SCHEMA {
+            exit_with(EXIT_PROTOCOL, "unexpected launch schema");
+        }
+        let generation = launch.generation;
+        Self {
+            reader,
+            writer,
+            launch,
+            sent: 0,
+            next_id: 0,
+            generation,
+        }
+    }
+
+    fn send(&mut self, kind: MessageKind, attempt_id: Option<String>, payload: Value, script: &Script) -> Response {
+        self.next_id += 1;
+        let message = Message {
+            schema: MESSAGE_SCHEMA.to_string(),
+            launch_schema: LAUNCH_SCHEMA.to_string(),
+            message_id: format!("m{}", self.next_id),
+            kind,
+            run_id: self.launch.run_id.clone(),
+            generation: self.generation,
+            runner_epoch: self.launch.runner_epoch.clone(),
+            expected_revision: None,
+            attempt_id,
+            payload: match payload {
+                Value::Object(map) => map,
+                _ => Map::new(),
+            },
+        };
+        self.write_line(&encode_frame(&message).unwrap_or_else(|_| exit_with(EXIT_PROTOCOL, "encode")));
+        self.sent += 1;
+        if script.crash_after == Some(self.sent) {
+            exit_with(EXIT_CRASH, "crashing as scripted");
+        }
+        let response: Response = serde_json::from_value(Value::Object(read_frame(&mut self.reader)))
+            .unwrap_or_else(|_| exit_with(EXIT_PROTOCOL, "bad response"));
+        if response.outcome == ResponseOutcome::ClaimLost {
+            exit_with(EXIT_CLAIM_LOST, "claim lost; exiting as the protocol requires");
+        }
+        response
+    }
+
+    fn write_line(&mut self, bytes: &[u8]) {
+        if self.writer.write_all(bytes).is_err() {
+            exit_with(EXIT_PROTOCOL, "the server closed the channel");
+        }
+    }
+}
+
+fn read_frame(reader: &mut BufReader<std::fs::File>) -> Map<String, Value> {
+    let mut line = Vec::new();
+    match reader.read_until(b'\n', &mut line) {
+        Ok(0) | Err(_) => exit_with(EXIT_PROTOCOL, "the server closed the channel"),
+        Ok(_) => {
+            decode_frame(&line).unwrap_or_else(|_| exit_with(EXIT_PROTOCOL, "non-canonical frame from the server"))
+        }
+    }
+}
+
+fn main() {
+    let script = parse_script();
+    if script.ignore_sigterm {
+        // SAFETY: setting a signal disposition to SIG_IGN has no handler to be unsafe in.
+        unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGTERM, nix::sys::signal::SigHandler::SigIgn) }
+            .unwrap_or_else(|_| exit_with(EXIT_PROTOCOL, "could not ignore SIGTERM"));
+    }
+    if script.grandchildren {
+        for _ in 0..2 {
+            let _ = std::process::Command::new("sleep").arg("300").spawn();
+        }
+    }
+    let mut channel = Channel::open();
+    if script.hang_before_ready {
+        std::thread::sleep(Duration::from_secs(600));
+    }
+    channel.send(MessageKind::RunnerReady, None, json!({}), &script);
+    let _command = read_frame(&mut channel.reader);
+    if script.garbage {
+        channel.write_line(b"this is not a frame\n");
+    }
+    if script.oversized {
+        let mut line = vec![b'x'; 2 * 1024 * 1024];
+        line.push(b'\n');
+        channel.write_line(&line);
+    }
+    if script.stale_generation {
+        channel.generation = channel.generation.saturating_sub(1);
+    }
+    for step in 1..=script.steps {
+        std::thread::sleep(Duration::from_millis(script.step_delay_ms));
+        let attempt = Some(format!("attempt-{}-{step}", channel.launch.generation));
+        let node = json!({"nodeId": format!("step{step}"), "nodePath": format!("root/step{step}"), "visit": 1, "nodeType": "compute"});
+        channel.send(MessageKind::NodeStarted, attempt.clone(), node, &script);
+        channel.send(MessageKind::NodeFinished, attempt, json!({"outputHash": null}), &script);
+    }
+    let outcome = if script.fail { "failed" } else { "completed" };
+    channel.send(MessageKind::RunFinished, None, json!({"outcome": outcome}), &script);
+    channel.send(MessageKind::RunnerExiting, None, json!({}), &script);
+}

@@ -1,0 +1,507 @@
+//! One runner actor per active run generation (a temporary child of `runners`). It owns the
+//! runner process (own process group) and the server's end of its private channel (fd 3 in
+//! the child), and turns the runner's fenced proposals into protected writes.
+//!
+//! Architecture Invariant: the generation and runner epoch of a message are checked before
+//! its payload is read; a stale runner gets one `claimLost` answer and is stopped.
+//!
+//! Architecture Invariant: a runner exit is not a run failure by itself. When a runner ends
+//! with the run still running under its claim, the run parks: `runnerNoProgress` when the
+//! revision never advanced after ready (not relaunched automatically), else `workerCrashed`.
+
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde_json::{Map, Value};
+use supervisors::process::{ExitOutcome, ProcessChild, ProcessSpec, spawn};
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::task::AbortHandle;
+
+use super::blocking;
+use super::context::ServerContext;
+use super::frames::{LineRead, read_line};
+use crate::digest::sha256_hex;
+use crate::protocol::runner::{
+    COMMAND_SCHEMA, Command, CommandKind, LAUNCH_SCHEMA, Launch, Message, MessageKind, RUNNER_CHANNEL_FD,
+    RUNNER_PROTOCOL_VERSION, Response, ResponseOutcome, fencing_of,
+};
+use crate::protocol::{decode_frame, encode_frame};
+use crate::store::attempts::{self, AttemptOutcome, NewAttempt};
+use crate::store::claims::ClaimAuthority;
+use crate::store::runs::{self, FailureClass, ParkReason, RunStatus};
+use crate::store::workers::{self, Admissible, NewWorker, WorkerOutcome};
+use crate::store::{StoreError, StoreResult, WriteTx};
+
+/// SIGTERM-to-SIGKILL grace of a runner's process group.
+pub const RUNNER_GRACE_MS: u64 = 5_000;
+/// Captured runner output per stream.
+pub const RUNNER_CAPTURE_BYTES_MAX: u64 = 1024 * 1024;
+const EXIT_CHECK_MS: u64 = 50;
+/// Environment a runner inherits; everything else is withheld.
+const RUNNER_ENV_ALLOWED: &[&str] = &[
+    "PATH",
+    "HOME",
+    "LANG",
+    "TMPDIR",
+    "PI_CODING_AGENT_DIR",
+    "PI_WORKFLOWS_TEST_SCRIPT",
+];
+
+pub struct Runner;
+
+#[derive(Clone)]
+pub struct RunnerArgs {
+    pub ctx: Arc<ServerContext>,
+    pub run: Admissible,
+    pub authority: ClaimAuthority,
+    pub runner_epoch: String,
+    pub program: PathBuf,
+}
+
+pub enum RunnerMsg {
+    /// One line from the runner; the reply says whether to keep reading.
+    Frame(Vec<u8>, RpcReplyPort<bool>),
+    ReadyDeadline,
+    CheckExit,
+}
+
+pub struct RunnerState {
+    args: RunnerArgs,
+    child: ProcessChild,
+    writer: OwnedWriteHalf,
+    ready: bool,
+    revision_at_ready: Option<i64>,
+    /// The store refused our claim: another owner has the run; leave it alone.
+    claim_lost: bool,
+    /// The runner sent a stale or foreign stamp and was told `claimLost`.
+    runner_stale: bool,
+    timed_out: bool,
+    finished: bool,
+    tasks: Vec<AbortHandle>,
+}
+
+impl Actor for Runner {
+    type Msg = RunnerMsg;
+    type State = RunnerState;
+    type Arguments = RunnerArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<RunnerMsg>,
+        args: RunnerArgs,
+    ) -> Result<RunnerState, ActorProcessingErr> {
+        let (parent_end, child_end) = StdUnixStream::pair()?;
+        let launch = launch_envelope(&args);
+        let launch_bytes = encode_frame(&launch)?;
+        let worker = NewWorker {
+            runner_epoch: args.runner_epoch.clone(),
+            run_id: args.run.run_id.clone(),
+            generation: args.authority.generation,
+            server_epoch: args.ctx.epoch,
+            launch_envelope_hash: sha256_hex(&launch_bytes),
+        };
+        blocking::write(&args.ctx.store, move |tx| workers::record_launch(tx, &worker)).await?;
+        let child = spawn(process_spec(&args, child_end.into())?)?;
+        let (epoch, pid, identity) = (args.runner_epoch.clone(), child.pid(), child.identity().to_string());
+        blocking::write(&args.ctx.store, move |tx| {
+            workers::record_process(tx, &epoch, pid, &identity)
+        })
+        .await?;
+        parent_end.set_nonblocking(true)?;
+        let (read_half, mut writer) = tokio::net::UnixStream::from_std(parent_end)?.into_split();
+        writer.write_all(&launch_bytes).await?;
+        let reader = tokio::spawn(read_frames(read_half, myself.clone())).abort_handle();
+        let ready_deadline = myself.send_after(args.ctx.runner_settings.ready_timeout, || RunnerMsg::ReadyDeadline);
+        let exit_checks = myself.send_interval(Duration::from_millis(EXIT_CHECK_MS), || RunnerMsg::CheckExit);
+        args.ctx.runners.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        tracing::info!(run_id = %args.run.run_id, generation = args.authority.generation, pid, "runner started");
+        Ok(RunnerState {
+            args,
+            child,
+            writer,
+            ready: false,
+            revision_at_ready: None,
+            claim_lost: false,
+            runner_stale: false,
+            timed_out: false,
+            finished: false,
+            tasks: vec![reader, ready_deadline.abort_handle(), exit_checks.abort_handle()],
+        })
+    }
+
+    async fn post_stop(&self, _: ActorRef<RunnerMsg>, state: &mut RunnerState) -> Result<(), ActorProcessingErr> {
+        for task in state.tasks.drain(..) {
+            task.abort();
+        }
+        if !state.child.is_reaped() {
+            // Stopped from outside (server shutdown, cancellation): stop the whole group.
+            let termination = state.child.terminate(Duration::from_millis(RUNNER_GRACE_MS)).await;
+            let outcome = termination.map(|t| t.outcome).ok();
+            settle(state, outcome, Some(WorkerOutcome::Cancelled)).await;
+        }
+        state.args.ctx.runners.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<RunnerMsg>,
+        message: RunnerMsg,
+        state: &mut RunnerState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            RunnerMsg::Frame(line, reply) => {
+                let keep_reading = on_frame(state, &line).await;
+                let _ = reply.send(keep_reading);
+                if !keep_reading {
+                    // A protocol violation or a stale runner: stop its whole group now.
+                    let _ = state.child.terminate(Duration::from_millis(RUNNER_GRACE_MS)).await;
+                }
+            }
+            RunnerMsg::ReadyDeadline if !state.ready => {
+                tracing::warn!(run_id = %state.args.run.run_id, "runner missed its ready deadline; killing it");
+                state.timed_out = true;
+                state.child.kill().await?;
+            }
+            RunnerMsg::ReadyDeadline => {}
+            RunnerMsg::CheckExit => {
+                let Some(outcome) = state.child.try_exit()? else {
+                    return Ok(());
+                };
+                // Kill stragglers of the group and reap the leader by its exact pid.
+                state.child.terminate(Duration::ZERO).await?;
+                settle(state, Some(outcome), None).await;
+                myself.stop(Some("runner exited".to_string()));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn launch_envelope(args: &RunnerArgs) -> Launch {
+    Launch {
+        schema: LAUNCH_SCHEMA.to_string(),
+        run_id: args.run.run_id.clone(),
+        generation: args.authority.generation as u64,
+        runner_epoch: args.runner_epoch.clone(),
+        project_path: args.run.project_path.clone(),
+        workflow_source: Value::Object(Map::new()),
+        definition_digest: args.run.definition_digest.clone(),
+        input_hash: args.run.input_hash.clone(),
+        protocol_version: RUNNER_PROTOCOL_VERSION,
+    }
+}
+
+fn process_spec(args: &RunnerArgs, channel: std::os::fd::OwnedFd) -> std::io::Result<ProcessSpec> {
+    let logs = &args.ctx.runner_settings.logs_dir;
+    let mut spec = ProcessSpec::new(&args.program)
+        .env_clear(true)
+        .stdout_to(logs.join(format!("{}.out", args.runner_epoch)))
+        .stderr_to(logs.join(format!("{}.err", args.runner_epoch)))
+        .capture_bytes_max(RUNNER_CAPTURE_BYTES_MAX)
+        .grace(Duration::from_millis(RUNNER_GRACE_MS))
+        .inherit_fd(channel, RUNNER_CHANNEL_FD);
+    if let Some(dir) = (!args.run.project_path.is_empty())
+        .then(|| PathBuf::from(&args.run.project_path))
+        .filter(|dir| dir.is_dir())
+    {
+        spec = spec.cwd(dir);
+    }
+    for name in RUNNER_ENV_ALLOWED {
+        if let Some(value) = std::env::var_os(name) {
+            spec = spec.env(*name, value);
+        }
+    }
+    Ok(spec)
+}
+
+async fn read_frames(read_half: tokio::net::unix::OwnedReadHalf, runner: ActorRef<RunnerMsg>) {
+    let mut reader = BufReader::new(read_half);
+    let mut line = Vec::new();
+    loop {
+        let frame = match read_line(&mut reader, &mut line).await {
+            Ok(LineRead::Line) => std::mem::take(&mut line),
+            // An oversized frame is a protocol violation: hand the runner a frame that fails.
+            Ok(LineRead::TooLarge) => b"oversized\n".to_vec(),
+            Ok(LineRead::Closed) | Err(_) => return,
+        };
+        match runner.call(|reply| RunnerMsg::Frame(frame, reply), None).await {
+            Ok(ractor::rpc::CallResult::Success(true)) => continue,
+            _ => return,
+        }
+    }
+}
+
+/// Check, apply and answer one frame; false closes the channel (and stops the runner).
+async fn on_frame(state: &mut RunnerState, line: &[u8]) -> bool {
+    let Ok(frame) = decode_frame(line) else {
+        tracing::warn!(run_id = %state.args.run.run_id, "runner sent a bad frame; stopping it");
+        return false;
+    };
+    let Some(fencing) = fencing_of(&frame) else {
+        tracing::warn!(run_id = %state.args.run.run_id, "runner message without fencing fields; stopping it");
+        return false;
+    };
+    let current = (
+        &state.args.run.run_id,
+        state.args.authority.generation as u64,
+        &state.args.runner_epoch,
+    );
+    if (&fencing.run_id, fencing.generation, &fencing.runner_epoch) != current {
+        tracing::warn!(run_id = %state.args.run.run_id, generation = fencing.generation, "stale runner message; claimLost");
+        state.runner_stale = true;
+        let _ = reply(state, Response::new(&fencing.message_id, ResponseOutcome::ClaimLost)).await;
+        return false;
+    }
+    let Ok(message) = serde_json::from_value::<Message>(Value::Object(frame)) else {
+        tracing::warn!(run_id = %state.args.run.run_id, "runner message does not match the protocol; stopping it");
+        return false;
+    };
+    let response = answer(state, &message).await;
+    let claim_lost = response.outcome == ResponseOutcome::ClaimLost;
+    let written = reply(state, response).await.is_ok();
+    if written && message.kind == MessageKind::RunnerReady && state.ready {
+        let command = Command {
+            schema: COMMAND_SCHEMA.to_string(),
+            command: CommandKind::Start,
+            parent_attempt_id: None,
+            payload: Map::new(),
+        };
+        return send(state, &command).await.is_ok();
+    }
+    written && !claim_lost
+}
+
+async fn reply(state: &mut RunnerState, response: Response) -> Result<(), ActorProcessingErr> {
+    send(state, &response).await
+}
+
+async fn send(state: &mut RunnerState, value: &impl serde::Serialize) -> Result<(), ActorProcessingErr> {
+    let bytes = encode_frame(value)?;
+    state.writer.write_all(&bytes).await?;
+    Ok(())
+}
+
+/// Apply one fenced message exactly once: a repeated message ID gets its stored answer.
+async fn answer(state: &mut RunnerState, message: &Message) -> Response {
+    let (epoch, id) = (state.args.runner_epoch.clone(), message.message_id.clone());
+    let stored = blocking::read(&state.args.ctx.store, move |conn| {
+        workers::message_receipt(conn, &epoch, &id)
+    })
+    .await;
+    if let Ok(Some((outcome, revision))) = stored {
+        let mut response = Response::new(
+            &message.message_id,
+            if outcome == "accepted" {
+                ResponseOutcome::Adopted
+            } else {
+                ResponseOutcome::Rejected
+            },
+        );
+        response.revision = revision.map(|r| r as u64);
+        return response;
+    }
+    if !state.ready && message.kind != MessageKind::RunnerReady {
+        return Response::new(&message.message_id, ResponseOutcome::Rejected)
+            .with_error("notReady", "send runner.ready first");
+    }
+    let (authority, epoch, owned) = (
+        state.args.authority.clone(),
+        state.args.runner_epoch.clone(),
+        message.clone(),
+    );
+    let applied = blocking::write(&state.args.ctx.store, move |tx| {
+        let revision = apply(tx, &authority, &owned)?;
+        workers::store_message_receipt(tx, &epoch, &owned.message_id, owned.kind.as_str(), "accepted", revision)?;
+        Ok(revision)
+    })
+    .await;
+    respond(state, message, applied).await
+}
+
+async fn respond(state: &mut RunnerState, message: &Message, applied: StoreResult<Option<i64>>) -> Response {
+    match applied {
+        Ok(revision) => {
+            match message.kind {
+                MessageKind::RunnerReady => {
+                    state.ready = true;
+                    state.revision_at_ready = revision;
+                }
+                MessageKind::RunFinished => state.finished = true,
+                _ => {}
+            }
+            let mut response = Response::new(&message.message_id, ResponseOutcome::Accepted);
+            response.revision = revision.map(|r| r as u64);
+            response
+        }
+        Err(StoreError::ClaimLost(lost)) => {
+            tracing::info!(run_id = %lost.resource_id, generation = lost.generation, reason = %lost.reason, "runner's claim lost");
+            state.claim_lost = true;
+            Response::new(&message.message_id, ResponseOutcome::ClaimLost)
+        }
+        Err(err) => {
+            let (epoch, id, kind) = (
+                state.args.runner_epoch.clone(),
+                message.message_id.clone(),
+                message.kind.as_str(),
+            );
+            let _ = blocking::write(&state.args.ctx.store, move |tx| {
+                workers::store_message_receipt(tx, &epoch, &id, kind, "rejected", None)
+            })
+            .await;
+            Response::new(&message.message_id, ResponseOutcome::Rejected)
+                .with_error("protocolRejected", &err.to_string())
+        }
+    }
+}
+
+/// The store change of one message kind; `None` revision for kinds that change no run.
+fn apply(tx: &WriteTx<'_>, authority: &ClaimAuthority, message: &Message) -> StoreResult<Option<i64>> {
+    let expected = message.expected_revision.map(|r| r as i64);
+    let text = |key: &str| message.payload.get(key).and_then(Value::as_str).map(str::to_string);
+    let revision = match message.kind {
+        MessageKind::RunnerReady => {
+            workers::record_ready(tx, &authority_epoch(message))?;
+            runs::mark_running(tx, authority, expected)?
+        }
+        MessageKind::NodeStarted => {
+            let attempt = NewAttempt {
+                attempt_id: required(message.attempt_id.clone(), "attemptId")?,
+                node_id: required(text("nodeId"), "payload.nodeId")?,
+                node_path: required(text("nodePath"), "payload.nodePath")?,
+                visit: message.payload.get("visit").and_then(Value::as_i64).unwrap_or(1),
+                node_type: text("nodeType").unwrap_or_else(|| "compute".to_string()),
+                deadline_at: message.payload.get("deadlineAt").and_then(Value::as_i64),
+                timeout_ms: message.payload.get("timeoutMs").and_then(Value::as_i64),
+            };
+            attempts::start_attempt(tx, authority, expected, &attempt)?
+        }
+        MessageKind::NodeFinished | MessageKind::NodeFailed => {
+            let attempt_id = required(message.attempt_id.clone(), "attemptId")?;
+            let outcome = if message.kind == MessageKind::NodeFinished {
+                AttemptOutcome::Completed {
+                    output_hash: text("outputHash"),
+                }
+            } else {
+                AttemptOutcome::Failed {
+                    error_hash: text("errorHash"),
+                }
+            };
+            attempts::finish_attempt(tx, authority, expected, &attempt_id, &outcome)?
+        }
+        MessageKind::RunFinished => match text("outcome").as_deref() {
+            Some("completed") => runs::complete_run(tx, authority, expected, text("outputHash").as_deref())?,
+            Some("failed") => runs::fail_run(
+                tx,
+                authority,
+                expected,
+                FailureClass::NodeFailed,
+                text("errorHash").as_deref(),
+            )?,
+            _ => return Err(invalid("payload.outcome must be completed or failed")),
+        },
+        MessageKind::RunParked => runs::park_run(tx, authority, expected, ParkReason::Boundary)?,
+        MessageKind::RunnerExiting => return Ok(None),
+        other => {
+            return Err(invalid(&format!(
+                "{} is not handled by this server version yet",
+                other.as_str()
+            )));
+        }
+    };
+    Ok(Some(revision))
+}
+
+fn authority_epoch(message: &Message) -> String {
+    message.runner_epoch.clone()
+}
+
+fn required(value: Option<String>, what: &'static str) -> StoreResult<String> {
+    value.ok_or_else(|| StoreError::InvalidInput {
+        what,
+        detail: "missing".to_string(),
+    })
+}
+
+fn invalid(detail: &str) -> StoreError {
+    StoreError::InvalidInput {
+        what: "runner message",
+        detail: detail.to_string(),
+    }
+}
+
+/// After the runner process ended: record its one outcome and decide the run's state.
+async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: Option<WorkerOutcome>) {
+    let outcome = forced.unwrap_or(if state.claim_lost || state.runner_stale {
+        WorkerOutcome::ClaimLost
+    } else if state.timed_out {
+        WorkerOutcome::TimedOut
+    } else if exit.is_some_and(ExitOutcome::success) {
+        WorkerOutcome::Exited
+    } else {
+        WorkerOutcome::Crashed
+    });
+    let leave_alone = state.claim_lost || state.finished;
+    let park = match state.revision_at_ready {
+        _ if leave_alone => None,
+        // Stopped by the server (shutdown, cancellation): a durable boundary, resumable.
+        _ if forced == Some(WorkerOutcome::Cancelled) => Some((i64::MAX, ParkReason::Boundary)),
+        Some(ready) => Some((ready, ParkReason::WorkerCrashed)),
+        None => Some((i64::MIN, ParkReason::RunnerNoProgress)),
+    };
+    let (authority, epoch) = (state.args.authority.clone(), state.args.runner_epoch.clone());
+    let (code, signal) = (exit.and_then(ExitOutcome::code), exit.and_then(ExitOutcome::signal));
+    let settled = blocking::write(&state.args.ctx.store, move |tx| {
+        if let Some((revision_at_ready, reason)) = park {
+            park_if_still_running(tx, &authority, revision_at_ready, reason)?;
+        }
+        workers::record_outcome(tx, &epoch, outcome, code, signal)
+    })
+    .await;
+    match settled {
+        Ok(_) => tracing::info!(run_id = %state.args.run.run_id, outcome = outcome.as_str(), "runner ended"),
+        Err(err) => tracing::warn!(run_id = %state.args.run.run_id, error = %err, "runner end was not recorded"),
+    }
+}
+
+/// A launch that failed before its runner could run (e.g. the program is missing): the run
+/// must not stay `starting`, so it parks for an explicit resume.
+pub async fn abandon_launch(ctx: &Arc<ServerContext>, authority: ClaimAuthority, runner_epoch: String) {
+    let parked = blocking::write(&ctx.store, move |tx| {
+        park_if_still_running(tx, &authority, i64::MIN, ParkReason::RunnerNoProgress)?;
+        workers::record_outcome(tx, &runner_epoch, WorkerOutcome::Crashed, None, None)
+    })
+    .await;
+    if let Err(err) = parked {
+        tracing::warn!(error = %err, "a failed launch could not be parked");
+    }
+}
+
+/// Park a run its runner left running: `runnerNoProgress` when the revision did not advance
+/// after ready (or ready never came), else `workerCrashed`. A lost claim changes nothing.
+fn park_if_still_running(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    revision_at_ready: i64,
+    reason: ParkReason,
+) -> StoreResult<()> {
+    let run = runs::read_run(tx, &authority.resource_id)?;
+    if run.status != RunStatus::Running || !run.queue.holds_claim() {
+        return Ok(());
+    }
+    let no_progress = reason != ParkReason::Boundary && run.revision <= revision_at_ready;
+    let reason = if no_progress {
+        ParkReason::RunnerNoProgress
+    } else {
+        reason
+    };
+    match runs::park_run(tx, authority, None, reason) {
+        Ok(_) => Ok(()),
+        Err(StoreError::ClaimLost(_)) => Ok(()),
+        Err(err) => Err(err),
+    }
+}

@@ -1,0 +1,144 @@
+//! Runner epochs (`run_workers`) and their message receipts (`runner_messages`).
+//!
+//! Architecture Invariant: a runner epoch is recorded before its process is spawned, and at
+//! most one epoch per run is active (a partial unique index enforces it).
+
+use rusqlite::{OptionalExtension, params};
+
+use super::error::StoreResult;
+use super::writer::WriteTx;
+use crate::wire_enum::wire_enum;
+
+wire_enum! {
+    /// How a runner epoch ended (one terminal outcome per epoch).
+    pub enum WorkerOutcome {
+        Exited = "exited",
+        Cancelled = "cancelled",
+        TimedOut = "timedOut",
+        Crashed = "crashed",
+        ClaimLost = "claimLost",
+        Orphaned = "orphaned",
+    }
+}
+
+/// A launch about to be spawned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewWorker {
+    pub runner_epoch: String,
+    pub run_id: String,
+    pub generation: i64,
+    pub server_epoch: i64,
+    pub launch_envelope_hash: String,
+}
+
+pub fn record_launch(tx: &WriteTx<'_>, worker: &NewWorker) -> StoreResult<()> {
+    tx.conn()
+        .prepare_cached(
+            "INSERT INTO run_workers (runner_epoch, run_id, generation, server_epoch, launch_envelope_hash, status, started_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'starting', ?6)",
+        )?
+        .execute(params![
+            worker.runner_epoch,
+            worker.run_id,
+            worker.generation,
+            worker.server_epoch,
+            worker.launch_envelope_hash,
+            tx.now_ms()
+        ])?;
+    Ok(())
+}
+
+/// The spawned process: its pid and start identity (checked before any later signal).
+pub fn record_process(tx: &WriteTx<'_>, runner_epoch: &str, pid: i32, start_identity: &str) -> StoreResult<()> {
+    tx.conn()
+        .prepare_cached("UPDATE run_workers SET pid = ?1, process_start_identity = ?2 WHERE runner_epoch = ?3")?
+        .execute(params![pid, start_identity, runner_epoch])?;
+    Ok(())
+}
+
+pub fn record_ready(tx: &WriteTx<'_>, runner_epoch: &str) -> StoreResult<()> {
+    tx.conn()
+        .prepare_cached(
+            "UPDATE run_workers SET status = 'ready', ready_at = ?1 WHERE runner_epoch = ?2 AND status = 'starting'",
+        )?
+        .execute(params![tx.now_ms(), runner_epoch])?;
+    Ok(())
+}
+
+/// Record the epoch's one terminal outcome; a second call changes nothing.
+pub fn record_outcome(
+    tx: &WriteTx<'_>,
+    runner_epoch: &str,
+    outcome: WorkerOutcome,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+) -> StoreResult<bool> {
+    let changed = tx
+        .conn()
+        .prepare_cached(
+            "UPDATE run_workers SET status = ?1, finished_at = ?2, exit_code = ?3, signal = ?4
+             WHERE runner_epoch = ?5 AND status IN ('starting', 'ready')",
+        )?
+        .execute(params![outcome.as_str(), tx.now_ms(), exit_code, signal, runner_epoch])?;
+    Ok(changed == 1)
+}
+
+/// The stored answer to a runner message already accepted or rejected.
+pub fn message_receipt(
+    conn: &rusqlite::Connection,
+    runner_epoch: &str,
+    message_id: &str,
+) -> StoreResult<Option<(String, Option<i64>)>> {
+    let receipt = conn
+        .prepare_cached("SELECT outcome, revision FROM runner_messages WHERE runner_epoch = ?1 AND message_id = ?2")?
+        .query_row([runner_epoch, message_id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    Ok(receipt)
+}
+
+pub fn store_message_receipt(
+    tx: &WriteTx<'_>,
+    runner_epoch: &str,
+    message_id: &str,
+    kind: &str,
+    outcome: &str,
+    revision: Option<i64>,
+) -> StoreResult<()> {
+    tx.conn()
+        .prepare_cached(
+            "INSERT INTO runner_messages (runner_epoch, message_id, kind, outcome, revision, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?
+        .execute(params![runner_epoch, message_id, kind, outcome, revision, tx.now_ms()])?;
+    Ok(())
+}
+
+/// A queued run ready for admission, with what its launch envelope needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admissible {
+    pub run_id: String,
+    pub project_path: String,
+    pub definition_digest: String,
+    pub input_hash: String,
+}
+
+/// Up to `limit` queued, unpaused runs whose time has come, oldest first.
+pub fn admissible_runs(conn: &rusqlite::Connection, now_ms: i64, limit: usize) -> StoreResult<Vec<Admissible>> {
+    let runs = conn
+        .prepare_cached(
+            "SELECT r.run_id, r.project_path, r.definition_digest, r.input_hash
+             FROM run_queue q JOIN runs r ON r.run_id = q.run_id
+             WHERE q.status = 'queued' AND r.paused = 0 AND q.available_at <= ?1
+             ORDER BY q.available_at, r.created_at LIMIT ?2",
+        )?
+        .query_map(params![now_ms, limit as i64], |row| {
+            Ok(Admissible {
+                run_id: row.get(0)?,
+                project_path: row.get(1)?,
+                definition_digest: row.get(2)?,
+                input_hash: row.get(3)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(runs)
+}

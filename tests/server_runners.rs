@@ -1,0 +1,270 @@
+//! Supervised runners on the real server with the scripted test runner: the runner channel,
+//! the ready handshake, fencing, and the documented outcome of each fault, with no process
+//! left behind.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pi_workflows::store::runs::{self, ExecutionMode, NewRun};
+use pi_workflows::store::{Store, SystemClock};
+use rusqlite::OpenFlags;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+struct Server {
+    dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// Queue `runs` runs, then start a server whose runners follow `script`.
+    fn start(runs: usize, script: &str, extra_env: &[(&str, &str)]) -> Self {
+        let dir = tempfile::Builder::new().prefix("piwr").tempdir_in("/tmp").expect("dir");
+        queue_runs(dir.path(), runs);
+        let mut command = Command::new(env!("CARGO_BIN_EXE_pi-workflows"));
+        command
+            .arg("--state-dir")
+            .arg(dir.path())
+            .args(["server", "start"])
+            .env("PI_WORKFLOWS_RUNNER", env!("CARGO_BIN_EXE_pi-workflows-test-runner"))
+            .env("PI_WORKFLOWS_TEST_SCRIPT", script)
+            .env("PI_WORKFLOWS_RUNNER_READY_MS", "1500");
+        for (name, value) in extra_env {
+            command.env(name, value);
+        }
+        let out = command.output().expect("server start");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        Self { dir }
+    }
+
+    fn db(&self) -> rusqlite::Connection {
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY;
+        rusqlite::Connection::open_with_flags(self.dir.path().join("state.sqlite"), flags).expect("read db")
+    }
+
+    fn query<T: rusqlite::types::FromSql>(&self, sql: &str) -> T {
+        self.db().query_row(sql, [], |row| row.get(0)).expect(sql)
+    }
+
+    fn wait_for(&self, what: &str, sql: &str) {
+        let deadline = Instant::now() + WAIT;
+        while self.query::<i64>(sql) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting until {what}\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("logs/server.log")).unwrap_or_default()
+    }
+
+    fn runner_pids(&self) -> Vec<i32> {
+        let db = self.db();
+        let mut statement = db
+            .prepare("SELECT pid FROM run_workers WHERE pid IS NOT NULL")
+            .expect("pids");
+        statement
+            .query_map([], |row| row.get(0))
+            .expect("query")
+            .map(Result::unwrap)
+            .collect()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new(env!("CARGO_BIN_EXE_pi-workflows"))
+            .arg("--state-dir")
+            .arg(self.dir.path())
+            .args(["server", "stop"])
+            .output();
+    }
+}
+
+fn queue_runs(dir: &Path, count: usize) {
+    std::fs::create_dir_all(dir).expect("dir");
+    let store = Store::open(&dir.join("state.sqlite"), Arc::new(SystemClock)).expect("store");
+    for index in 0..count {
+        let new_run = NewRun {
+            run_id: format!("run-{index}"),
+            workflow_name: "scripted".to_string(),
+            project_path: String::new(),
+            parent_run_id: None,
+            root_run_id: None,
+            definition_digest: "sha256:scripted".to_string(),
+            input_hash: "0".repeat(64),
+            execution: ExecutionMode::Headless,
+        };
+        store.write(move |tx| runs::queue_run(tx, &new_run)).expect("queue");
+    }
+}
+
+/// No live (non-zombie) process remains in any runner's process group.
+fn assert_no_survivors(pids: &[i32]) {
+    let deadline = Instant::now() + WAIT;
+    for pid in pids {
+        while !supervisors::process::group_members(*pid).is_empty() {
+            assert!(Instant::now() < deadline, "runner group {pid} still has live members");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn runner_program() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_pi-workflows-test-runner"))
+}
+
+#[test]
+fn a_scripted_run_completes_through_fenced_messages() {
+    assert!(runner_program().exists());
+    let server = Server::start(1, "steps=3", &[]);
+    server.wait_for(
+        "the run completes",
+        "SELECT count(*) FROM runs WHERE status = 'completed'",
+    );
+    server.wait_for(
+        "the runner exits",
+        "SELECT count(*) FROM run_workers WHERE status = 'exited'",
+    );
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM node_attempts WHERE status = 'completed'"),
+        3
+    );
+    assert_eq!(server.query::<String>("SELECT status FROM run_queue"), "done");
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM leases WHERE resource_type = 'run' AND owner_type IS NOT NULL"),
+        0
+    );
+    // ready, 3 × (started + finished), finished, exiting: every accepted message has a receipt.
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM runner_messages WHERE outcome = 'accepted'"),
+        9
+    );
+    assert_no_survivors(&server.runner_pids());
+}
+
+#[test]
+fn a_runner_crash_after_progress_parks_the_run_as_worker_crashed() {
+    let server = Server::start(1, "steps=3,crash-after=4,grandchildren", &[]);
+    server.wait_for(
+        "the runner is recorded as crashed",
+        "SELECT count(*) FROM run_workers WHERE status = 'crashed'",
+    );
+    assert_eq!(
+        server.query::<String>("SELECT status_detail FROM runs"),
+        "workerCrashed"
+    );
+    assert_eq!(server.query::<String>("SELECT status FROM run_queue"), "parked");
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM node_attempts WHERE status = 'interrupted'"),
+        1
+    );
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM events WHERE event_type = 'run.failed'"),
+        0
+    );
+    assert_no_survivors(&server.runner_pids());
+}
+
+#[test]
+fn a_runner_that_never_becomes_ready_is_killed_and_parked_without_relaunch() {
+    let server = Server::start(1, "hang-before-ready,grandchildren,ignore-sigterm", &[]);
+    server.wait_for(
+        "the runner times out",
+        "SELECT count(*) FROM run_workers WHERE status = 'timedOut'",
+    );
+    assert_eq!(
+        server.query::<String>("SELECT status_detail FROM runs"),
+        "runnerNoProgress"
+    );
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM run_workers"),
+        1,
+        "runnerNoProgress must not relaunch"
+    );
+    assert_no_survivors(&server.runner_pids());
+}
+
+#[test]
+fn a_stale_generation_gets_claim_lost_and_the_runner_is_stopped() {
+    let server = Server::start(1, "steps=2,stale-generation", &[]);
+    server.wait_for(
+        "the stale runner is recorded",
+        "SELECT count(*) FROM run_workers WHERE status = 'claimLost'",
+    );
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM node_attempts"),
+        0,
+        "a stale message changed state"
+    );
+    // Nothing advanced after ready, so the run needs an explicit resume.
+    assert_eq!(
+        server.query::<String>("SELECT status_detail FROM runs"),
+        "runnerNoProgress"
+    );
+    assert_no_survivors(&server.runner_pids());
+}
+
+#[test]
+fn garbage_and_oversized_frames_stop_only_that_runner() {
+    for script in ["steps=1,garbage", "steps=1,oversized"] {
+        let server = Server::start(1, script, &[]);
+        server.wait_for(
+            "the runner is stopped",
+            "SELECT count(*) FROM run_workers WHERE finished_at IS NOT NULL",
+        );
+        assert_eq!(
+            server.query::<String>("SELECT status FROM run_queue"),
+            "parked",
+            "{script}"
+        );
+        assert_eq!(
+            server.query::<String>("SELECT status FROM runs"),
+            "running",
+            "{script}: a runner fault is not a run failure"
+        );
+        assert_no_survivors(&server.runner_pids());
+    }
+}
+
+#[test]
+fn capacity_bounds_concurrent_runners_and_queued_runs_wait() {
+    let server = Server::start(3, "steps=2,step-delay-ms=100", &[("PI_WORKFLOWS_MAX_WORKERS", "1")]);
+    server.wait_for(
+        "all runs complete",
+        "SELECT count(*) = 3 FROM runs WHERE status = 'completed'",
+    );
+    // With capacity 1, runner lifetimes never overlap.
+    let overlaps: i64 = server.query(
+        "SELECT count(*) FROM run_workers a JOIN run_workers b ON a.runner_epoch < b.runner_epoch
+         WHERE a.started_at < b.finished_at AND b.started_at < a.finished_at",
+    );
+    assert_eq!(overlaps, 0);
+}
+
+#[test]
+fn stopping_the_server_parks_a_live_run_at_a_boundary() {
+    let server = Server::start(1, "steps=50,step-delay-ms=200", &[]);
+    server.wait_for("the runner is live", "SELECT count(*) FROM node_attempts");
+    let pids = server.runner_pids();
+    let stop = Command::new(env!("CARGO_BIN_EXE_pi-workflows"))
+        .arg("--state-dir")
+        .arg(server.dir.path())
+        .args(["server", "stop"])
+        .output()
+        .expect("stop");
+    assert!(stop.status.success(), "{}", String::from_utf8_lossy(&stop.stderr));
+    assert_eq!(server.query::<String>("SELECT status_detail FROM runs"), "boundary");
+    assert_eq!(server.query::<String>("SELECT status FROM run_workers"), "cancelled");
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM leases WHERE owner_type IS NOT NULL"),
+        0
+    );
+    assert_no_survivors(&pids);
+}
