@@ -107,6 +107,8 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<StopReason> {
     let lease: ServerLease = blocking::write(&store, move |tx| server_lease::take_server_lease(tx, &owner)).await?;
     tracing::info!(epoch = lease.epoch, pid = std::process::id(), "server starting");
 
+    recover(&store, &server_id).await?;
+
     let ctx = ServerContext::new(Arc::clone(&store), lease.epoch, server_id, config.runner.clone());
     let spec = tree::root_spec(&ctx, &lease, paths.socket.clone(), config.idle_exit);
     let (root, root_done) = Actor::spawn(None, Supervisor, spec)
@@ -135,6 +137,30 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<StopReason> {
     drop(root_done);
     tracing::info!(reason = reason.as_str(), "server stopped");
     Ok(reason)
+}
+
+/// Startup recovery before any runner is admitted: stop processes an older server left
+/// behind (only when their start identity still matches), then settle their runs.
+async fn recover(store: &Arc<Store>, server_id: &str) -> anyhow::Result<()> {
+    use supervisors::process::{ProcessSignal, StartIdentity, signal_group_if_identity_matches};
+    let stale = blocking::read(store, crate::store::recovery::stale_workers).await?;
+    for worker in &stale {
+        let Some(identity) = worker
+            .process_start_identity
+            .as_deref()
+            .and_then(|text| text.parse::<StartIdentity>().ok())
+        else {
+            continue;
+        };
+        match signal_group_if_identity_matches(&identity, ProcessSignal::Kill) {
+            Ok(outcome) => tracing::info!(pid = identity.pid, ?outcome, "stale runner from an older server"),
+            Err(err) => tracing::warn!(pid = identity.pid, error = %err, "could not check a stale runner"),
+        }
+    }
+    let owner = server_id.to_string();
+    let report = blocking::write(store, move |tx| crate::store::recovery::recover(tx, &owner, &stale)).await?;
+    tracing::info!(?report, "startup recovery done");
+    Ok(())
 }
 
 /// Resolves if the root supervisor dies on its own (it escalated past its intensity).

@@ -242,7 +242,7 @@ fn write_holder(
 /// Take the claim whatever its holder's expiry, growing the generation. Only for a caller
 /// that has proved the previous holder is gone by other means: the server holds the global
 /// lock file, which the kernel releases when the old server process dies.
-pub(crate) fn take_over(
+pub fn take_over(
     tx: &WriteTx<'_>,
     resource_type: ResourceType,
     resource_id: &str,

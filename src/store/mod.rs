@@ -17,6 +17,7 @@ pub mod clock;
 pub mod commands;
 pub mod error;
 pub mod events;
+pub mod recovery;
 pub mod runs;
 pub mod schema;
 pub mod server_lease;

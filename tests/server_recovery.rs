@@ -1,0 +1,117 @@
+//! Startup recovery on the real binary: SIGKILL the server while a runner works, start a new
+//! server, and the run resumes under a new generation and completes; the old runner epoch
+//! is closed as orphaned and no process survives.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pi_workflows::store::runs::{self, ExecutionMode, NewRun};
+use pi_workflows::store::{Store, SystemClock};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn pi_workflows(dir: &Path, args: &[&str], script: &str) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_pi-workflows"))
+        .arg("--state-dir")
+        .arg(dir)
+        .args(args)
+        .env("PI_WORKFLOWS_RUNNER", env!("CARGO_BIN_EXE_pi-workflows-test-runner"))
+        .env("PI_WORKFLOWS_TEST_SCRIPT", script)
+        .output()
+        .expect("run pi-workflows")
+}
+
+fn query(dir: &Path, sql: &str) -> i64 {
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+    let db = rusqlite::Connection::open_with_flags(dir.join("state.sqlite"), flags).expect("db");
+    db.query_row(sql, [], |row| row.get(0)).expect(sql)
+}
+
+fn wait_for(dir: &Path, what: &str, sql: &str) {
+    let deadline = Instant::now() + WAIT;
+    while query(dir, sql) == 0 {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn server_pid(dir: &Path) -> i32 {
+    std::fs::read_to_string(dir.join("server/server.lock"))
+        .expect("lock")
+        .trim()
+        .parse()
+        .expect("pid")
+}
+
+#[test]
+fn a_run_interrupted_by_a_server_crash_resumes_under_a_new_generation() {
+    let root = tempfile::Builder::new().prefix("piwc").tempdir_in("/tmp").expect("dir");
+    let dir = root.path();
+    {
+        let store = Store::open(&dir.join("state.sqlite"), Arc::new(SystemClock)).expect("store");
+        let new_run = NewRun {
+            run_id: "run-crash".to_string(),
+            workflow_name: "scripted".to_string(),
+            project_path: String::new(),
+            parent_run_id: None,
+            root_run_id: None,
+            definition_digest: "sha256:scripted".to_string(),
+            input_hash: "0".repeat(64),
+            execution: ExecutionMode::Headless,
+        };
+        store.write(move |tx| runs::queue_run(tx, &new_run)).expect("queue");
+    }
+    let script = "steps=20,step-delay-ms=100,grandchildren";
+    assert!(pi_workflows(dir, &["server", "start"], script).status.success());
+    wait_for(
+        dir,
+        "the first runner made progress",
+        "SELECT count(*) FROM node_attempts WHERE status = 'completed'",
+    );
+    let old_runner: i64 = query(dir, "SELECT pid FROM run_workers");
+    let pid = server_pid(dir);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).expect("kill -9");
+
+    let out = pi_workflows(dir, &["server", "start"], script);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_for(
+        dir,
+        "the run completes",
+        "SELECT count(*) FROM runs WHERE status = 'completed'",
+    );
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+    let db = rusqlite::Connection::open_with_flags(dir.join("state.sqlite"), flags).expect("db");
+    let workers: Vec<String> = db
+        .prepare("SELECT generation || ' ' || status FROM run_workers ORDER BY started_at")
+        .expect("sql")
+        .query_map([], |row| row.get(0))
+        .expect("rows")
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        query(dir, "SELECT count(*) FROM run_workers WHERE status = 'orphaned'"),
+        1,
+        "{workers:?}"
+    );
+    wait_for(
+        dir,
+        "the new runner exits",
+        "SELECT count(*) FROM run_workers WHERE status = 'exited'",
+    );
+    assert!(
+        query(dir, "SELECT max(generation) FROM run_workers") >= 3,
+        "recovery and restart take new generations"
+    );
+    assert_eq!(
+        query(dir, "SELECT count(*) FROM events WHERE event_type = 'run.failed'"),
+        0
+    );
+    let deadline = Instant::now() + WAIT;
+    while !supervisors::process::group_members(old_runner as i32).is_empty() {
+        assert!(Instant::now() < deadline, "the old runner's group survived the crash");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(pi_workflows(dir, &["server", "stop"], script).status.success());
+}
