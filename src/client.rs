@@ -79,6 +79,20 @@ impl Client {
     /// Send one request and wait for its response. State-changing operations get a fresh
     /// idempotency key per call (one user invocation).
     pub fn request(&mut self, operation: Operation, payload: JsonObject) -> Result<Response, ClientError> {
+        self.request_for(operation, None, payload)
+    }
+
+    /// `request` addressed to one run.
+    pub fn request_for(
+        &mut self,
+        operation: Operation,
+        run_id: Option<&str>,
+        payload: JsonObject,
+    ) -> Result<Response, ClientError> {
+        let run_id = run_id
+            .map(OpaqueId::new)
+            .transpose()
+            .map_err(|err| ClientError::Protocol(err.to_string()))?;
         let idempotency_key = operation
             .is_state_changing()
             .then(|| OpaqueId::new(random_id("key")))
@@ -90,7 +104,7 @@ impl Client {
             client_id: self.client_id.clone(),
             operation,
             idempotency_key,
-            run_id: None,
+            run_id,
             expected_revision: None,
             payload,
         };

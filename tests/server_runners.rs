@@ -268,3 +268,95 @@ fn stopping_the_server_parks_a_live_run_at_a_boundary() {
     );
     assert_no_survivors(&pids);
 }
+
+fn cli(server: &Server, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_pi-workflows"))
+        .arg("--state-dir")
+        .arg(server.dir.path())
+        .args(args)
+        .output()
+        .expect("cli")
+}
+
+#[test]
+fn pausing_a_live_run_stops_its_runner_and_resume_finishes_it() {
+    let server = Server::start(1, "steps=30,step-delay-ms=50,grandchildren", &[]);
+    server.wait_for(
+        "the runner is live",
+        "SELECT count(*) FROM node_attempts WHERE status = 'completed'",
+    );
+    let pids = server.runner_pids();
+    let pause = cli(&server, &["run", "pause", "run-0"]);
+    assert!(pause.status.success(), "{}", String::from_utf8_lossy(&pause.stderr));
+    assert_eq!(server.query::<i64>("SELECT paused FROM runs"), 1);
+    assert_eq!(server.query::<String>("SELECT status FROM run_queue"), "parked");
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM leases WHERE resource_type = 'run' AND owner_type IS NOT NULL"),
+        0
+    );
+    assert_no_survivors(&pids);
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM run_workers"),
+        1,
+        "a paused run must not be relaunched"
+    );
+
+    let resume = cli(&server, &["run", "resume", "run-0"]);
+    assert!(resume.status.success(), "{}", String::from_utf8_lossy(&resume.stderr));
+    server.wait_for(
+        "the resumed run completes",
+        "SELECT count(*) FROM runs WHERE status = 'completed'",
+    );
+    assert_eq!(
+        server.query::<i64>("SELECT count(DISTINCT generation) FROM run_workers"),
+        2
+    );
+}
+
+#[test]
+fn cancelling_live_and_queued_runs_is_terminal_and_leaves_no_process() {
+    let server = Server::start(
+        2,
+        "steps=40,step-delay-ms=50,grandchildren",
+        &[("PI_WORKFLOWS_MAX_WORKERS", "1")],
+    );
+    server.wait_for("the first runner is live", "SELECT count(*) FROM node_attempts");
+    let live: String = server.query("SELECT run_id FROM run_workers");
+    let queued = if live == "run-0" { "run-1" } else { "run-0" };
+    let pids = server.runner_pids();
+    for run_id in [live.as_str(), queued] {
+        let out = cli(&server, &["run", "cancel", run_id]);
+        assert!(
+            out.status.success(),
+            "cancel {run_id}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM runs WHERE status = 'cancelled'"),
+        2
+    );
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM run_queue WHERE status = 'cancelled'"),
+        2
+    );
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM node_attempts WHERE status IN ('running', 'waiting')"),
+        0
+    );
+    assert_no_survivors(&pids);
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM run_workers"),
+        1,
+        "the cancelled queued run never starts"
+    );
+    let again = cli(&server, &["run", "cancel", &live]);
+    assert!(!again.status.success(), "cancelling a cancelled run is refused");
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("cancel"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+}

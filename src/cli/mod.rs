@@ -2,6 +2,7 @@
 //! (clap), 3 a check found problems.
 
 mod protocol_check;
+mod run;
 mod server;
 mod state;
 
@@ -32,21 +33,26 @@ pub enum Command {
     /// Run, start, inspect and stop the workflow server.
     #[command(subcommand)]
     Server(server::ServerCommand),
+    /// Pause, resume or cancel a run.
+    #[command(subcommand)]
+    Run(run::RunCommand),
     /// Check client.v1 protocol lines from standard input, one per line.
     #[command(name = "protocol-check")]
     ProtocolCheck(protocol_check::ProtocolCheckArgs),
 }
 
+fn resolve_state_dir(state_dir: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    match state_dir {
+        Some(dir) => Ok(dir),
+        None => crate::paths::default_state_dir(),
+    }
+}
+
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::State(command) => state::run(cli.state_dir, command),
-        Command::Server(command) => {
-            let state_dir = match cli.state_dir {
-                Some(dir) => dir,
-                None => crate::paths::default_state_dir()?,
-            };
-            server::run(state_dir, command)
-        }
+        Command::State(command) => state::run(resolve_state_dir(cli.state_dir)?, command),
+        Command::Server(command) => server::run(resolve_state_dir(cli.state_dir)?, command),
+        Command::Run(command) => run::run(resolve_state_dir(cli.state_dir)?, command),
         Command::ProtocolCheck(args) => protocol_check::run(args),
     }
 }

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Subcommand;
 use serde_json::json;
 
-use crate::paths::{DATABASE_FILE, default_state_dir, ensure_private_dir};
+use crate::paths::{DATABASE_FILE, ensure_private_dir};
 use crate::store::{Store, SystemClock, schema, verify};
 
 #[derive(Debug, Subcommand)]
@@ -31,17 +31,13 @@ pub enum StateCommand {
     },
 }
 
-fn open_store(state_dir: Option<PathBuf>) -> anyhow::Result<Store> {
-    let dir = match state_dir {
-        Some(dir) => dir,
-        None => default_state_dir()?,
-    };
+fn open_store(dir: PathBuf) -> anyhow::Result<Store> {
     ensure_private_dir(&dir)?;
     let path = dir.join(DATABASE_FILE);
     Store::open(&path, Arc::new(SystemClock)).context("could not open the state database")
 }
 
-pub fn run(state_dir: Option<PathBuf>, command: StateCommand) -> anyhow::Result<ExitCode> {
+pub fn run(state_dir: PathBuf, command: StateCommand) -> anyhow::Result<ExitCode> {
     let store = open_store(state_dir)?;
     match command {
         StateCommand::Init { json } => {

@@ -1,13 +1,15 @@
 //! What every server actor shares: the store, the epoch, and the shutdown signal.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use ractor::ActorRef;
 use supervisors::SupervisorMsg;
 use tokio::sync::watch;
 
+use super::runner::RunnerMsg;
 use crate::store::Store;
 
 /// Why the server is stopping.
@@ -61,6 +63,8 @@ pub struct ServerContext {
     pub runners: AtomicUsize,
     /// The root supervisor, for `server status --tree`.
     pub root: OnceLock<ActorRef<SupervisorMsg>>,
+    /// The live runner actor of each run that has one.
+    runner_registry: Mutex<HashMap<String, ActorRef<RunnerMsg>>>,
     stop: watch::Sender<Option<StopReason>>,
 }
 
@@ -77,6 +81,7 @@ impl ServerContext {
             connections: AtomicUsize::new(0),
             runners: AtomicUsize::new(0),
             root: OnceLock::new(),
+            runner_registry: Mutex::new(HashMap::new()),
             stop,
         })
     }
@@ -107,6 +112,31 @@ impl ServerContext {
                 return StopReason::Requested;
             }
         }
+    }
+
+    pub fn register_runner(&self, run_id: &str, runner: ActorRef<RunnerMsg>) {
+        self.registry().insert(run_id.to_string(), runner);
+    }
+
+    /// Forget `run_id`'s runner, unless a newer runner already replaced it.
+    pub fn unregister_runner(&self, run_id: &str, runner: &ActorRef<RunnerMsg>) {
+        let mut registry = self.registry();
+        if registry
+            .get(run_id)
+            .is_some_and(|current| current.get_id() == runner.get_id())
+        {
+            registry.remove(run_id);
+        }
+    }
+
+    pub fn runner_for(&self, run_id: &str) -> Option<ActorRef<RunnerMsg>> {
+        self.registry().get(run_id).cloned()
+    }
+
+    fn registry(&self) -> std::sync::MutexGuard<'_, HashMap<String, ActorRef<RunnerMsg>>> {
+        self.runner_registry
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub fn connection_opened(&self) {

@@ -1,5 +1,6 @@
-//! Request handling of the front door: `server.status` and `server.stop` today. Every other
-//! operation is refused with a clear `unsupportedOperation` error until its issue lands.
+//! Request handling of the front door: `server.status`, `server.stop`, `run.pause`,
+//! `run.resume` and `run.cancel` today. Every other operation is refused with a clear
+//! `unsupportedOperation` error until its issue lands.
 
 use std::sync::Arc;
 
@@ -7,11 +8,14 @@ use serde_json::{Value, json};
 
 use super::blocking;
 use super::context::{ServerContext, StopReason};
+use super::runner::{RunControl, RunnerMsg};
 use super::status;
 use crate::protocol::{
     ClientSchema, JsonObject, Operation, Outcome, Request, Response, ResponseError, request_fingerprint,
 };
-use crate::store::commands::{self, Accepted, CommandOutcome, CommandRequest};
+use crate::store::commands::{self, Accepted, CommandOutcome, CommandReceipt, CommandRequest};
+use crate::store::runs;
+use crate::store::{StoreError, StoreResult, WriteTx};
 
 pub struct Handled {
     pub response: Response,
@@ -23,6 +27,9 @@ pub async fn handle_request(ctx: &Arc<ServerContext>, request: Request) -> Handl
     let result = match request.operation {
         Operation::ServerStatus => server_status(ctx, &request).await,
         Operation::ServerStop => server_stop(ctx, &request).await,
+        Operation::RunPause => run_control(ctx, &request, RunControl::Pause).await,
+        Operation::RunResume => run_control(ctx, &request, RunControl::Resume).await,
+        Operation::RunCancel => run_control(ctx, &request, RunControl::Cancel).await,
         other => Err(rejected(
             "unsupportedOperation",
             &format!("{} is not available in this server version yet", other.as_str()),
@@ -53,21 +60,7 @@ async fn server_status(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
 
 /// Stop after answering; the receipt commits first so a retry adopts it.
 async fn server_stop(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
-    let key = request.idempotency_key.as_ref().ok_or_else(|| {
-        rejected(
-            "missingIdempotencyKey",
-            "server.stop needs an idempotencyKey; retry with one",
-        )
-    })?;
-    let fingerprint = request_fingerprint(request).map_err(|err| rejected("invalidRequest", &err.to_string()))?;
-    let command = CommandRequest {
-        request_id: request.request_id.as_str().to_string(),
-        client_id: request.client_id.as_str().to_string(),
-        operation: request.operation.as_str().to_string(),
-        idempotency_key: key.as_str().to_string(),
-        run_id: None,
-        fingerprint,
-    };
+    let command = command_request(request)?;
     let epoch = ctx.epoch;
     let stored = blocking::write(&ctx.store, move |tx| {
         commands::run_command(tx, &command, |_| {
@@ -77,27 +70,114 @@ async fn server_stop(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
             })
         })
     })
-    .await
-    .map_err(|err| rejected("unavailable", &format!("the stop could not be recorded: {err}")))?;
+    .await;
+    let (outcome, receipt, _) = answer_of(stored)?;
+    Ok((outcome, receipt, Some(StopReason::Requested)))
+}
+
+/// `run.pause`, `run.resume`, `run.cancel`: the change and its receipt commit together; a
+/// live runner's run changes through that runner's claim, and its process group is stopped
+/// after the commit.
+async fn run_control(ctx: &Arc<ServerContext>, request: &Request, control: RunControl) -> Answer {
+    let command = command_request(request)?;
+    let run_id = command
+        .run_id
+        .clone()
+        .ok_or_else(|| rejected("missingRunId", &format!("{} needs a runId", request.operation.as_str())))?;
+    let expected = request.expected_revision.map(|revision| revision.get() as i64);
+    if control != RunControl::Resume
+        && let Some(runner) = ctx.runner_for(&run_id)
+    {
+        let stored = runner
+            .call(
+                |reply| RunnerMsg::Control(control, command.clone(), expected, reply),
+                None,
+            )
+            .await
+            .map_err(|_| rejected("unavailable", "the run's runner stopped; retry"))?;
+        match stored {
+            ractor::rpc::CallResult::Success(stored) => return answer_of(stored),
+            _ => return Err(rejected("unavailable", "the run's runner did not answer; retry")),
+        }
+    }
+    let server_id = ctx.server_id.clone();
+    let stored = blocking::write(&ctx.store, move |tx| {
+        commands::run_command(tx, &command, |tx| {
+            let revision = control_unclaimed(tx, &run_id, control, expected, &server_id)?;
+            Ok(Accepted {
+                revision: Some(revision),
+                receipt: json!({"runId": run_id, "revision": revision}),
+            })
+        })
+    })
+    .await;
+    answer_of(stored)
+}
+
+/// A control on a run without a live runner here: unclaimed work, or (cancel only) a
+/// running row whose claim expired, which first takes a new control claim.
+fn control_unclaimed(
+    tx: &WriteTx<'_>,
+    run_id: &str,
+    control: RunControl,
+    expected: Option<i64>,
+    server_id: &str,
+) -> StoreResult<i64> {
+    match control {
+        RunControl::Resume => runs::resume_run(tx, run_id, expected),
+        RunControl::Pause => runs::pause_unclaimed(tx, run_id, expected),
+        RunControl::Cancel => match runs::cancel_unclaimed(tx, run_id, expected) {
+            Err(StoreError::ClaimHeld { .. }) => runs::cancel_expired(tx, run_id, server_id, expected),
+            other => other,
+        },
+    }
+}
+
+/// The durable identity of a state-changing request.
+fn command_request(request: &Request) -> Result<CommandRequest, (Outcome, ResponseError)> {
+    let operation = request.operation.as_str();
+    let key = request.idempotency_key.as_ref().ok_or_else(|| {
+        rejected(
+            "missingIdempotencyKey",
+            &format!("{operation} needs an idempotencyKey; retry with one"),
+        )
+    })?;
+    let fingerprint = request_fingerprint(request).map_err(|err| rejected("invalidRequest", &err.to_string()))?;
+    Ok(CommandRequest {
+        request_id: request.request_id.as_str().to_string(),
+        client_id: request.client_id.as_str().to_string(),
+        operation: operation.to_string(),
+        idempotency_key: key.as_str().to_string(),
+        run_id: request.run_id.as_ref().map(|id| id.as_str().to_string()),
+        fingerprint,
+    })
+}
+
+/// The client answer of a stored command receipt.
+fn answer_of(stored: StoreResult<CommandReceipt>) -> Answer {
+    let stored = stored.map_err(|err| rejected("unavailable", &format!("the command could not be recorded: {err}")))?;
     let receipt = match stored.receipt {
         Some(Value::Object(receipt)) => receipt,
         _ => JsonObject::new(),
     };
+    let error = || {
+        let error = stored.error.as_ref().map_or_else(
+            || ResponseError::new("conflict", "this idempotency key names another request"),
+            |error| ResponseError::new(&error.code, &error.message),
+        );
+        error.unwrap_or_else(|_| rejected("internal", "the stored error is malformed").1)
+    };
     match stored.outcome {
-        CommandOutcome::Accepted => Ok((Outcome::Accepted, receipt, Some(StopReason::Requested))),
-        CommandOutcome::Adopted => Ok((Outcome::Adopted, receipt, Some(StopReason::Requested))),
-        CommandOutcome::Rejected | CommandOutcome::Conflict => {
-            let outcome = if stored.outcome == CommandOutcome::Conflict {
-                Outcome::Conflict
-            } else {
-                Outcome::Rejected
+        CommandOutcome::Accepted => Ok((Outcome::Accepted, receipt, None)),
+        CommandOutcome::Adopted => Ok((Outcome::Adopted, receipt, None)),
+        CommandOutcome::Conflict => Err((Outcome::Conflict, error())),
+        CommandOutcome::Rejected => {
+            let outcome = match stored.error.as_ref().map(|error| error.code.as_str()) {
+                Some("notFound") => Outcome::NotFound,
+                Some("claimLost") => Outcome::ClaimLost,
+                _ => Outcome::Rejected,
             };
-            let error = stored.error.map_or_else(
-                || ResponseError::new("conflict", "this idempotency key names another request"),
-                |error| ResponseError::new(&error.code, &error.message),
-            );
-            let error = error.unwrap_or_else(|_| rejected("internal", "the stored error is malformed").1);
-            Err((outcome, error))
+            Err((outcome, error()))
         }
     }
 }

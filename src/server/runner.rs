@@ -32,6 +32,7 @@ use crate::protocol::runner::{
 use crate::protocol::{decode_frame, encode_frame};
 use crate::store::attempts::{self, AttemptOutcome, NewAttempt};
 use crate::store::claims::ClaimAuthority;
+use crate::store::commands::{self, CommandOutcome, CommandReceipt, CommandRequest};
 use crate::store::runs::{self, FailureClass, ParkReason, RunStatus};
 use crate::store::workers::{self, Admissible, NewWorker, WorkerOutcome};
 use crate::store::{StoreError, StoreResult, WriteTx};
@@ -62,9 +63,24 @@ pub struct RunnerArgs {
     pub program: PathBuf,
 }
 
+/// A client control that changes a live runner's run through its claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunControl {
+    Pause,
+    Resume,
+    Cancel,
+}
+
 pub enum RunnerMsg {
     /// One line from the runner; the reply says whether to keep reading.
     Frame(Vec<u8>, RpcReplyPort<bool>),
+    /// Pause or cancel the run as a durable client command, then stop the runner's group.
+    Control(
+        RunControl,
+        CommandRequest,
+        Option<i64>,
+        RpcReplyPort<StoreResult<CommandReceipt>>,
+    ),
     ReadyDeadline,
     CheckExit,
 }
@@ -118,6 +134,7 @@ impl Actor for Runner {
         let ready_deadline = myself.send_after(args.ctx.runner_settings.ready_timeout, || RunnerMsg::ReadyDeadline);
         let exit_checks = myself.send_interval(Duration::from_millis(EXIT_CHECK_MS), || RunnerMsg::CheckExit);
         args.ctx.runners.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        args.ctx.register_runner(&args.run.run_id, myself.clone());
         tracing::info!(run_id = %args.run.run_id, generation = args.authority.generation, pid, "runner started");
         Ok(RunnerState {
             args,
@@ -133,7 +150,8 @@ impl Actor for Runner {
         })
     }
 
-    async fn post_stop(&self, _: ActorRef<RunnerMsg>, state: &mut RunnerState) -> Result<(), ActorProcessingErr> {
+    async fn post_stop(&self, myself: ActorRef<RunnerMsg>, state: &mut RunnerState) -> Result<(), ActorProcessingErr> {
+        state.args.ctx.unregister_runner(&state.args.run.run_id, &myself);
         for task in state.tasks.drain(..) {
             task.abort();
         }
@@ -160,6 +178,25 @@ impl Actor for Runner {
                 if !keep_reading {
                     // A protocol violation or a stale runner: stop its whole group now.
                     let _ = state.child.terminate(Duration::from_millis(RUNNER_GRACE_MS)).await;
+                }
+            }
+            RunnerMsg::Control(control, command, expected, reply) => {
+                let stored = control_run(state, control, command, expected).await;
+                let committed = stored
+                    .as_ref()
+                    .is_ok_and(|receipt| receipt.outcome == CommandOutcome::Accepted);
+                let _ = reply.send(stored);
+                if committed {
+                    // The run's new state is durable: now stop the whole runner group.
+                    state.finished = true;
+                    let termination = state.child.terminate(Duration::from_millis(RUNNER_GRACE_MS)).await;
+                    settle(
+                        state,
+                        termination.map(|t| t.outcome).ok(),
+                        Some(WorkerOutcome::Cancelled),
+                    )
+                    .await;
+                    myself.stop(Some("run controlled".to_string()));
                 }
             }
             RunnerMsg::ReadyDeadline if !state.ready => {
@@ -466,6 +503,32 @@ async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: Opti
         Ok(_) => tracing::info!(run_id = %state.args.run.run_id, outcome = outcome.as_str(), "runner ended"),
         Err(err) => tracing::warn!(run_id = %state.args.run.run_id, error = %err, "runner end was not recorded"),
     }
+}
+
+/// Pause or cancel through this runner's claim, with the command receipt in the same
+/// transaction.
+async fn control_run(
+    state: &RunnerState,
+    control: RunControl,
+    command: CommandRequest,
+    expected: Option<i64>,
+) -> StoreResult<CommandReceipt> {
+    let authority = state.args.authority.clone();
+    blocking::write(&state.args.ctx.store, move |tx| {
+        commands::run_command(tx, &command, |tx| {
+            let revision = match control {
+                RunControl::Pause => runs::pause_claimed(tx, &authority, expected)?,
+                RunControl::Cancel => runs::cancel_claimed(tx, &authority, expected)?,
+                RunControl::Resume => return Err(invalid("a live run is not paused")),
+            };
+            let receipt = serde_json::json!({"runId": authority.resource_id, "revision": revision});
+            Ok(commands::Accepted {
+                revision: Some(revision),
+                receipt,
+            })
+        })
+    })
+    .await
 }
 
 /// A launch that failed before its runner could run (e.g. the program is missing): the run
