@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{Map, Value};
-use supervisors::process::{ExitOutcome, ProcessChild, ProcessSpec, spawn};
+use supervisors::process::{ExitOutcome, ProcessChild, ProcessSpec, RlimitResource, spawn};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::task::AbortHandle;
@@ -241,6 +241,8 @@ fn process_spec(args: &RunnerArgs, channel: std::os::fd::OwnedFd) -> std::io::Re
         .stderr_to(logs.join(format!("{}.err", args.runner_epoch)))
         .capture_bytes_max(RUNNER_CAPTURE_BYTES_MAX)
         .grace(Duration::from_millis(RUNNER_GRACE_MS))
+        // A core dump could hold workflow data: none, ever.
+        .rlimit(RlimitResource::Core, Some(0), Some(0))
         .inherit_fd(channel, RUNNER_CHANNEL_FD);
     if let Some(dir) = (!args.run.project_path.is_empty())
         .then(|| PathBuf::from(&args.run.project_path))
