@@ -404,7 +404,8 @@ fn apply(tx: &WriteTx<'_>, authority: &ClaimAuthority, message: &Message) -> Sto
     let text = |key: &str| message.payload.get(key).and_then(Value::as_str).map(str::to_string);
     let revision = match message.kind {
         MessageKind::RunnerReady => {
-            workers::record_ready(tx, &authority_epoch(message))?;
+            // Fencing already proved this is the runner epoch being served.
+            workers::record_ready(tx, &message.runner_epoch)?;
             runs::mark_running(tx, authority, expected)?
         }
         MessageKind::NodeStarted => {
@@ -453,10 +454,6 @@ fn apply(tx: &WriteTx<'_>, authority: &ClaimAuthority, message: &Message) -> Sto
         }
     };
     Ok(Some(revision))
-}
-
-fn authority_epoch(message: &Message) -> String {
-    message.runner_epoch.clone()
 }
 
 fn required(value: Option<String>, what: &'static str) -> StoreResult<String> {
