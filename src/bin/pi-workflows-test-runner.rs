@@ -12,10 +12,22 @@
 //! - `grandchildren`      start two `sleep 300` children in its process group first
 //! - `ignore-sigterm`     ignore SIGTERM
 //! - `step-delay-ms=N`    sleep N ms before each node
+//! - `work-ms=N`          sleep N ms inside each node (between `node.started` and
+//!   `node.finished`), so a crash can find an attempt running
+//! - `timing-file=PATH`   append one line per completed step to PATH:
+//!   `<runner epoch> <start, µs since the Unix epoch> <wall time in µs>`, the wall time
+//!   running from sending `node.started` until the response to `node.finished` (benchmarks)
+//! - `ack-file=PATH`      append one line per response to PATH:
+//!   `<runner epoch> <message ID> <kind> <outcome>` (what the server acknowledged, for
+//!   crash tests that check no acknowledged message is lost)
+//!
+//! Attempt IDs are `attempt-<run ID>-<generation>-<step>`: unique across runs and
+//! generations, as the store requires.
 
+use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::FromRawFd;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pi_workflows::protocol::runner::{
     LAUNCH_SCHEMA, Launch, MESSAGE_SCHEMA, Message, MessageKind, Response, ResponseOutcome,
@@ -39,6 +51,9 @@ struct Script {
     grandchildren: bool,
     ignore_sigterm: bool,
     step_delay_ms: u64,
+    work_ms: u64,
+    timing_file: Option<String>,
+    ack_file: Option<String>,
 }
 
 fn parse_script() -> Script {
@@ -65,6 +80,9 @@ fn parse_script() -> Script {
             "grandchildren" => script.grandchildren = true,
             "ignore-sigterm" => script.ignore_sigterm = true,
             "step-delay-ms" => script.step_delay_ms = number(),
+            "work-ms" => script.work_ms = number(),
+            "timing-file" if !value.is_empty() => script.timing_file = Some(value.to_string()),
+            "ack-file" if !value.is_empty() => script.ack_file = Some(value.to_string()),
             _ => exit_with(EXIT_PROTOCOL, "unknown script directive"),
         }
     }
@@ -76,6 +94,26 @@ fn exit_with(code: i32, why: &str) -> ! {
     std::process::exit(code)
 }
 
+/// A file opened for appending whole lines (one `write` each, so concurrent runners
+/// appending to the same file never interleave within a line).
+fn open_log(path: Option<&str>) -> Option<File> {
+    let path = path?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap_or_else(|_| exit_with(EXIT_PROTOCOL, "could not open a script log file"));
+    Some(file)
+}
+
+fn append_line(file: &mut Option<File>, line: String) {
+    if let Some(file) = file
+        && file.write_all(line.as_bytes()).is_err()
+    {
+        exit_with(EXIT_PROTOCOL, "could not append to a script log file");
+    }
+}
+
 struct Channel {
     reader: BufReader<std::fs::File>,
     writer: std::fs::File,
@@ -83,10 +121,11 @@ struct Channel {
     sent: u64,
     next_id: u64,
     generation: u64,
+    acks: Option<File>,
 }
 
 impl Channel {
-    fn open() -> Self {
+    fn open(acks: Option<File>) -> Self {
         // SAFETY: the server passes the runner channel as fd 3 and nothing else uses it.
         let file = unsafe { std::fs::File::from_raw_fd(3) };
         let writer = file
@@ -106,6 +145,7 @@ impl Channel {
             sent: 0,
             next_id: 0,
             generation,
+            acks,
         }
     }
 
@@ -133,6 +173,14 @@ impl Channel {
         }
         let response: Response = serde_json::from_value(Value::Object(read_frame(&mut self.reader)))
             .unwrap_or_else(|_| exit_with(EXIT_PROTOCOL, "bad response"));
+        let ack = format!(
+            "{} {} {} {}\n",
+            self.launch.runner_epoch,
+            message.message_id,
+            kind.as_str(),
+            response.outcome.as_str()
+        );
+        append_line(&mut self.acks, ack);
         if response.outcome == ResponseOutcome::ClaimLost {
             exit_with(EXIT_CLAIM_LOST, "claim lost; exiting as the protocol requires");
         }
@@ -168,7 +216,8 @@ fn main() {
             let _ = std::process::Command::new("sleep").arg("300").spawn();
         }
     }
-    let mut channel = Channel::open();
+    let mut timings = open_log(script.timing_file.as_deref());
+    let mut channel = Channel::open(open_log(script.ack_file.as_deref()));
     if script.hang_before_ready {
         std::thread::sleep(Duration::from_secs(600));
     }
@@ -187,10 +236,23 @@ fn main() {
     }
     for step in 1..=script.steps {
         std::thread::sleep(Duration::from_millis(script.step_delay_ms));
-        let attempt = Some(format!("attempt-{}-{step}", channel.launch.generation));
+        let attempt = Some(format!(
+            "attempt-{}-{}-{step}",
+            channel.launch.run_id, channel.launch.generation
+        ));
         let node = json!({"nodeId": format!("step{step}"), "nodePath": format!("root/step{step}"), "visit": 1, "nodeType": "compute"});
+        let (wall_start, started) = (SystemTime::now(), Instant::now());
         channel.send(MessageKind::NodeStarted, attempt.clone(), node, &script);
+        std::thread::sleep(Duration::from_millis(script.work_ms));
         channel.send(MessageKind::NodeFinished, attempt, json!({"outputHash": null}), &script);
+        if timings.is_some() {
+            let elapsed = started.elapsed().as_micros();
+            let start_us = wall_start
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |since| since.as_micros());
+            let line = format!("{} {start_us} {elapsed}\n", channel.launch.runner_epoch);
+            append_line(&mut timings, line);
+        }
     }
     let outcome = if script.fail { "failed" } else { "completed" };
     channel.send(MessageKind::RunFinished, None, json!({"outcome": outcome}), &script);

@@ -63,6 +63,8 @@ pub struct ServerContext {
     pub runners: AtomicUsize,
     /// The root supervisor, for `server status --tree`.
     pub root: OnceLock<ActorRef<SupervisorMsg>>,
+    /// Wakes the scheduler when capacity frees up or work is queued.
+    scheduler_wakes: Arc<tokio::sync::Notify>,
     /// The live runner actor of each run that has one.
     runner_registry: Mutex<HashMap<String, ActorRef<RunnerMsg>>>,
     stop: watch::Sender<Option<StopReason>>,
@@ -82,6 +84,7 @@ impl ServerContext {
             runners: AtomicUsize::new(0),
             root: OnceLock::new(),
             runner_registry: Mutex::new(HashMap::new()),
+            scheduler_wakes: Arc::new(tokio::sync::Notify::new()),
             stop,
         })
     }
@@ -112,6 +115,15 @@ impl ServerContext {
                 return StopReason::Requested;
             }
         }
+    }
+
+    /// Ask the scheduler to look for admissible work now.
+    pub fn wake_scheduler(&self) {
+        self.scheduler_wakes.notify_one();
+    }
+
+    pub fn scheduler_wakes(&self) -> Arc<tokio::sync::Notify> {
+        Arc::clone(&self.scheduler_wakes)
     }
 
     pub fn register_runner(&self, run_id: &str, runner: ActorRef<RunnerMsg>) {

@@ -111,6 +111,8 @@ async fn run_control(ctx: &Arc<ServerContext>, request: &Request, control: RunCo
         })
     })
     .await;
+    // A resumed run is queued: let the scheduler admit it now.
+    ctx.wake_scheduler();
     answer_of(stored)
 }
 

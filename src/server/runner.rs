@@ -162,6 +162,7 @@ impl Actor for Runner {
             settle(state, outcome, Some(WorkerOutcome::Cancelled)).await;
         }
         state.args.ctx.runners.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        state.args.ctx.wake_scheduler();
         Ok(())
     }
 

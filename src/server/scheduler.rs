@@ -48,6 +48,7 @@ pub struct SchedulerState {
     idle_since: Option<Instant>,
     renewed_at: Instant,
     ticker: Option<JoinHandle<()>>,
+    wake_task: Option<JoinHandle<()>>,
     runners: Option<ActorRef<SupervisorMsg>>,
     launched: u64,
 }
@@ -63,6 +64,19 @@ impl Actor for Scheduler {
         args: SchedulerArgs,
     ) -> Result<SchedulerState, ActorProcessingErr> {
         let ticker = myself.send_interval(Duration::from_millis(TICK_MS), || SchedulerMsg::Tick);
+        // Admit at once at start (crash-to-resume) and whenever capacity or work appears,
+        // not only on the next tick.
+        let wakes = args.ctx.scheduler_wakes();
+        let waker = myself.clone();
+        let wake_task = tokio::spawn(async move {
+            loop {
+                wakes.notified().await;
+                if waker.cast(SchedulerMsg::Tick).is_err() {
+                    return;
+                }
+            }
+        });
+        let _ = myself.cast(SchedulerMsg::Tick);
         Ok(SchedulerState {
             ctx: args.ctx,
             lease: args.lease,
@@ -70,14 +84,15 @@ impl Actor for Scheduler {
             idle_since: None,
             renewed_at: Instant::now(),
             ticker: Some(ticker),
+            wake_task: Some(wake_task),
             runners: None,
             launched: 0,
         })
     }
 
     async fn post_stop(&self, _: ActorRef<SchedulerMsg>, state: &mut SchedulerState) -> Result<(), ActorProcessingErr> {
-        if let Some(ticker) = state.ticker.take() {
-            ticker.abort();
+        for task in [state.ticker.take(), state.wake_task.take()].into_iter().flatten() {
+            task.abort();
         }
         let lease = state.lease.clone();
         if let Err(err) = blocking::write(&state.ctx.store, move |tx| {
@@ -177,7 +192,12 @@ async fn admit(state: &mut SchedulerState) {
         {
             Ok(CallResult::Success(Ok(()))) => {}
             other => {
-                tracing::warn!(result = ?other.map(|_| ()), "runner launch failed; parking the run");
+                let why = match other {
+                    Ok(CallResult::Success(Err(err))) => err.to_string(),
+                    Ok(_) => "the runners supervisor did not answer".to_string(),
+                    Err(err) => err.to_string(),
+                };
+                tracing::warn!(run_id = %authority.resource_id, error = %why, "runner launch failed; parking the run");
                 abandon_launch(&ctx, authority, runner_epoch).await;
             }
         }
