@@ -23,15 +23,14 @@
 //! implemented by the server, so this workload has none; the effect part of the crash
 //! checks comes with that part of the runner issue.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pi_workflows::store::runs::{self, ExecutionMode, NewRun};
 use pi_workflows::store::verify::lifecycle_violations;
-use pi_workflows::store::{Store, SystemClock};
 use rusqlite::{Connection, OpenFlags};
 
 const SEED: u64 = 0x5EED_C0DE_2026_0001;
@@ -103,21 +102,12 @@ impl Harness {
 
     /// Queue runs directly in the database; only while no server runs.
     fn queue_runs(&mut self, count: usize) {
-        let store = Store::open(&self.path().join("state.sqlite"), Arc::new(SystemClock)).expect("store");
-        for _ in 0..count {
-            let new_run = NewRun {
-                run_id: format!("run-{:03}", self.runs),
-                workflow_name: "scripted".to_string(),
-                project_path: String::new(),
-                parent_run_id: None,
-                root_run_id: None,
-                definition_digest: "sha256:scripted".to_string(),
-                input_hash: "0".repeat(64),
-                execution: ExecutionMode::Headless,
-            };
-            store.write(move |tx| runs::queue_run(tx, &new_run)).expect("queue");
-            self.runs += 1;
-        }
+        let first = self.runs;
+        common::queue_runs_in(
+            self.path(),
+            (first..first + count).map(|index| format!("run-{index:03}")),
+        );
+        self.runs += count;
     }
 
     /// `pace` is (delay before each node, work inside each node) in ms.

@@ -2,13 +2,11 @@
 //! server, and the run resumes under a new generation and completes; the old runner epoch
 //! is closed as orphaned and no process survives.
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use pi_workflows::store::runs::{self, ExecutionMode, NewRun};
-use pi_workflows::store::{Store, SystemClock};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -49,20 +47,7 @@ fn server_pid(dir: &Path) -> i32 {
 fn a_run_interrupted_by_a_server_crash_resumes_under_a_new_generation() {
     let root = tempfile::Builder::new().prefix("piwc").tempdir_in("/tmp").expect("dir");
     let dir = root.path();
-    {
-        let store = Store::open(&dir.join("state.sqlite"), Arc::new(SystemClock)).expect("store");
-        let new_run = NewRun {
-            run_id: "run-crash".to_string(),
-            workflow_name: "scripted".to_string(),
-            project_path: String::new(),
-            parent_run_id: None,
-            root_run_id: None,
-            definition_digest: "sha256:scripted".to_string(),
-            input_hash: "0".repeat(64),
-            execution: ExecutionMode::Headless,
-        };
-        store.write(move |tx| runs::queue_run(tx, &new_run)).expect("queue");
-    }
+    common::queue_runs_in(dir, ["run-crash".to_string()]);
     let script = "steps=20,step-delay-ms=100,grandchildren";
     assert!(pi_workflows(dir, &["server", "start"], script).status.success());
     wait_for(

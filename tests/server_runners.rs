@@ -2,13 +2,12 @@
 //! the ready handshake, fencing, and the documented outcome of each fault, with no process
 //! left behind.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pi_workflows::store::runs::{self, ExecutionMode, NewRun};
-use pi_workflows::store::{Store, SystemClock};
 use rusqlite::OpenFlags;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -21,7 +20,7 @@ impl Server {
     /// Queue `runs` runs, then start a server whose runners follow `script`.
     fn start(runs: usize, script: &str, extra_env: &[(&str, &str)]) -> Self {
         let dir = tempfile::Builder::new().prefix("piwr").tempdir_in("/tmp").expect("dir");
-        queue_runs(dir.path(), runs);
+        common::queue_runs_in(dir.path(), (0..runs).map(|index| format!("run-{index}")));
         let mut command = Command::new(env!("CARGO_BIN_EXE_pi-workflows"));
         command
             .arg("--state-dir")
@@ -83,24 +82,6 @@ impl Drop for Server {
             .arg(self.dir.path())
             .args(["server", "stop"])
             .output();
-    }
-}
-
-fn queue_runs(dir: &Path, count: usize) {
-    std::fs::create_dir_all(dir).expect("dir");
-    let store = Store::open(&dir.join("state.sqlite"), Arc::new(SystemClock)).expect("store");
-    for index in 0..count {
-        let new_run = NewRun {
-            run_id: format!("run-{index}"),
-            workflow_name: "scripted".to_string(),
-            project_path: String::new(),
-            parent_run_id: None,
-            root_run_id: None,
-            definition_digest: "sha256:scripted".to_string(),
-            input_hash: "0".repeat(64),
-            execution: ExecutionMode::Headless,
-        };
-        store.write(move |tx| runs::queue_run(tx, &new_run)).expect("queue");
     }
 }
 
@@ -325,7 +306,8 @@ fn cancelling_live_and_queued_runs_is_terminal_and_leaves_no_process() {
     let live: String = server.query("SELECT run_id FROM run_workers");
     let queued = if live == "run-0" { "run-1" } else { "run-0" };
     let pids = server.runner_pids();
-    for run_id in [live.as_str(), queued] {
+    // The queued run first: while the live runner holds the only slot it cannot be admitted.
+    for run_id in [queued, live.as_str()] {
         let out = cli(&server, &["run", "cancel", run_id]);
         assert!(
             out.status.success(),
@@ -359,4 +341,31 @@ fn cancelling_live_and_queued_runs_is_terminal_and_leaves_no_process() {
         "{}",
         String::from_utf8_lossy(&again.stderr)
     );
+}
+
+#[test]
+fn cancelling_a_run_while_it_is_being_admitted_succeeds() {
+    let server = Server::start(2, "steps=40,step-delay-ms=50", &[("PI_WORKFLOWS_MAX_WORKERS", "1")]);
+    server.wait_for("the first runner is live", "SELECT count(*) FROM node_attempts");
+    let live: String = server.query("SELECT run_id FROM run_workers");
+    let next = if live == "run-0" { "run-1" } else { "run-0" };
+    // Cancelling the live run frees the slot; the next run is admitted at once, so the second
+    // cancel meets it queued, launching (claim held, runner not yet registered) or live.
+    for run_id in [live.as_str(), next] {
+        let out = cli(&server, &["run", "cancel", run_id]);
+        assert!(
+            out.status.success(),
+            "cancel {run_id}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM runs WHERE status = 'cancelled'"),
+        2
+    );
+    server.wait_for(
+        "every runner epoch ended",
+        "SELECT count(*) = 0 FROM run_workers WHERE finished_at IS NULL",
+    );
+    assert_no_survivors(&server.runner_pids());
 }

@@ -3,6 +3,7 @@
 //! `unsupportedOperation` error until its issue lands.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -85,24 +86,59 @@ async fn run_control(ctx: &Arc<ServerContext>, request: &Request, control: RunCo
         .clone()
         .ok_or_else(|| rejected("missingRunId", &format!("{} needs a runId", request.operation.as_str())))?;
     let expected = request.expected_revision.map(|revision| revision.get() as i64);
-    if control != RunControl::Resume
-        && let Some(runner) = ctx.runner_for(&run_id)
-    {
-        let stored = runner
-            .call(
-                |reply| RunnerMsg::Control(control, command.clone(), expected, reply),
-                None,
-            )
-            .await
-            .map_err(|_| rejected("unavailable", "the run's runner stopped; retry"))?;
+    // A run being launched holds a live claim before its runner actor is registered: wait
+    // for the runner instead of refusing (a claim held elsewhere is not a durable refusal).
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(LAUNCH_WAIT_MS);
+    loop {
+        if control != RunControl::Resume
+            && let Some(runner) = ctx.runner_for(&run_id)
+        {
+            return control_through_runner(&runner, control, command, expected).await;
+        }
+        let stored = control_without_runner(ctx, command.clone(), control, expected).await;
         match stored {
-            ractor::rpc::CallResult::Success(stored) => return answer_of(stored),
-            _ => return Err(rejected("unavailable", "the run's runner did not answer; retry")),
+            Err(StoreError::ClaimHeld { .. }) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(LAUNCH_POLL_MS)).await;
+            }
+            stored => {
+                // A resumed run is queued: let the scheduler admit it now.
+                ctx.wake_scheduler();
+                return answer_of(stored);
+            }
         }
     }
+}
+
+/// How long a control waits for a launching run's runner to register.
+const LAUNCH_WAIT_MS: u64 = 5_000;
+const LAUNCH_POLL_MS: u64 = 25;
+
+async fn control_through_runner(
+    runner: &ractor::ActorRef<RunnerMsg>,
+    control: RunControl,
+    command: CommandRequest,
+    expected: Option<i64>,
+) -> Answer {
+    let stored = runner
+        .call(|reply| RunnerMsg::Control(control, command, expected, reply), None)
+        .await
+        .map_err(|_| rejected("unavailable", "the run's runner stopped; retry"))?;
+    match stored {
+        ractor::rpc::CallResult::Success(stored) => answer_of(stored),
+        _ => Err(rejected("unavailable", "the run's runner did not answer; retry")),
+    }
+}
+
+async fn control_without_runner(
+    ctx: &Arc<ServerContext>,
+    command: CommandRequest,
+    control: RunControl,
+    expected: Option<i64>,
+) -> StoreResult<CommandReceipt> {
     let server_id = ctx.server_id.clone();
-    let stored = blocking::write(&ctx.store, move |tx| {
+    blocking::write(&ctx.store, move |tx| {
         commands::run_command(tx, &command, |tx| {
+            let run_id = command.run_id.clone().unwrap_or_default();
             let revision = control_unclaimed(tx, &run_id, control, expected, &server_id)?;
             Ok(Accepted {
                 revision: Some(revision),
@@ -110,10 +146,7 @@ async fn run_control(ctx: &Arc<ServerContext>, request: &Request, control: RunCo
             })
         })
     })
-    .await;
-    // A resumed run is queued: let the scheduler admit it now.
-    ctx.wake_scheduler();
-    answer_of(stored)
+    .await
 }
 
 /// A control on a run without a live runner here: unclaimed work, or (cancel only) a

@@ -262,7 +262,8 @@ fn read_json(conn: &rusqlite::Connection, sha256: &str) -> StoreResult<Value> {
 /// Error messages stored in receipts are bounded.
 const ERROR_MESSAGE_BYTES_MAX: usize = 1_024;
 
-/// The stored error of a domain refusal; `None` for infrastructure failures.
+/// The stored error of a domain refusal; `None` for infrastructure failures and for a claim
+/// held by a live owner, which is transient (the caller may wait and retry under the same key).
 fn rejection_of(err: &StoreError) -> Option<CommandError> {
     let code = match err {
         StoreError::ClaimLost(_) => "claimLost",
@@ -270,7 +271,6 @@ fn rejection_of(err: &StoreError) -> Option<CommandError> {
         StoreError::RunNotFound { .. } => "notFound",
         StoreError::RunExists { .. } => "runExists",
         StoreError::InvalidTransition { .. } => "invalidTransition",
-        StoreError::ClaimHeld { .. } => "claimHeld",
         StoreError::AttemptNotActive { .. } => "attemptNotActive",
         StoreError::Blob(_) => "invalidContent",
         StoreError::TooLarge { .. } => "tooLarge",

@@ -80,3 +80,23 @@ fn render(value: ValueRef<'_>) -> String {
         ValueRef::Blob(bytes) => format!("blob[{}]", pi_workflows::digest::sha256_hex(bytes)),
     }
 }
+
+/// Queue headless runs with the given IDs in the database of `state_dir`, before a server
+/// starts (only the server opens the live database while it runs).
+pub fn queue_runs_in(state_dir: &std::path::Path, run_ids: impl IntoIterator<Item = String>) {
+    std::fs::create_dir_all(state_dir).expect("state dir");
+    let store = Store::open(
+        &state_dir.join("state.sqlite"),
+        Arc::new(pi_workflows::store::SystemClock),
+    )
+    .expect("store");
+    for run_id in run_ids {
+        let new_run = NewRun {
+            project_path: String::new(),
+            ..new_run(&run_id)
+        };
+        store
+            .write(move |tx| pi_workflows::store::runs::queue_run(tx, &new_run))
+            .expect("queue");
+    }
+}
