@@ -12,6 +12,10 @@
 //! - `grandchildren`      start two `sleep 300` children in its process group first
 //! - `ignore-sigterm`     ignore SIGTERM
 //! - `step-delay-ms=N`    sleep N ms before each node
+//! - `effect-file=PATH`   step 1 performs one managed effect: reserve it, append a line
+//!   to PATH (the "external system"), settle it as applied
+//! - `crash-in-effect`    exit with code 70 after applying the effect, before settling it
+//! - `crash-first-only`   `crash-after` and `crash-in-effect` apply only in generation 1
 //! - `work-ms=N`          sleep N ms inside each node (between `node.started` and
 //!   `node.finished`), so a crash can find an attempt running
 //! - `timing-file=PATH`   append one line per completed step to PATH:
@@ -44,6 +48,8 @@ struct Script {
     steps: u64,
     fail: bool,
     crash_after: Option<u64>,
+    /// Crash only in the run's first generation (so a resumed runner can finish).
+    crash_first_only: bool,
     hang_before_ready: bool,
     garbage: bool,
     oversized: bool,
@@ -54,6 +60,8 @@ struct Script {
     work_ms: u64,
     timing_file: Option<String>,
     ack_file: Option<String>,
+    effect_file: Option<String>,
+    crash_in_effect: bool,
 }
 
 fn parse_script() -> Script {
@@ -73,6 +81,7 @@ fn parse_script() -> Script {
             "steps" => script.steps = number(),
             "fail" => script.fail = true,
             "crash-after" => script.crash_after = Some(number()),
+            "crash-first-only" => script.crash_first_only = true,
             "hang-before-ready" => script.hang_before_ready = true,
             "garbage" => script.garbage = true,
             "oversized" => script.oversized = true,
@@ -83,6 +92,8 @@ fn parse_script() -> Script {
             "work-ms" => script.work_ms = number(),
             "timing-file" if !value.is_empty() => script.timing_file = Some(value.to_string()),
             "ack-file" if !value.is_empty() => script.ack_file = Some(value.to_string()),
+            "effect-file" if !value.is_empty() => script.effect_file = Some(value.to_string()),
+            "crash-in-effect" => script.crash_in_effect = true,
             _ => exit_with(EXIT_PROTOCOL, "unknown script directive"),
         }
     }
@@ -168,7 +179,8 @@ impl Channel {
         };
         self.write_line(&encode_frame(&message).unwrap_or_else(|_| exit_with(EXIT_PROTOCOL, "encode")));
         self.sent += 1;
-        if script.crash_after == Some(self.sent) {
+        let crash_allowed = !script.crash_first_only || self.launch.generation == 1;
+        if crash_allowed && script.crash_after == Some(self.sent) {
             exit_with(EXIT_CRASH, "crashing as scripted");
         }
         let response: Response = serde_json::from_value(Value::Object(read_frame(&mut self.reader)))
@@ -202,6 +214,37 @@ fn read_frame(reader: &mut BufReader<std::fs::File>) -> Map<String, Value> {
             decode_frame(&line).unwrap_or_else(|_| exit_with(EXIT_PROTOCOL, "non-canonical frame from the server"))
         }
     }
+}
+
+/// One managed effect: the key comes from run ID, effect type, node path and visit (as the
+/// engine derives it), the external system is a file that must never get two lines.
+fn perform_effect(channel: &mut Channel, attempt: Option<String>, path: &str, script: &Script) {
+    let key = format!("{}:append:root/step1:1", channel.launch.run_id);
+    let request = json!({"effectType": "append", "idempotencyKey": key, "requestFingerprint": "f".repeat(64)});
+    let response = channel.send(MessageKind::EffectReserve, attempt.clone(), request, script);
+    let Some(reservation) = response.result else {
+        exit_with(EXIT_PROTOCOL, "reserve without a result")
+    };
+    if reservation.get("execute") != Some(&Value::Bool(true)) {
+        // Applied before (adopt), or ambiguous: never execute again.
+        return;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap_or_else(|_| exit_with(EXIT_PROTOCOL, "effect file"));
+    let _ = writeln!(file, "applied {key}");
+    if script.crash_in_effect {
+        exit_with(EXIT_CRASH, "crashing inside the effect as scripted");
+    }
+    let effect_id = reservation.get("effectId").cloned().unwrap_or(Value::Null);
+    channel.send(
+        MessageKind::EffectSettle,
+        attempt,
+        json!({"effectId": effect_id, "outcome": "applied"}),
+        script,
+    );
 }
 
 fn main() {
@@ -243,6 +286,11 @@ fn main() {
         let node = json!({"nodeId": format!("step{step}"), "nodePath": format!("root/step{step}"), "visit": 1, "nodeType": "compute"});
         let (wall_start, started) = (SystemTime::now(), Instant::now());
         channel.send(MessageKind::NodeStarted, attempt.clone(), node, &script);
+        if step == 1
+            && let Some(path) = script.effect_file.as_deref()
+        {
+            perform_effect(&mut channel, attempt.clone(), path, &script);
+        }
         std::thread::sleep(Duration::from_millis(script.work_ms));
         channel.send(MessageKind::NodeFinished, attempt, json!({"outputHash": null}), &script);
         if timings.is_some() {

@@ -33,6 +33,7 @@ use crate::protocol::{decode_frame, encode_frame};
 use crate::store::attempts::{self, AttemptOutcome, NewAttempt};
 use crate::store::claims::ClaimAuthority;
 use crate::store::commands::{self, CommandOutcome, CommandReceipt, CommandRequest};
+use crate::store::effects::{self, EffectRequest, Settlement};
 use crate::store::runs::{self, FailureClass, ParkReason, RunStatus};
 use crate::store::workers::{self, Admissible, NewWorker, WorkerOutcome};
 use crate::store::{StoreError, StoreResult, WriteTx};
@@ -326,6 +327,10 @@ async fn send(state: &mut RunnerState, value: &impl serde::Serialize) -> Result<
     Ok(())
 }
 
+/// What an accepted message committed: the new revision (if the run changed) and a small
+/// result for the runner (e.g. an effect reservation).
+type Applied = (Option<i64>, Option<Value>);
+
 /// Apply one fenced message exactly once: a repeated message ID gets its stored answer.
 async fn answer(state: &mut RunnerState, message: &Message) -> Response {
     let (epoch, id) = (state.args.runner_epoch.clone(), message.message_id.clone());
@@ -333,16 +338,15 @@ async fn answer(state: &mut RunnerState, message: &Message) -> Response {
         workers::message_receipt(conn, &epoch, &id)
     })
     .await;
-    if let Ok(Some((outcome, revision))) = stored {
-        let mut response = Response::new(
-            &message.message_id,
-            if outcome == "accepted" {
-                ResponseOutcome::Adopted
-            } else {
-                ResponseOutcome::Rejected
-            },
-        );
-        response.revision = revision.map(|r| r as u64);
+    if let Ok(Some(receipt)) = stored {
+        let outcome = if receipt.outcome == "accepted" {
+            ResponseOutcome::Adopted
+        } else {
+            ResponseOutcome::Rejected
+        };
+        let mut response = Response::new(&message.message_id, outcome);
+        response.revision = receipt.revision.map(|r| r as u64);
+        response.result = receipt.result_json.and_then(|json| serde_json::from_str(&json).ok());
         return response;
     }
     if !state.ready && message.kind != MessageKind::RunnerReady {
@@ -355,17 +359,23 @@ async fn answer(state: &mut RunnerState, message: &Message) -> Response {
         message.clone(),
     );
     let applied = blocking::write(&state.args.ctx.store, move |tx| {
-        let revision = apply(tx, &authority, &owned)?;
-        workers::store_message_receipt(tx, &epoch, &owned.message_id, owned.kind.as_str(), "accepted", revision)?;
-        Ok(revision)
+        let (revision, result) = apply(tx, &authority, &owned)?;
+        let result_json = result.as_ref().map(Value::to_string);
+        let receipt = workers::MessageReceipt {
+            outcome: "accepted".to_string(),
+            revision,
+            result_json,
+        };
+        workers::store_message_receipt(tx, &epoch, &owned.message_id, owned.kind.as_str(), &receipt)?;
+        Ok((revision, result))
     })
     .await;
     respond(state, message, applied).await
 }
 
-async fn respond(state: &mut RunnerState, message: &Message, applied: StoreResult<Option<i64>>) -> Response {
+async fn respond(state: &mut RunnerState, message: &Message, applied: StoreResult<Applied>) -> Response {
     match applied {
-        Ok(revision) => {
+        Ok((revision, result)) => {
             match message.kind {
                 MessageKind::RunnerReady => {
                     state.ready = true;
@@ -376,6 +386,7 @@ async fn respond(state: &mut RunnerState, message: &Message, applied: StoreResul
             }
             let mut response = Response::new(&message.message_id, ResponseOutcome::Accepted);
             response.revision = revision.map(|r| r as u64);
+            response.result = result;
             response
         }
         Err(StoreError::ClaimLost(lost)) => {
@@ -389,8 +400,13 @@ async fn respond(state: &mut RunnerState, message: &Message, applied: StoreResul
                 message.message_id.clone(),
                 message.kind.as_str(),
             );
+            let receipt = workers::MessageReceipt {
+                outcome: "rejected".to_string(),
+                revision: None,
+                result_json: None,
+            };
             let _ = blocking::write(&state.args.ctx.store, move |tx| {
-                workers::store_message_receipt(tx, &epoch, &id, kind, "rejected", None)
+                workers::store_message_receipt(tx, &epoch, &id, kind, &receipt)
             })
             .await;
             Response::new(&message.message_id, ResponseOutcome::Rejected)
@@ -400,7 +416,7 @@ async fn respond(state: &mut RunnerState, message: &Message, applied: StoreResul
 }
 
 /// The store change of one message kind; `None` revision for kinds that change no run.
-fn apply(tx: &WriteTx<'_>, authority: &ClaimAuthority, message: &Message) -> StoreResult<Option<i64>> {
+fn apply(tx: &WriteTx<'_>, authority: &ClaimAuthority, message: &Message) -> StoreResult<Applied> {
     let expected = message.expected_revision.map(|r| r as i64);
     let text = |key: &str| message.payload.get(key).and_then(Value::as_str).map(str::to_string);
     let revision = match message.kind {
@@ -446,7 +462,33 @@ fn apply(tx: &WriteTx<'_>, authority: &ClaimAuthority, message: &Message) -> Sto
             _ => return Err(invalid("payload.outcome must be completed or failed")),
         },
         MessageKind::RunParked => runs::park_run(tx, authority, expected, ParkReason::Boundary)?,
-        MessageKind::RunnerExiting => return Ok(None),
+        MessageKind::EffectReserve => {
+            let request = EffectRequest {
+                effect_type: required(text("effectType"), "payload.effectType")?,
+                idempotency_key: required(text("idempotencyKey"), "payload.idempotencyKey")?,
+                request_fingerprint: required(text("requestFingerprint"), "payload.requestFingerprint")?,
+            };
+            let reserved = effects::reserve(tx, authority, expected, &request)?;
+            let result = serde_json::to_value(&reserved.value).map_err(|err| invalid(&err.to_string()))?;
+            return Ok((Some(reserved.revision), Some(result)));
+        }
+        MessageKind::EffectSettle => {
+            let settlement = match text("outcome").as_deref() {
+                Some("applied") => Settlement::Applied,
+                Some("rejected") => Settlement::Rejected,
+                _ => return Err(invalid("payload.outcome must be applied or rejected")),
+            };
+            let effect_id = required(text("effectId"), "payload.effectId")?;
+            effects::settle(
+                tx,
+                authority,
+                expected,
+                &effect_id,
+                settlement,
+                text("resultHash").as_deref(),
+            )?
+        }
+        MessageKind::RunnerExiting => return Ok((None, None)),
         other => {
             return Err(invalid(&format!(
                 "{} is not handled by this server version yet",
@@ -454,7 +496,7 @@ fn apply(tx: &WriteTx<'_>, authority: &ClaimAuthority, message: &Message) -> Sto
             )));
         }
     };
-    Ok(Some(revision))
+    Ok((Some(revision), None))
 }
 
 fn required(value: Option<String>, what: &'static str) -> StoreResult<String> {
@@ -562,8 +604,19 @@ fn park_if_still_running(
     } else {
         reason
     };
+    // An effect the runner was applying when it ended cannot be proved either way.
+    let applying = effects::applying_count(tx, &authority.resource_id)?;
+    let reason = if applying > 0 {
+        ParkReason::EffectAmbiguous
+    } else {
+        reason
+    };
     match runs::park_run(tx, authority, None, reason) {
-        Ok(_) => Ok(()),
+        Ok(_) => {
+            effects::mark_applying_ambiguous(tx, &authority.resource_id)?;
+            Ok(())
+        }
+        // Another owner has the run now; its effects are not ours to judge.
         Err(StoreError::ClaimLost(_)) => Ok(()),
         Err(err) => Err(err),
     }

@@ -15,6 +15,7 @@ pub mod blobs;
 pub mod claims;
 pub mod clock;
 pub mod commands;
+pub mod effects;
 pub mod error;
 pub mod events;
 pub mod recovery;

@@ -4,9 +4,8 @@
 //!
 //! Ends with every run resumable (queued), parked for review, waiting, or terminal.
 
-use rusqlite::params;
-
 use super::claims::{self, OwnerType, RUN_CLAIM_LEASE_MS, ResourceType};
+use super::effects;
 use super::error::StoreResult;
 use super::runs::{self, ParkReason};
 use super::writer::WriteTx;
@@ -68,7 +67,7 @@ pub fn recover(tx: &WriteTx<'_>, server_id: &str, stale: &[StaleWorker]) -> Stor
             server_id,
             RUN_CLAIM_LEASE_MS,
         )?;
-        let ambiguous = mark_applying_effects_ambiguous(tx, &run_id)?;
+        let ambiguous = effects::mark_applying_ambiguous(tx, &run_id)?;
         let reason = if ambiguous > 0 {
             ParkReason::EffectAmbiguous
         } else {
@@ -94,20 +93,4 @@ fn run_ids(tx: &WriteTx<'_>, sql: &str) -> StoreResult<Vec<String>> {
         .query_map([], |row| row.get(0))?
         .collect::<Result<Vec<String>, _>>()?;
     Ok(ids)
-}
-
-/// An effect that was applying when its runner or server died: its outcome cannot be proved.
-fn mark_applying_effects_ambiguous(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<usize> {
-    let conn = tx.conn();
-    conn.prepare_cached(
-        "UPDATE effect_attempts SET outcome = 'ambiguous', finished_at = ?1
-         WHERE outcome IS NULL AND effect_id IN (SELECT effect_id FROM effects WHERE run_id = ?2 AND status = 'applying')",
-    )?
-    .execute(params![tx.now_ms(), run_id])?;
-    let changed = conn
-        .prepare_cached(
-            "UPDATE effects SET status = 'ambiguous', updated_at = ?1 WHERE run_id = ?2 AND status = 'applying'",
-        )?
-        .execute(params![tx.now_ms(), run_id])?;
-    Ok(changed)
 }

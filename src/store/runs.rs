@@ -27,6 +27,7 @@ use rusqlite::{OptionalExtension, params};
 
 use super::attempts::{self, AttemptStatus};
 use super::claims::{self, ClaimAuthority, Committed, OwnerType, RUN_CLAIM_LEASE_MS, ResourceType};
+use super::effects;
 use super::error::{StoreError, StoreResult};
 use super::events::{self, Actor, RunEvent};
 use super::writer::WriteTx;
@@ -699,14 +700,9 @@ fn close_open_work(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<()> {
            (SELECT 1 FROM human_decision_resolutions r WHERE r.decision_id = d.decision_id)",
     )?
     .execute(params![now, run_id])?;
+    effects::mark_applying_ambiguous(tx, run_id)?;
     conn.prepare_cached(
-        "UPDATE effect_attempts SET outcome = 'ambiguous', finished_at = ?1
-         WHERE outcome IS NULL AND effect_id IN (SELECT effect_id FROM effects WHERE run_id = ?2 AND status = 'applying')",
-    )?
-    .execute(params![now, run_id])?;
-    conn.prepare_cached(
-        "UPDATE effects SET status = CASE status WHEN 'applying' THEN 'ambiguous' ELSE 'cancelled' END, updated_at = ?1
-         WHERE run_id = ?2 AND status IN ('pending', 'applying')",
+        "UPDATE effects SET status = 'cancelled', updated_at = ?1 WHERE run_id = ?2 AND status = 'pending'",
     )?
     .execute(params![now, run_id])?;
     Ok(())

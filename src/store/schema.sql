@@ -333,6 +333,8 @@ CREATE TABLE runner_messages (
   kind TEXT NOT NULL,
   outcome TEXT NOT NULL CHECK (outcome IN ('accepted', 'rejected')),
   revision INTEGER,
+  -- The small result a repeat must get again (e.g. an effect reservation), canonical JSON.
+  result_json TEXT CHECK (result_json IS NULL OR length(result_json) <= 4096),
   created_at INTEGER NOT NULL,
   PRIMARY KEY (runner_epoch, message_id)
 ) STRICT, WITHOUT ROWID;

@@ -84,14 +84,30 @@ pub fn record_outcome(
 }
 
 /// The stored answer to a runner message already accepted or rejected.
+/// A stored runner message answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageReceipt {
+    pub outcome: String,
+    pub revision: Option<i64>,
+    pub result_json: Option<String>,
+}
+
 pub fn message_receipt(
     conn: &rusqlite::Connection,
     runner_epoch: &str,
     message_id: &str,
-) -> StoreResult<Option<(String, Option<i64>)>> {
+) -> StoreResult<Option<MessageReceipt>> {
     let receipt = conn
-        .prepare_cached("SELECT outcome, revision FROM runner_messages WHERE runner_epoch = ?1 AND message_id = ?2")?
-        .query_row([runner_epoch, message_id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .prepare_cached(
+            "SELECT outcome, revision, result_json FROM runner_messages WHERE runner_epoch = ?1 AND message_id = ?2",
+        )?
+        .query_row([runner_epoch, message_id], |row| {
+            Ok(MessageReceipt {
+                outcome: row.get(0)?,
+                revision: row.get(1)?,
+                result_json: row.get(2)?,
+            })
+        })
         .optional()?;
     Ok(receipt)
 }
@@ -101,15 +117,22 @@ pub fn store_message_receipt(
     runner_epoch: &str,
     message_id: &str,
     kind: &str,
-    outcome: &str,
-    revision: Option<i64>,
+    receipt: &MessageReceipt,
 ) -> StoreResult<()> {
     tx.conn()
         .prepare_cached(
-            "INSERT INTO runner_messages (runner_epoch, message_id, kind, outcome, revision, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO runner_messages (runner_epoch, message_id, kind, outcome, revision, result_json, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )?
-        .execute(params![runner_epoch, message_id, kind, outcome, revision, tx.now_ms()])?;
+        .execute(params![
+            runner_epoch,
+            message_id,
+            kind,
+            receipt.outcome,
+            receipt.revision,
+            receipt.result_json,
+            tx.now_ms()
+        ])?;
     Ok(())
 }
 

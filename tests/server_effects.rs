@@ -1,0 +1,123 @@
+//! Managed effects on the real server: an applied effect is never applied again after a
+//! runner crash and resume; an effect interrupted while applying becomes ambiguous and is
+//! never retried automatically. The "external system" is a file that must get one line.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn cli(dir: &Path, args: &[&str], script: &str) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_pi-workflows"))
+        .arg("--state-dir")
+        .arg(dir)
+        .args(args)
+        .env("PI_WORKFLOWS_RUNNER", env!("CARGO_BIN_EXE_pi-workflows-test-runner"))
+        .env("PI_WORKFLOWS_TEST_SCRIPT", script)
+        .output()
+        .expect("pi-workflows")
+}
+
+fn query<T: rusqlite::types::FromSql>(dir: &Path, sql: &str) -> T {
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+    let db = rusqlite::Connection::open_with_flags(dir.join("state.sqlite"), flags).expect("db");
+    db.query_row(sql, [], |row| row.get(0)).expect(sql)
+}
+
+fn wait_for(dir: &Path, what: &str, sql: &str) {
+    let deadline = Instant::now() + WAIT;
+    while query::<i64>(dir, sql) == 0 {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn lines(path: &Path) -> usize {
+    std::fs::read_to_string(path).unwrap_or_default().lines().count()
+}
+
+struct Stop<'a>(&'a Path);
+
+impl Drop for Stop<'_> {
+    fn drop(&mut self) {
+        let _ = cli(self.0, &["server", "stop"], "");
+    }
+}
+
+#[test]
+fn an_applied_effect_is_adopted_not_repeated_after_a_runner_crash() {
+    let root = tempfile::Builder::new().prefix("piwe").tempdir_in("/tmp").expect("dir");
+    let (dir, external) = (root.path(), root.path().join("external.log"));
+    common::queue_runs_in(dir, ["run-e".to_string()]);
+    // ready, node.started, effect.reserve, effect.settle, node.finished, node.started → crash.
+    let script = format!(
+        "steps=3,effect-file={},crash-after=6,crash-first-only",
+        external.display()
+    );
+    assert!(cli(dir, &["server", "start"], &script).status.success());
+    let _stop = Stop(dir);
+    wait_for(
+        dir,
+        "the runner crashed",
+        "SELECT count(*) FROM run_workers WHERE status = 'crashed'",
+    );
+    assert_eq!(query::<String>(dir, "SELECT status FROM effects"), "applied");
+    assert_eq!(query::<String>(dir, "SELECT status_detail FROM runs"), "workerCrashed");
+    assert_eq!(lines(&external), 1);
+
+    let resume = cli(dir, &["run", "resume", "run-e"], "");
+    assert!(resume.status.success(), "{}", String::from_utf8_lossy(&resume.stderr));
+    wait_for(
+        dir,
+        "the resumed run completes",
+        "SELECT count(*) FROM runs WHERE status = 'completed'",
+    );
+    assert_eq!(lines(&external), 1, "the effect was applied twice");
+    assert_eq!(query::<i64>(dir, "SELECT count(*) FROM effects"), 1);
+    assert_eq!(
+        query::<i64>(dir, "SELECT count(*) FROM events WHERE event_type = 'effect.adopted'"),
+        1
+    );
+}
+
+#[test]
+fn an_effect_interrupted_while_applying_is_ambiguous_and_never_retried() {
+    let root = tempfile::Builder::new().prefix("piwe").tempdir_in("/tmp").expect("dir");
+    let (dir, external) = (root.path(), root.path().join("external.log"));
+    common::queue_runs_in(dir, ["run-a".to_string()]);
+    let script = format!("steps=2,effect-file={},crash-in-effect", external.display());
+    assert!(cli(dir, &["server", "start"], &script).status.success());
+    let _stop = Stop(dir);
+    wait_for(
+        dir,
+        "the run parks",
+        "SELECT count(*) FROM run_queue WHERE status = 'parked'",
+    );
+    assert_eq!(query::<String>(dir, "SELECT status FROM effects"), "ambiguous");
+    assert_eq!(query::<String>(dir, "SELECT outcome FROM effect_attempts"), "ambiguous");
+    assert_eq!(
+        query::<String>(dir, "SELECT status_detail FROM runs"),
+        "effectAmbiguous"
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(
+        query::<i64>(dir, "SELECT count(*) FROM run_workers"),
+        1,
+        "an ambiguous effect must not be retried"
+    );
+    assert_eq!(lines(&external), 1);
+
+    // An explicit resume continues the run, but the ambiguous effect is never executed again.
+    let resume = cli(dir, &["run", "resume", "run-a"], "");
+    assert!(resume.status.success(), "{}", String::from_utf8_lossy(&resume.stderr));
+    wait_for(
+        dir,
+        "the resumed run completes",
+        "SELECT count(*) FROM runs WHERE status = 'completed'",
+    );
+    assert_eq!(lines(&external), 1);
+    assert_eq!(query::<String>(dir, "SELECT status FROM effects"), "ambiguous");
+}
