@@ -5,19 +5,19 @@
 //! This binary does not set the child-subreaper flag: orphaned grandchildren go to init, and
 //! `group_members` ignores zombies, so "no survivor" means no live member.
 
+mod common;
+
+use common::{Tree, start as start_tree};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ractor::{Actor, ActorRef};
 use supervisors::process::{ProcessSpec, StartIdentity, group_members};
 use supervisors::{
-    ChildSpec, ProcessActor, ProcessConfig, Readiness, Report, Restart, Shutdown, Strategy, Supervisor, SupervisorMsg,
-    SupervisorSpec,
+    ChildSpec, ProcessActor, ProcessConfig, Readiness, Report, Restart, Shutdown, Strategy, SupervisorSpec,
 };
-use tokio::sync::mpsc;
 
 /// Upper bound for anything we wait for; never a claim that something is fast.
 const WAIT: Duration = Duration::from_secs(20);
@@ -59,37 +59,7 @@ fn line_factory(script: &'static str, grace: Duration) -> impl Fn() -> std::io::
     }
 }
 
-struct Tree {
-    root: ActorRef<SupervisorMsg>,
-    reports: mpsc::Receiver<Report>,
-    handle: tokio::task::JoinHandle<()>,
-}
-
-async fn start(spec: SupervisorSpec) -> Tree {
-    let (sender, reports) = mpsc::channel(1024);
-    let (root, handle) = Actor::spawn(None, Supervisor, spec.with_observer(sender))
-        .await
-        .expect("supervisor starts");
-    Tree { root, reports, handle }
-}
-
 impl Tree {
-    /// Reports until (and including) the first one that `until` accepts.
-    async fn reports_until(&mut self, until: impl Fn(&Report) -> bool) -> Vec<Report> {
-        let mut seen = Vec::new();
-        loop {
-            let report = tokio::time::timeout(WAIT, self.reports.recv())
-                .await
-                .unwrap_or_else(|_| panic!("no matching report; saw {seen:?}"))
-                .expect("observer open");
-            let done = until(&report);
-            seen.push(report);
-            if done {
-                return seen;
-            }
-        }
-    }
-
     /// Stops the root (which stops its children) and waits for it to end; returns how long it took.
     async fn stop(self) -> Duration {
         let began = Instant::now();
@@ -143,7 +113,7 @@ async fn failing_permanent_process_is_restarted_until_intensity_escalates() {
     let spec = SupervisorSpec::new("procs", Strategy::OneForOne)
         .with_intensity(2, Duration::from_secs(60))
         .with_child(process_child("crasher", Restart::Permanent, config));
-    let mut tree = start(spec).await;
+    let mut tree = start_tree(spec, WAIT).await;
     let reports = tree.reports_until(|r| matches!(r, Report::Escalated { .. })).await;
 
     let restarts: Vec<u32> = reports
@@ -188,7 +158,7 @@ async fn process_missing_ready_message_is_killed_at_deadline_and_actor_fails() {
         config,
     ));
     let began = Instant::now();
-    let mut tree = start(spec).await;
+    let mut tree = start_tree(spec, WAIT).await;
     let pid = started_pid(&started).await;
     let reports = tree
         .reports_until(|r| matches!(r, Report::Exited { child, .. } if child == "unready"))
@@ -227,7 +197,11 @@ async fn ready_line_child_stays_up_and_stop_ends_it_with_sigterm() {
     };
     let (config, started) = config(factory, readiness);
     let child = process_child("server", Restart::Permanent, config).with_shutdown(Shutdown::Timeout(WAIT * 2));
-    let mut tree = start(SupervisorSpec::new("procs", Strategy::OneForOne).with_child(child)).await;
+    let mut tree = start_tree(
+        SupervisorSpec::new("procs", Strategy::OneForOne).with_child(child),
+        WAIT,
+    )
+    .await;
     let pid = started_pid(&started).await;
 
     // Past the deadline with no failure: the line was seen.
@@ -264,7 +238,11 @@ async fn child_ignoring_sigterm_is_killed_after_grace_on_stop() {
     };
     let (config, started) = config(factory, readiness);
     let child = process_child("stubborn", Restart::Permanent, config);
-    let mut tree = start(SupervisorSpec::new("procs", Strategy::OneForOne).with_child(child)).await;
+    let mut tree = start_tree(
+        SupervisorSpec::new("procs", Strategy::OneForOne).with_child(child),
+        WAIT,
+    )
+    .await;
     let pid = started_pid(&started).await;
     wait_group_size(pid, 2).await;
 
@@ -296,7 +274,11 @@ async fn child_ignoring_sigterm_is_killed_after_grace_on_stop() {
 async fn stopping_the_supervisor_leaves_no_grandchild_alive() {
     let (config, started) = config(|| Ok((sh("sleep 60 & sleep 60 & wait"), None)), Readiness::Immediate);
     let child = process_child("parent", Restart::Permanent, config);
-    let tree = start(SupervisorSpec::new("procs", Strategy::OneForOne).with_child(child)).await;
+    let tree = start_tree(
+        SupervisorSpec::new("procs", Strategy::OneForOne).with_child(child),
+        WAIT,
+    )
+    .await;
     let pgid = started_pid(&started).await;
     wait_group_size(pgid, 3).await;
     let members = group_members(pgid);

@@ -1,14 +1,15 @@
 //! Every strategy, restart type, intensity escalation and shutdown mode of `Supervisor`,
 //! with real ractor actors.
 
+mod common;
+
+use common::{Tree, start as start_tree};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use supervisors::{
-    ChildSpec, NodeState, Report, Restart, Shutdown, Strategy, Supervisor, SupervisorMsg, SupervisorSpec,
-};
+use supervisors::{ChildSpec, NodeState, Report, Restart, Shutdown, Strategy, SupervisorMsg, SupervisorSpec};
 use tokio::sync::mpsc;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -85,37 +86,7 @@ fn worker_with_cleanup(id: &str, restart: Restart, cleanup_delay: Duration) -> (
     (ChildSpec::worker(id, restart, move || (Worker, args.clone())), probe)
 }
 
-struct Tree {
-    root: ActorRef<SupervisorMsg>,
-    reports: mpsc::Receiver<Report>,
-    handle: tokio::task::JoinHandle<()>,
-}
-
-async fn start(spec: SupervisorSpec) -> Tree {
-    let (sender, reports) = mpsc::channel(1024);
-    let (root, handle) = Actor::spawn(None, Supervisor, spec.with_observer(sender))
-        .await
-        .expect("supervisor starts");
-    Tree { root, reports, handle }
-}
-
 impl Tree {
-    /// Reports until (and including) the first one that `until` accepts.
-    async fn reports_until(&mut self, until: impl Fn(&Report) -> bool) -> Vec<Report> {
-        let mut seen = Vec::new();
-        loop {
-            let report = tokio::time::timeout(WAIT, self.reports.recv())
-                .await
-                .unwrap_or_else(|_| panic!("no matching report; saw {seen:?}"))
-                .expect("observer open");
-            let done = until(&report);
-            seen.push(report);
-            if done {
-                return seen;
-            }
-        }
-    }
-
     async fn child_ref(&self, id: &str) -> ActorRef<WorkerMsg> {
         child_of(&self.root, id).await.into()
     }
@@ -167,7 +138,7 @@ fn three(strategy: Strategy) -> (SupervisorSpec, [Probe; 3]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn children_start_in_order_and_stop_in_reverse() {
     let (spec, _probes) = three(Strategy::OneForOne);
-    let mut tree = start(spec).await;
+    let mut tree = start_tree(spec, WAIT).await;
     let started = tree
         .reports_until(|r| matches!(r, Report::Started { child, .. } if child == "c"))
         .await;
@@ -194,7 +165,7 @@ async fn children_start_in_order_and_stop_in_reverse() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_for_one_restarts_only_the_failed_child() {
     let (spec, [a, b, c]) = three(Strategy::OneForOne);
-    let mut tree = start(spec).await;
+    let mut tree = start_tree(spec, WAIT).await;
     tree.child_ref("b").await.cast(WorkerMsg::Fail).expect("cast");
     tree.reports_until(restarted("b")).await;
     assert_eq!(starts(&[&a, &b, &c]), [1, 2, 1]);
@@ -206,7 +177,7 @@ async fn one_for_one_restarts_only_the_failed_child() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_for_all_restarts_every_child() {
     let (spec, [a, b, c]) = three(Strategy::OneForAll);
-    let mut tree = start(spec).await;
+    let mut tree = start_tree(spec, WAIT).await;
     tree.child_ref("b").await.cast(WorkerMsg::Fail).expect("cast");
     let reports = tree.reports_until(restarted("c")).await;
     assert_eq!(starts(&[&a, &b, &c]), [2, 2, 2]);
@@ -220,7 +191,7 @@ async fn one_for_all_restarts_every_child() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_for_one_restarts_the_child_and_those_after_it() {
     let (spec, [a, b, c]) = three(Strategy::RestForOne);
-    let mut tree = start(spec).await;
+    let mut tree = start_tree(spec, WAIT).await;
     tree.child_ref("b").await.cast(WorkerMsg::Fail).expect("cast");
     tree.reports_until(restarted("c")).await;
     assert_eq!(starts(&[&a, &b, &c]), [1, 2, 2]);
@@ -236,7 +207,7 @@ async fn restart_types_decide_which_exits_restart() {
         .with_child(permanent)
         .with_child(transient)
         .with_child(temporary);
-    let mut tree = start(spec).await;
+    let mut tree = start_tree(spec, WAIT).await;
 
     tree.child_ref("permanent").await.cast(WorkerMsg::Finish).expect("cast");
     tree.reports_until(restarted("permanent")).await;
@@ -273,7 +244,7 @@ async fn restart_types_decide_which_exits_restart() {
 async fn transient_child_restarts_after_a_failure() {
     let (transient, t) = worker("transient", Restart::Transient);
     let spec = SupervisorSpec::new("root", Strategy::OneForOne).with_child(transient);
-    let mut tree = start(spec).await;
+    let mut tree = start_tree(spec, WAIT).await;
     tree.child_ref("transient").await.cast(WorkerMsg::Fail).expect("cast");
     tree.reports_until(restarted("transient")).await;
     assert_eq!(t.starts.load(Ordering::SeqCst), 2);
@@ -293,7 +264,7 @@ async fn exceeding_the_intensity_escalates_to_the_parent() {
     let spec = SupervisorSpec::new("root", Strategy::OneForOne)
         .with_intensity(5, Duration::from_secs(60))
         .with_child(inner);
-    let mut tree = start(spec).await;
+    let mut tree = start_tree(spec, WAIT).await;
     let mut inner_events = inner_reports.1;
 
     for _ in 0..3 {
@@ -334,7 +305,7 @@ async fn shutdown_timeout_kills_a_child_whose_cleanup_is_too_slow() {
         .with_child(slow)
         .with_child(quick)
         .with_child(brutal);
-    let tree = start(spec).await;
+    let tree = start_tree(spec, WAIT).await;
     let started = std::time::Instant::now();
     tree.root.stop_and_wait(None, Some(WAIT)).await.expect("root stops");
     assert!(
@@ -358,7 +329,7 @@ async fn shutdown_timeout_kills_a_child_whose_cleanup_is_too_slow() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dynamic_children_can_be_added_and_terminated() {
     let spec = SupervisorSpec::new("runners", Strategy::OneForOne);
-    let tree = start(spec).await;
+    let tree = start_tree(spec, WAIT).await;
     let (runner, probe) = worker("run-1/gen-1", Restart::Temporary);
     let runner = runner.with_label("generation 1");
     let added = tree
