@@ -4,36 +4,10 @@
 
 mod common;
 
+use common::{pi_workflows as cli, query_db as query, wait_for_db as wait_for};
+
 use std::path::Path;
-use std::process::Command;
-use std::time::{Duration, Instant};
-
-const WAIT: Duration = Duration::from_secs(30);
-
-fn cli(dir: &Path, args: &[&str], script: &str) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_pi-workflows"))
-        .arg("--state-dir")
-        .arg(dir)
-        .args(args)
-        .env("PI_WORKFLOWS_RUNNER", env!("CARGO_BIN_EXE_pi-workflows-test-runner"))
-        .env("PI_WORKFLOWS_TEST_SCRIPT", script)
-        .output()
-        .expect("pi-workflows")
-}
-
-fn query<T: rusqlite::types::FromSql>(dir: &Path, sql: &str) -> T {
-    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
-    let db = rusqlite::Connection::open_with_flags(dir.join("state.sqlite"), flags).expect("db");
-    db.query_row(sql, [], |row| row.get(0)).expect(sql)
-}
-
-fn wait_for(dir: &Path, what: &str, sql: &str) {
-    let deadline = Instant::now() + WAIT;
-    while query::<i64>(dir, sql) == 0 {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+use std::time::Duration;
 
 fn lines(path: &Path) -> usize {
     std::fs::read_to_string(path).unwrap_or_default().lines().count()

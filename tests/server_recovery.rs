@@ -4,36 +4,10 @@
 
 mod common;
 
+use common::{SERVER_WAIT as WAIT, pi_workflows, wait_for_db as wait_for};
+
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
-
-const WAIT: Duration = Duration::from_secs(30);
-
-fn pi_workflows(dir: &Path, args: &[&str], script: &str) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_pi-workflows"))
-        .arg("--state-dir")
-        .arg(dir)
-        .args(args)
-        .env("PI_WORKFLOWS_RUNNER", env!("CARGO_BIN_EXE_pi-workflows-test-runner"))
-        .env("PI_WORKFLOWS_TEST_SCRIPT", script)
-        .output()
-        .expect("run pi-workflows")
-}
-
-fn query(dir: &Path, sql: &str) -> i64 {
-    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
-    let db = rusqlite::Connection::open_with_flags(dir.join("state.sqlite"), flags).expect("db");
-    db.query_row(sql, [], |row| row.get(0)).expect(sql)
-}
-
-fn wait_for(dir: &Path, what: &str, sql: &str) {
-    let deadline = Instant::now() + WAIT;
-    while query(dir, sql) == 0 {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 fn server_pid(dir: &Path) -> i32 {
     std::fs::read_to_string(dir.join("server/server.lock"))
@@ -55,7 +29,7 @@ fn a_run_interrupted_by_a_server_crash_resumes_under_a_new_generation() {
         "the first runner made progress",
         "SELECT count(*) FROM node_attempts WHERE status = 'completed'",
     );
-    let old_runner: i64 = query(dir, "SELECT pid FROM run_workers");
+    let old_runner: i64 = common::query_db::<i64>(dir, "SELECT pid FROM run_workers");
     let pid = server_pid(dir);
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).expect("kill -9");
 
@@ -76,7 +50,7 @@ fn a_run_interrupted_by_a_server_crash_resumes_under_a_new_generation() {
         .map(Result::unwrap)
         .collect();
     assert_eq!(
-        query(dir, "SELECT count(*) FROM run_workers WHERE status = 'orphaned'"),
+        common::query_db::<i64>(dir, "SELECT count(*) FROM run_workers WHERE status = 'orphaned'"),
         1,
         "{workers:?}"
     );
@@ -86,11 +60,11 @@ fn a_run_interrupted_by_a_server_crash_resumes_under_a_new_generation() {
         "SELECT count(*) FROM run_workers WHERE status = 'exited'",
     );
     assert!(
-        query(dir, "SELECT max(generation) FROM run_workers") >= 3,
+        common::query_db::<i64>(dir, "SELECT max(generation) FROM run_workers") >= 3,
         "recovery and restart take new generations"
     );
     assert_eq!(
-        query(dir, "SELECT count(*) FROM events WHERE event_type = 'run.failed'"),
+        common::query_db::<i64>(dir, "SELECT count(*) FROM events WHERE event_type = 'run.failed'"),
         0
     );
     let deadline = Instant::now() + WAIT;

@@ -43,7 +43,7 @@ impl Server {
     }
 
     fn query<T: rusqlite::types::FromSql>(&self, sql: &str) -> T {
-        self.db().query_row(sql, [], |row| row.get(0)).expect(sql)
+        common::query_db(self.dir.path(), sql)
     }
 
     fn wait_for(&self, what: &str, sql: &str) {

@@ -100,3 +100,34 @@ pub fn queue_runs_in(state_dir: &std::path::Path, run_ids: impl IntoIterator<Ite
             .expect("queue");
     }
 }
+
+/// How long server tests wait for an outcome before failing.
+pub const SERVER_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Run the `pi-workflows` binary on `state_dir` with the scripted test runner configured.
+pub fn pi_workflows(state_dir: &std::path::Path, args: &[&str], script: &str) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_pi-workflows"))
+        .arg("--state-dir")
+        .arg(state_dir)
+        .args(args)
+        .env("PI_WORKFLOWS_RUNNER", env!("CARGO_BIN_EXE_pi-workflows-test-runner"))
+        .env("PI_WORKFLOWS_TEST_SCRIPT", script)
+        .output()
+        .expect("run pi-workflows")
+}
+
+/// One value from the state database, read-only (the server may be running).
+pub fn query_db<T: rusqlite::types::FromSql>(state_dir: &std::path::Path, sql: &str) -> T {
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+    let db = rusqlite::Connection::open_with_flags(state_dir.join("state.sqlite"), flags).expect("db");
+    db.query_row(sql, [], |row| row.get(0)).expect(sql)
+}
+
+/// Wait until `sql` (a count) is non-zero.
+pub fn wait_for_db(state_dir: &std::path::Path, what: &str, sql: &str) {
+    let deadline = std::time::Instant::now() + SERVER_WAIT;
+    while query_db::<i64>(state_dir, sql) == 0 {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
