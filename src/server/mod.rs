@@ -97,6 +97,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<StopReason> {
     paths.create_dirs()?;
     let _lock = ownership::take_lock(paths)?;
     logging::install(&paths.logs_dir.join("server.log"), config.json_logs)?;
+    let mut signals = StopSignals::install()?;
     supervisors::process::set_child_subreaper().context("could not become a child subreaper")?;
 
     let database = paths.database.clone();
@@ -120,7 +121,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<StopReason> {
 
     let reason = tokio::select! {
         reason = ctx.stopped() => reason,
-        () = signal_received() => StopReason::Signal,
+        () = signals.received() => StopReason::Signal,
         _ = wait_root(&root) => StopReason::LeaseLost,
     };
     ctx.request_stop(reason);
@@ -171,16 +172,26 @@ async fn wait_root(root: &ractor::ActorRef<supervisors::SupervisorMsg>) {
     tracing::error!("the root supervisor stopped on its own");
 }
 
-async fn signal_received() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut terminate), Ok(mut interrupt)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-    else {
-        std::future::pending::<()>().await;
-        return;
-    };
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = interrupt.recv() => {}
+/// SIGTERM and SIGINT handlers, installed before the server announces it is ready, so a
+/// signal sent right after `server start` returns still stops it gracefully.
+struct StopSignals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let terminate = signal(SignalKind::terminate()).context("could not handle SIGTERM")?;
+        let interrupt = signal(SignalKind::interrupt()).context("could not handle SIGINT")?;
+        Ok(Self { terminate, interrupt })
+    }
+
+    async fn received(&mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
     }
 }
 
