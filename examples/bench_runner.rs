@@ -225,6 +225,8 @@ fn queue_runs(dir: &Path, count: usize) -> anyhow::Result<()> {
             parent_run_id: None,
             root_run_id: None,
             definition_digest: "sha256:scripted".to_string(),
+            origin: Default::default(),
+            workflow_source_json: "{}".to_string(),
             input_hash: "0".repeat(64),
             execution: ExecutionMode::Headless,
         };

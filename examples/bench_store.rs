@@ -122,6 +122,8 @@ fn start_live_run(store: &Store, run_id: &str) -> anyhow::Result<ClaimAuthority>
         parent_run_id: None,
         root_run_id: None,
         definition_digest: "sha256:bench".to_string(),
+        origin: Default::default(),
+        workflow_source_json: "{}".to_string(),
         input_hash: "0".repeat(64),
         execution: ExecutionMode::Headless,
     };

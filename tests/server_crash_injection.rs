@@ -9,7 +9,7 @@
 //! - no rejected receipt and no `run.failed` event (the scripted runs never fail);
 //! - at most one active runner epoch per run, and none left from an older server once the
 //!   new one is ready;
-//! - at the end: every run `completed`, every node attempt `completed` or `interrupted`, no
+//! - at the end: every run `completed` (or parked `effectAmbiguous`, see below), every node attempt `completed` or `interrupted`, no
 //!   active runner epoch, and no live process in any recorded runner process group (nor any
 //!   process of this test's runners at all).
 //!
@@ -19,9 +19,12 @@
 //! mid-step); some kill a `server run` a few milliseconds after its start, while it opens
 //! the store or recovers.
 //!
-//! Effects (`effect.reserve` / `effect.settle`, ambiguous applying effects) are not yet
-//! implemented by the server, so this workload has none; the effect part of the crash
-//! checks comes with that part of the runner issue.
+//! Every run performs one managed effect in its first node (an append to a file that plays
+//! the external system). After every crash and restart: no effect key appears twice in the
+//! external file (never applied twice), every `applied` effect appears exactly once, and a
+//! run parked `effectAmbiguous` has an ambiguous effect (a crash while applying is uncertain
+//! and is never retried automatically). At the end every run is `completed` or parked
+//! `effectAmbiguous` with its ambiguous effect.
 
 mod common;
 
@@ -72,6 +75,7 @@ type Receipt = (String, String);
 struct Harness {
     dir: tempfile::TempDir,
     acks: PathBuf,
+    effects: PathBuf,
     runs: usize,
     violations: Vec<String>,
 }
@@ -86,9 +90,11 @@ impl Harness {
     fn new() -> Self {
         let dir = tempfile::Builder::new().prefix("piwk").tempdir_in("/tmp").expect("dir");
         let acks = dir.path().join("acks");
+        let effects = dir.path().join("external-effects");
         let mut harness = Self {
             dir,
             acks,
+            effects,
             runs: 0,
             violations: Vec::new(),
         };
@@ -114,8 +120,9 @@ impl Harness {
     fn command(&self, args: &[&str], pace: (u64, u64)) -> Command {
         let (step_delay_ms, work_ms) = pace;
         let script = format!(
-            "steps={STEPS},step-delay-ms={step_delay_ms},work-ms={work_ms},ack-file={}",
-            self.acks.display()
+            "steps={STEPS},step-delay-ms={step_delay_ms},work-ms={work_ms},ack-file={},effect-file={},effect-ms={work_ms}",
+            self.acks.display(),
+            self.effects.display()
         );
         let mut command = Command::new(env!("CARGO_BIN_EXE_pi-workflows"));
         command
@@ -232,9 +239,17 @@ impl Harness {
             "SELECT count(*) FROM events WHERE event_type = 'run.failed'",
         );
         expect_zero(
-            "runs parked for review (workerCrashed, runnerNoProgress, effectAmbiguous)",
+            "runs parked for review (workerCrashed, runnerNoProgress, effectAmbiguous without one)",
             "SELECT count(*) FROM runs r JOIN run_queue q ON q.run_id = r.run_id
-             WHERE q.status = 'parked' AND r.status_detail != 'boundary'",
+             WHERE q.status = 'parked' AND r.status_detail != 'boundary'
+               AND NOT (r.status_detail = 'effectAmbiguous'
+                        AND EXISTS (SELECT 1 FROM effects e WHERE e.run_id = r.run_id AND e.status = 'ambiguous'))",
+        );
+        expect_zero(
+            "ambiguous effects of runs that are neither parked effectAmbiguous nor terminal",
+            "SELECT count(*) FROM effects e JOIN runs r ON r.run_id = e.run_id
+             WHERE e.status = 'ambiguous' AND r.finished_at IS NULL
+               AND ifnull(r.status_detail, '') != 'effectAmbiguous'",
         );
         if server_ready {
             expect_zero(
@@ -243,6 +258,7 @@ impl Harness {
                  AND server_epoch < (SELECT generation FROM leases WHERE resource_type = 'server')",
             );
         }
+        found.extend(self.effect_violations(&conn));
         let receipts = Self::receipts(&conn, false);
         let lost: Vec<&Receipt> = before.difference(&receipts).collect();
         if !lost.is_empty() {
@@ -260,6 +276,39 @@ impl Harness {
             eprintln!("VIOLATION {when}: {problem}");
             self.violations.push(format!("{when}: {problem}"));
         }
+    }
+
+    /// The external system's view: how often each effect key was applied.
+    fn applied_externally(&self) -> std::collections::BTreeMap<String, usize> {
+        let text = std::fs::read_to_string(&self.effects).unwrap_or_default();
+        let mut counts = std::collections::BTreeMap::new();
+        for key in text.lines().filter_map(|line| line.strip_prefix("applied ")) {
+            *counts.entry(key.to_string()).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// No effect applied twice; every `applied` effect applied exactly once externally.
+    fn effect_violations(&self, conn: &Connection) -> Vec<String> {
+        let external = self.applied_externally();
+        let mut found: Vec<String> = external
+            .iter()
+            .filter(|(_, count)| **count > 1)
+            .map(|(key, count)| format!("effect {key} applied {count} times"))
+            .collect();
+        let applied: Vec<String> = conn
+            .prepare("SELECT idempotency_key FROM effects WHERE status = 'applied'")
+            .expect("effects")
+            .query_map([], |row| row.get(0))
+            .expect("effects")
+            .map(|row| row.expect("effect"))
+            .collect();
+        for key in applied.iter().filter(|key| external.get(*key) != Some(&1)) {
+            found.push(format!(
+                "effect {key} is applied in the store but not exactly once externally"
+            ));
+        }
+        found
     }
 
     /// Statuses of every run, for a timeout message.
@@ -384,8 +433,10 @@ fn server_crashes_at_random_points_lose_no_acknowledged_work() {
     harness.start((rng.below(STEP_DELAY_MS_MAX + 1), rng.below(STEP_DELAY_MS_MAX + 1)));
     harness.check("final restart", &before, true);
     let deadline = Instant::now() + WAIT;
+    // Completed, or parked for review because its effect was applying at a crash.
     let all_completed = format!(
-        "SELECT count(*) = {} FROM runs WHERE status = 'completed'",
+        "SELECT count(*) = {} FROM runs r JOIN run_queue q ON q.run_id = r.run_id
+         WHERE r.status = 'completed' OR (q.status = 'parked' AND r.status_detail = 'effectAmbiguous')",
         harness.runs
     );
     while harness.count(&all_completed) == 0 {
@@ -402,6 +453,8 @@ fn server_crashes_at_random_points_lose_no_acknowledged_work() {
     harness.check("after the final stop", &before, false);
     let unsettled =
         harness.count("SELECT count(*) FROM node_attempts WHERE status NOT IN ('completed', 'interrupted')");
+    let ambiguous = harness.count("SELECT count(*) FROM effects WHERE status = 'ambiguous'");
+    let applied = harness.count("SELECT count(*) FROM effects WHERE status = 'applied'");
     if unsettled != 0 {
         harness
             .violations
@@ -443,7 +496,7 @@ fn server_crashes_at_random_points_lose_no_acknowledged_work() {
     eprintln!(
         "crash injection: {points} crash points tried ({early_kills} early), {} runs, {epochs} runner epochs \
          ({orphaned} orphaned by a crash), {interrupted} interrupted attempts, {} receipts, {acknowledged} \
-         acknowledged; {} violations found",
+         acknowledged, effects {applied} applied once + {ambiguous} ambiguous (parked); {} violations found",
         harness.runs,
         before.len(),
         harness.violations.len()

@@ -26,9 +26,10 @@ fn an_applied_effect_is_adopted_not_repeated_after_a_runner_crash() {
     let root = tempfile::Builder::new().prefix("piwe").tempdir_in("/tmp").expect("dir");
     let (dir, external) = (root.path(), root.path().join("external.log"));
     common::queue_runs_in(dir, ["run-e".to_string()]);
-    // ready, node.started, effect.reserve, effect.settle, node.finished, node.started → crash.
+    // ready, node.started, effect.reserve, effect.settle → crash before node.finished, so
+    // the resumed runner runs step 1 again and must adopt the applied effect.
     let script = format!(
-        "steps=3,effect-file={},crash-after=6,crash-first-only",
+        "steps=3,effect-file={},crash-after=4,crash-first-only",
         external.display()
     );
     assert!(cli(dir, &["server", "start"], &script).status.success());

@@ -121,17 +121,35 @@ fn a_scripted_run_completes_through_fenced_messages() {
         server.query::<i64>("SELECT count(*) FROM leases WHERE resource_type = 'run' AND owner_type IS NOT NULL"),
         0
     );
-    // ready, 3 × (started + finished), finished, exiting: every accepted message has a receipt.
+    // ready, 3 pure compute nodes (one `node.finished` each: start and finish in one
+    // commit), run.finished, exiting: every accepted message has a receipt.
     assert_eq!(
         server.query::<i64>("SELECT count(*) FROM runner_messages WHERE outcome = 'accepted'"),
-        9
+        6
+    );
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM events WHERE event_type = 'node.started'"),
+        0
+    );
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM events WHERE event_type = 'node.finished'"),
+        3
+    );
+    // The run's output is stored, digest-bound, with the run.
+    assert_eq!(
+        server.query::<i64>(
+            "SELECT count(*) FROM runs r JOIN blobs b ON b.blob_hash = r.output_hash AND b.media_type = 'application/json'"
+        ),
+        1
     );
     assert_no_survivors(&server.runner_pids());
 }
 
 #[test]
 fn a_runner_crash_after_progress_parks_the_run_as_worker_crashed() {
-    let server = Server::start(1, "steps=3,crash-after=4,grandchildren", &[]);
+    // work-ms makes each node two-phase (node.started first): ready, started, finished,
+    // started → crash with an attempt running.
+    let server = Server::start(1, "steps=3,work-ms=1,crash-after=4,grandchildren", &[]);
     server.wait_for(
         "the runner is recorded as crashed",
         "SELECT count(*) FROM run_workers WHERE status = 'crashed'",

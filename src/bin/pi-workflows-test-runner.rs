@@ -14,10 +14,25 @@
 //! - `step-delay-ms=N`    sleep N ms before each node
 //! - `effect-file=PATH`   step 1 performs one managed effect: reserve it, append a line
 //!   to PATH (the "external system"), settle it as applied
+//! - `effect-ms=N`        sleep N ms after applying the effect, before settling it
 //! - `crash-in-effect`    exit with code 70 after applying the effect, before settling it
 //! - `crash-first-only`   `crash-after` and `crash-in-effect` apply only in generation 1
 //! - `work-ms=N`          sleep N ms inside each node (between `node.started` and
-//!   `node.finished`), so a crash can find an attempt running
+//!   `node.finished`), so a crash can find an attempt running. Without it (and without an
+//!   effect) a step is a pure compute node: one `node.finished` with its start fields
+//! - `checkpoint-at=N`    step N asks for input (`interaction.requested`, kind checkpoint)
+//!   and the runner exits; a later `resume` whose run state carries the answer finishes it
+//! - `request-kind=K`     the kind of the checkpoint-at request (default checkpoint)
+//! - `verdict=accept|reject` how to judge a `validating` submission in the run state
+//!   (`interaction.accepted` / `interaction.rejected`); a rejection ends the runner
+//! - `output-bytes=N`     every node output is a string of N bytes (large run states)
+//! - `bad-reads`          before reading its run state, send bad `content.read` requests
+//!   (unknown digest, wrong media type, zero length, a part above 512 KiB, an offset past
+//!   the end) and log `read <case> <outcome> <code>` to the ack file
+//! - `updates`            send one `node.update` and one `notification.requested` per run
+//! - `register-child`     before step 1 start `sleep 300` in its own process group and
+//!   register it (`runner.progress`); `register-foreign` registers the runner's parent
+//!   instead, which the server must refuse
 //! - `timing-file=PATH`   append one line per completed step to PATH:
 //!   `<runner epoch> <start, µs since the Unix epoch> <wall time in µs>`, the wall time
 //!   running from sending `node.started` until the response to `node.finished` (benchmarks)
@@ -62,11 +77,22 @@ struct Script {
     ack_file: Option<String>,
     effect_file: Option<String>,
     crash_in_effect: bool,
+    effect_ms: u64,
+    checkpoint_at: Option<u64>,
+    reject_submissions: bool,
+    /// `checkpoint` (answered directly) or `agent` (answers are validated by a runner).
+    request_kind: String,
+    output_bytes: usize,
+    updates: bool,
+    bad_reads: bool,
+    register_child: bool,
+    register_foreign: bool,
 }
 
 fn parse_script() -> Script {
     let mut script = Script {
         steps: 2,
+        request_kind: "checkpoint".to_string(),
         ..Script::default()
     };
     let text = std::env::var("PI_WORKFLOWS_TEST_SCRIPT").unwrap_or_default();
@@ -94,6 +120,15 @@ fn parse_script() -> Script {
             "ack-file" if !value.is_empty() => script.ack_file = Some(value.to_string()),
             "effect-file" if !value.is_empty() => script.effect_file = Some(value.to_string()),
             "crash-in-effect" => script.crash_in_effect = true,
+            "effect-ms" => script.effect_ms = number(),
+            "checkpoint-at" => script.checkpoint_at = Some(number()),
+            "verdict" => script.reject_submissions = value == "reject",
+            "request-kind" if !value.is_empty() => script.request_kind = value.to_string(),
+            "output-bytes" => script.output_bytes = number() as usize,
+            "updates" => script.updates = true,
+            "bad-reads" => script.bad_reads = true,
+            "register-child" => script.register_child = true,
+            "register-foreign" => script.register_foreign = true,
             _ => exit_with(EXIT_PROTOCOL, "unknown script directive"),
         }
     }
@@ -238,12 +273,181 @@ fn perform_effect(channel: &mut Channel, attempt: Option<String>, path: &str, sc
     if script.crash_in_effect {
         exit_with(EXIT_CRASH, "crashing inside the effect as scripted");
     }
+    std::thread::sleep(Duration::from_millis(script.effect_ms));
     let effect_id = reservation.get("effectId").cloned().unwrap_or(Value::Null);
     channel.send(
         MessageKind::EffectSettle,
         attempt,
         json!({"effectId": effect_id, "outcome": "applied"}),
         script,
+    );
+}
+
+/// The run state of the first command, inline or read in parts through `content.read`.
+fn run_state(channel: &mut Channel, command: &Map<String, Value>, script: &Script) -> Value {
+    let payload = command
+        .get("payload")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    if let Some(state) = payload.get("runState") {
+        return state.clone();
+    }
+    let Some(reference) = payload.get("runStateRef").cloned() else {
+        exit_with(EXIT_PROTOCOL, "command without a run state");
+    };
+    let total = reference.get("byteLength").and_then(Value::as_u64).unwrap_or(0);
+    if script.bad_reads {
+        send_bad_reads(channel, &reference, total, script);
+    }
+    let mut content = Vec::new();
+    while (content.len() as u64) < total {
+        let read = json!({"digest": reference["digest"], "mediaType": reference["mediaType"],
+                          "offset": content.len(), "length": 512 * 1024});
+        let response = channel.send(MessageKind::ContentRead, None, read, script);
+        let data = response
+            .result
+            .as_ref()
+            .and_then(|r| r.get("dataBase64"))
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| exit_with(EXIT_PROTOCOL, "content.read failed"));
+        content.extend(base64_decode(data));
+    }
+    let digest = pi_workflows::digest::sha256_hex(&content);
+    if Some(digest.as_str()) != reference.get("digest").and_then(Value::as_str) {
+        exit_with(EXIT_PROTOCOL, "run state does not match its digest");
+    }
+    serde_json::from_slice(&content).unwrap_or_else(|_| exit_with(EXIT_PROTOCOL, "run state is not JSON"))
+}
+
+fn send_bad_reads(channel: &mut Channel, reference: &Value, total: u64, script: &Script) {
+    let (digest, media) = (reference["digest"].clone(), reference["mediaType"].clone());
+    let cases = [
+        (
+            "unknown-digest",
+            json!({"digest": "0".repeat(64), "mediaType": media, "offset": 0, "length": 10}),
+        ),
+        (
+            "wrong-media-type",
+            json!({"digest": digest, "mediaType": "text/plain", "offset": 0, "length": 10}),
+        ),
+        (
+            "zero-length",
+            json!({"digest": digest, "mediaType": media, "offset": 0, "length": 0}),
+        ),
+        (
+            "part-too-large",
+            json!({"digest": digest, "mediaType": media, "offset": 0, "length": 600 * 1024}),
+        ),
+        (
+            "past-the-end",
+            json!({"digest": digest, "mediaType": media, "offset": total + 1, "length": 10}),
+        ),
+    ];
+    for (case, read) in cases {
+        let response = channel.send(MessageKind::ContentRead, None, read, script);
+        let code = response.error.map(|error| error.code).unwrap_or_default();
+        append_line(
+            &mut channel.acks,
+            format!("read {case} {} {code}\n", response.outcome.as_str()),
+        );
+    }
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => exit_with(EXIT_PROTOCOL, "bad base64"),
+    };
+    let mut out = Vec::with_capacity(text.len() / 4 * 3);
+    for chunk in text.as_bytes().chunks(4) {
+        let digits: Vec<u8> = chunk.iter().filter(|&&c| c != b'=').map(|&c| value(c)).collect();
+        let group = digits
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, d)| acc | (u32::from(*d) << (18 - 6 * i)));
+        out.extend(group.to_be_bytes()[1..digits.len()].iter());
+    }
+    out
+}
+
+/// Steps the run already committed (`completed` attempts), and the answer of a settled
+/// checkpoint, from the run state.
+type Answered = Option<(Option<String>, Value)>;
+
+fn progress_of(state: &Value) -> (Vec<String>, Answered) {
+    let attempts = state
+        .get("attempts")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let done = attempts
+        .iter()
+        .filter(|a| a.get("status").and_then(Value::as_str) == Some("completed"))
+        .filter_map(|a| a.get("nodeId").and_then(Value::as_str).map(str::to_string))
+        .collect();
+    let interaction = state.get("interaction").filter(|i| !i.is_null());
+    let answered = interaction
+        .filter(|i| i.get("status").and_then(Value::as_str) == Some("settled"))
+        .and_then(|i| Some((i.get("attemptId")?.as_str()?.to_string(), i.get("answer")?.clone())));
+    // The answered attempt finishes in place while it still waits; otherwise (interrupted)
+    // the answer completes a new attempt of the same node.
+    let still_waiting = |attempt_id: &str| {
+        attempts.iter().any(|a| {
+            a.get("attemptId").and_then(Value::as_str) == Some(attempt_id)
+                && a.get("status").and_then(Value::as_str) == Some("waiting")
+        })
+    };
+    let answered = answered.map(|(attempt, answer)| (still_waiting(&attempt).then_some(attempt), answer));
+    (done, answered)
+}
+
+/// Judge a candidate the run state says is validating; true when the runner must exit.
+fn judge(channel: &mut Channel, state: &Value, script: &Script) -> bool {
+    let interaction = &state["interaction"];
+    let validating = &interaction["validating"];
+    if validating.is_null() {
+        return false;
+    }
+    let (request_id, submission_id) = (interaction["requestId"].clone(), validating["submissionId"].clone());
+    let attempt = interaction["attemptId"].as_str().map(str::to_string);
+    if script.reject_submissions {
+        let verdict = json!({"requestId": request_id, "submissionId": submission_id,
+                             "error": {"code": "invalidAnswer", "message": "scripted rejection"}});
+        channel.send(MessageKind::InteractionRejected, attempt, verdict, script);
+        channel.send(MessageKind::RunnerExiting, None, json!({}), script);
+        return true;
+    }
+    let verdict = json!({"requestId": request_id, "submissionId": submission_id, "output": validating["payload"]});
+    channel.send(MessageKind::InteractionAccepted, attempt, verdict, script);
+    false
+}
+
+/// Start `sleep 300` in its own process group and register it with the server.
+fn register_child(channel: &mut Channel, script: &Script) {
+    use std::os::unix::process::CommandExt;
+    let pid = if script.register_foreign {
+        i64::from(std::os::unix::process::parent_id())
+    } else {
+        // Never waited for on purpose: the server must stop and reap this group when the
+        // runner dies first.
+        #[allow(clippy::zombie_processes)]
+        let child = std::process::Command::new("sleep")
+            .arg("300")
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|_| exit_with(EXIT_PROTOCOL, "could not start the child"));
+        i64::from(child.id())
+    };
+    let register = json!({"operation": "process.register", "pid": pid});
+    let response = channel.send(MessageKind::RunnerProgress, None, register, script);
+    append_line(
+        &mut channel.acks,
+        format!("register {pid} {}\n", response.outcome.as_str()),
     );
 }
 
@@ -265,7 +469,30 @@ fn main() {
         std::thread::sleep(Duration::from_secs(600));
     }
     channel.send(MessageKind::RunnerReady, None, json!({}), &script);
-    let _command = read_frame(&mut channel.reader);
+    let command = read_frame(&mut channel.reader);
+    let carried = if command["payload"].get("runState").is_some() {
+        "inline"
+    } else {
+        "reference"
+    };
+    let line = format!("command {} {carried}\n", command["command"].as_str().unwrap_or("?"));
+    append_line(&mut channel.acks, line);
+    let state = run_state(&mut channel, &command, &script);
+    if judge(&mut channel, &state, &script) {
+        return;
+    }
+    let state = if state["interaction"]["validating"].is_null() {
+        state
+    } else {
+        // Accepted just now: the node is complete; continue after it.
+        let mut state = state;
+        let node = format!("step{}", script.checkpoint_at.unwrap_or(0));
+        if let Some(attempts) = state["attempts"].as_array_mut() {
+            attempts.push(json!({"nodeId": node, "status": "completed"}));
+        }
+        state
+    };
+    let (done, answered) = progress_of(&state);
     if script.garbage {
         channel.write_line(b"this is not a frame\n");
     }
@@ -277,22 +504,61 @@ fn main() {
     if script.stale_generation {
         channel.generation = channel.generation.saturating_sub(1);
     }
+    if script.register_child || script.register_foreign {
+        register_child(&mut channel, &script);
+    }
+    let output = Value::String("o".repeat(script.output_bytes));
     for step in 1..=script.steps {
+        let node_id = format!("step{step}");
+        if done.contains(&node_id) {
+            continue;
+        }
         std::thread::sleep(Duration::from_millis(script.step_delay_ms));
         let attempt = Some(format!(
             "attempt-{}-{}-{step}",
             channel.launch.run_id, channel.launch.generation
         ));
-        let node = json!({"nodeId": format!("step{step}"), "nodePath": format!("root/step{step}"), "visit": 1, "nodeType": "compute"});
+        let node = json!({"nodeId": node_id, "nodePath": format!("root/{node_id}"), "visit": 1, "nodeType": "compute"});
         let (wall_start, started) = (SystemTime::now(), Instant::now());
-        channel.send(MessageKind::NodeStarted, attempt.clone(), node, &script);
-        if step == 1
-            && let Some(path) = script.effect_file.as_deref()
-        {
+        if script.checkpoint_at == Some(step) {
+            match answered.as_ref() {
+                Some((Some(waiting), answer)) => {
+                    let finished = json!({"output": answer});
+                    channel.send(MessageKind::NodeFinished, Some(waiting.clone()), finished, &script);
+                    continue;
+                }
+                Some((None, answer)) => {
+                    let mut finished = node;
+                    finished["output"] = answer.clone();
+                    channel.send(MessageKind::NodeFinished, attempt, finished, &script);
+                    continue;
+                }
+                None => {
+                    channel.send(MessageKind::NodeStarted, attempt.clone(), node, &script);
+                    let request = json!({"requestId": format!("req-{}", channel.launch.run_id), "kind": script.request_kind,
+                                         "contract": {"summary": "approve?"}});
+                    channel.send(MessageKind::InteractionRequested, attempt, request, &script);
+                    channel.send(MessageKind::RunnerExiting, None, json!({}), &script);
+                    return;
+                }
+            }
+        }
+        let effect_step = step == 1 && script.effect_file.is_some();
+        let two_phase = effect_step || script.work_ms > 0;
+        if two_phase {
+            channel.send(MessageKind::NodeStarted, attempt.clone(), node.clone(), &script);
+        }
+        if let Some(path) = script.effect_file.as_deref().filter(|_| effect_step) {
             perform_effect(&mut channel, attempt.clone(), path, &script);
         }
+        if script.updates && step == 1 {
+            let update = json!({"message": "halfway", "completed": 1, "total": 2});
+            channel.send(MessageKind::NodeUpdate, attempt.clone(), update, &script);
+        }
         std::thread::sleep(Duration::from_millis(script.work_ms));
-        channel.send(MessageKind::NodeFinished, attempt, json!({"outputHash": null}), &script);
+        let mut finished = if two_phase { json!({}) } else { node };
+        finished["output"] = output.clone();
+        channel.send(MessageKind::NodeFinished, attempt, finished, &script);
         if timings.is_some() {
             let elapsed = started.elapsed().as_micros();
             let start_us = wall_start
@@ -302,7 +568,17 @@ fn main() {
             append_line(&mut timings, line);
         }
     }
-    let outcome = if script.fail { "failed" } else { "completed" };
-    channel.send(MessageKind::RunFinished, None, json!({"outcome": outcome}), &script);
+    if script.updates {
+        let attempt = format!("attempt-{}-{}-notify", channel.launch.run_id, channel.launch.generation);
+        let notify = json!({"nodeId": "notify", "nodePath": "root/notify", "visit": 1, "nodeType": "notify",
+                            "output": null, "notification": {"kind": "final", "message": "done"}});
+        channel.send(MessageKind::NotificationRequested, Some(attempt), notify, &script);
+    }
+    let finish = if script.fail {
+        json!({"outcome": "failed", "error": {"code": "nodeFailed", "message": "scripted failure"}})
+    } else {
+        json!({"outcome": "completed", "output": {"steps": script.steps}})
+    };
+    channel.send(MessageKind::RunFinished, None, finish, &script);
     channel.send(MessageKind::RunnerExiting, None, json!({}), &script);
 }

@@ -78,6 +78,9 @@ wire_enum! {
         EffectSettle = "effect.settle",
         RunnerProgress = "runner.progress",
         RunnerExiting = "runner.exiting",
+        /// A read, not a state change: one part of content the server advertised to this
+        /// runner (a run state above the frame limit). No receipt is stored.
+        ContentRead = "content.read",
     }
 }
 

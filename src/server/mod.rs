@@ -14,6 +14,8 @@ pub mod listener;
 pub mod logging;
 pub mod ownership;
 pub mod runner;
+pub mod runner_apply;
+pub mod runner_channel;
 pub mod scheduler;
 pub mod status;
 pub mod tree;
@@ -158,6 +160,8 @@ async fn recover(store: &Arc<Store>, server_id: &str) -> anyhow::Result<()> {
             Err(err) => tracing::warn!(pid = identity.pid, error = %err, "could not check a stale runner"),
         }
     }
+    // Registered headless Pi groups of those runners: no runner of this server lives yet.
+    runner::reap_registered(store, None).await;
     let owner = server_id.to_string();
     let report = blocking::write(store, move |tx| crate::store::recovery::recover(tx, &owner, &stale)).await?;
     tracing::info!(?report, "startup recovery done");

@@ -24,17 +24,18 @@ use tokio::task::AbortHandle;
 use super::blocking;
 use super::context::ServerContext;
 use super::frames::{LineRead, read_line};
+use super::runner_apply::{Applied, Checked, apply, invalid};
+use super::runner_channel;
 use crate::digest::sha256_hex;
 use crate::protocol::runner::{
-    COMMAND_SCHEMA, Command, CommandKind, LAUNCH_SCHEMA, Launch, Message, MessageKind, RUNNER_CHANNEL_FD,
-    RUNNER_PROTOCOL_VERSION, Response, ResponseOutcome, fencing_of,
+    LAUNCH_SCHEMA, Launch, Message, MessageKind, RUNNER_CHANNEL_FD, RUNNER_PROTOCOL_VERSION, Response, ResponseOutcome,
+    fencing_of,
 };
 use crate::protocol::{decode_frame, encode_frame};
-use crate::store::attempts::{self, AttemptOutcome, NewAttempt};
-use crate::store::claims::ClaimAuthority;
+use crate::store::claims::{ClaimAuthority, RUN_CLAIM_LEASE_MS};
 use crate::store::commands::{self, CommandOutcome, CommandReceipt, CommandRequest};
-use crate::store::effects::{self, EffectRequest, Settlement};
-use crate::store::runs::{self, FailureClass, ParkReason, RunStatus};
+use crate::store::effects;
+use crate::store::runs::{self, ParkReason, RunStatus};
 use crate::store::workers::{self, Admissible, NewWorker, WorkerOutcome};
 use crate::store::{StoreError, StoreResult, WriteTx};
 
@@ -84,7 +85,13 @@ pub enum RunnerMsg {
     ),
     ReadyDeadline,
     CheckExit,
+    /// Renew the run claim while the runner works; never waits for a scheduler slot.
+    RenewClaim,
 }
+
+/// The run claim is renewed after a third of its life, so two renewals can fail before
+/// it expires.
+const CLAIM_RENEW_MS: u64 = (RUN_CLAIM_LEASE_MS / 3) as u64;
 
 pub struct RunnerState {
     args: RunnerArgs,
@@ -98,6 +105,9 @@ pub struct RunnerState {
     runner_stale: bool,
     timed_out: bool,
     finished: bool,
+    /// Content offered to this runner (a run state above the frame limit): the only
+    /// content `content.read` may return.
+    advertised: Vec<crate::store::blobs::BlobRef>,
     tasks: Vec<AbortHandle>,
 }
 
@@ -134,6 +144,7 @@ impl Actor for Runner {
         let reader = tokio::spawn(read_frames(read_half, myself.clone())).abort_handle();
         let ready_deadline = myself.send_after(args.ctx.runner_settings.ready_timeout, || RunnerMsg::ReadyDeadline);
         let exit_checks = myself.send_interval(Duration::from_millis(EXIT_CHECK_MS), || RunnerMsg::CheckExit);
+        let renewals = myself.send_interval(Duration::from_millis(CLAIM_RENEW_MS), || RunnerMsg::RenewClaim);
         args.ctx.runners.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         args.ctx.register_runner(&args.run.run_id, myself.clone());
         tracing::info!(run_id = %args.run.run_id, generation = args.authority.generation, pid, "runner started");
@@ -147,7 +158,13 @@ impl Actor for Runner {
             runner_stale: false,
             timed_out: false,
             finished: false,
-            tasks: vec![reader, ready_deadline.abort_handle(), exit_checks.abort_handle()],
+            advertised: Vec::new(),
+            tasks: vec![
+                reader,
+                ready_deadline.abort_handle(),
+                exit_checks.abort_handle(),
+                renewals.abort_handle(),
+            ],
         })
     }
 
@@ -207,6 +224,20 @@ impl Actor for Runner {
                 state.child.kill().await?;
             }
             RunnerMsg::ReadyDeadline => {}
+            RunnerMsg::RenewClaim if state.claim_lost || state.finished => {}
+            RunnerMsg::RenewClaim => {
+                let authority = state.args.authority.clone();
+                let renewed = blocking::write(&state.args.ctx.store, move |tx| {
+                    crate::store::claims::renew(tx, &authority, RUN_CLAIM_LEASE_MS)
+                })
+                .await;
+                if let Err(StoreError::ClaimLost(lost)) = renewed {
+                    // Another owner has the run: this runner must not write again.
+                    tracing::info!(run_id = %lost.resource_id, reason = %lost.reason, "run claim lost at renewal; stopping the runner");
+                    state.claim_lost = true;
+                    state.child.terminate(Duration::from_millis(RUNNER_GRACE_MS)).await?;
+                }
+            }
             RunnerMsg::CheckExit => {
                 let Some(outcome) = state.child.try_exit()? else {
                     return Ok(());
@@ -228,7 +259,8 @@ fn launch_envelope(args: &RunnerArgs) -> Launch {
         generation: args.authority.generation as u64,
         runner_epoch: args.runner_epoch.clone(),
         project_path: args.run.project_path.clone(),
-        workflow_source: Value::Object(Map::new()),
+        // Stored canonical by the run's creator; an unreadable value sends `{}` (no file source).
+        workflow_source: serde_json::from_str(&args.run.workflow_source_json).unwrap_or(Value::Object(Map::new())),
         definition_digest: args.run.definition_digest.clone(),
         input_hash: args.run.input_hash.clone(),
         protocol_version: RUNNER_PROTOCOL_VERSION,
@@ -302,19 +334,39 @@ async fn on_frame(state: &mut RunnerState, line: &[u8]) -> bool {
         tracing::warn!(run_id = %state.args.run.run_id, "runner message does not match the protocol; stopping it");
         return false;
     };
+    if message.kind == MessageKind::ContentRead {
+        let response = match runner_channel::read_content(&state.args.ctx, &state.advertised, &message).await {
+            Ok(result) => {
+                let mut response = Response::new(&message.message_id, ResponseOutcome::Accepted);
+                response.result = Some(result);
+                response
+            }
+            Err(failure) => {
+                Response::new(&message.message_id, ResponseOutcome::Rejected).with_error(failure.code, &failure.message)
+            }
+        };
+        return reply(state, response).await.is_ok();
+    }
     let response = answer(state, &message).await;
     let claim_lost = response.outcome == ResponseOutcome::ClaimLost;
     let written = reply(state, response).await.is_ok();
     if written && message.kind == MessageKind::RunnerReady && state.ready {
-        let command = Command {
-            schema: COMMAND_SCHEMA.to_string(),
-            command: CommandKind::Start,
-            parent_attempt_id: None,
-            payload: Map::new(),
-        };
-        return send(state, &command).await.is_ok();
+        return send_first_command(state).await;
     }
     written && !claim_lost
+}
+
+/// After `runner.ready`: the one explicit command, with the narrow run state.
+async fn send_first_command(state: &mut RunnerState) -> bool {
+    let frame = match runner_channel::first_command_frame(&state.args.ctx, &state.args.run.run_id).await {
+        Ok(frame) => frame,
+        Err(err) => {
+            tracing::warn!(run_id = %state.args.run.run_id, error = %err, "runner command could not be built; stopping the runner");
+            return false;
+        }
+    };
+    state.advertised.extend(frame.advertised);
+    state.writer.write_all(&frame.bytes).await.is_ok()
 }
 
 async fn reply(state: &mut RunnerState, response: Response) -> Result<(), ActorProcessingErr> {
@@ -326,10 +378,6 @@ async fn send(state: &mut RunnerState, value: &impl serde::Serialize) -> Result<
     state.writer.write_all(&bytes).await?;
     Ok(())
 }
-
-/// What an accepted message committed: the new revision (if the run changed) and a small
-/// result for the runner (e.g. an effect reservation).
-type Applied = (Option<i64>, Option<Value>);
 
 /// Apply one fenced message exactly once: a repeated message ID gets its stored answer.
 async fn answer(state: &mut RunnerState, message: &Message) -> Response {
@@ -353,13 +401,14 @@ async fn answer(state: &mut RunnerState, message: &Message) -> Response {
         return Response::new(&message.message_id, ResponseOutcome::Rejected)
             .with_error("notReady", "send runner.ready first");
     }
+    let checked = check_outside_store(state, message);
     let (authority, epoch, owned) = (
         state.args.authority.clone(),
         state.args.runner_epoch.clone(),
         message.clone(),
     );
     let applied = blocking::write(&state.args.ctx.store, move |tx| {
-        let (revision, result) = apply(tx, &authority, &owned)?;
+        let (revision, result) = apply(tx, &authority, &owned, &checked)?;
         let result_json = result.as_ref().map(Value::to_string);
         let receipt = workers::MessageReceipt {
             outcome: "accepted".to_string(),
@@ -371,6 +420,23 @@ async fn answer(state: &mut RunnerState, message: &Message) -> Response {
     })
     .await;
     respond(state, message, applied).await
+}
+
+/// Facts a message needs from outside the store: a registered process must be a live
+/// direct child of this runner, recorded with its start identity.
+fn check_outside_store(state: &RunnerState, message: &Message) -> Checked {
+    let registering = message.kind == MessageKind::RunnerProgress
+        && message.payload.get("operation").and_then(Value::as_str) == Some("process.register");
+    let pid = message
+        .payload
+        .get("pid")
+        .and_then(Value::as_i64)
+        .and_then(|pid| i32::try_from(pid).ok());
+    let registration = pid
+        .filter(|_| registering)
+        .filter(|pid| supervisors::process::parent_of(*pid) == Some(state.child.pid()))
+        .and_then(|pid| Some((pid, supervisors::process::identity_of(pid)?.to_string())));
+    Checked { registration }
 }
 
 async fn respond(state: &mut RunnerState, message: &Message, applied: StoreResult<Applied>) -> Response {
@@ -415,104 +481,6 @@ async fn respond(state: &mut RunnerState, message: &Message, applied: StoreResul
     }
 }
 
-/// The store change of one message kind; `None` revision for kinds that change no run.
-fn apply(tx: &WriteTx<'_>, authority: &ClaimAuthority, message: &Message) -> StoreResult<Applied> {
-    let expected = message.expected_revision.map(|r| r as i64);
-    let text = |key: &str| message.payload.get(key).and_then(Value::as_str).map(str::to_string);
-    let revision = match message.kind {
-        MessageKind::RunnerReady => {
-            // Fencing already proved this is the runner epoch being served.
-            workers::record_ready(tx, &message.runner_epoch)?;
-            runs::mark_running(tx, authority, expected)?
-        }
-        MessageKind::NodeStarted => {
-            let attempt = NewAttempt {
-                attempt_id: required(message.attempt_id.clone(), "attemptId")?,
-                node_id: required(text("nodeId"), "payload.nodeId")?,
-                node_path: required(text("nodePath"), "payload.nodePath")?,
-                visit: message.payload.get("visit").and_then(Value::as_i64).unwrap_or(1),
-                node_type: text("nodeType").unwrap_or_else(|| "compute".to_string()),
-                deadline_at: message.payload.get("deadlineAt").and_then(Value::as_i64),
-                timeout_ms: message.payload.get("timeoutMs").and_then(Value::as_i64),
-            };
-            attempts::start_attempt(tx, authority, expected, &attempt)?
-        }
-        MessageKind::NodeFinished | MessageKind::NodeFailed => {
-            let attempt_id = required(message.attempt_id.clone(), "attemptId")?;
-            let outcome = if message.kind == MessageKind::NodeFinished {
-                AttemptOutcome::Completed {
-                    output_hash: text("outputHash"),
-                }
-            } else {
-                AttemptOutcome::Failed {
-                    error_hash: text("errorHash"),
-                }
-            };
-            attempts::finish_attempt(tx, authority, expected, &attempt_id, &outcome)?
-        }
-        MessageKind::RunFinished => match text("outcome").as_deref() {
-            Some("completed") => runs::complete_run(tx, authority, expected, text("outputHash").as_deref())?,
-            Some("failed") => runs::fail_run(
-                tx,
-                authority,
-                expected,
-                FailureClass::NodeFailed,
-                text("errorHash").as_deref(),
-            )?,
-            _ => return Err(invalid("payload.outcome must be completed or failed")),
-        },
-        MessageKind::RunParked => runs::park_run(tx, authority, expected, ParkReason::Boundary)?,
-        MessageKind::EffectReserve => {
-            let request = EffectRequest {
-                effect_type: required(text("effectType"), "payload.effectType")?,
-                idempotency_key: required(text("idempotencyKey"), "payload.idempotencyKey")?,
-                request_fingerprint: required(text("requestFingerprint"), "payload.requestFingerprint")?,
-            };
-            let reserved = effects::reserve(tx, authority, expected, &request)?;
-            let result = serde_json::to_value(&reserved.value).map_err(|err| invalid(&err.to_string()))?;
-            return Ok((Some(reserved.revision), Some(result)));
-        }
-        MessageKind::EffectSettle => {
-            let settlement = match text("outcome").as_deref() {
-                Some("applied") => Settlement::Applied,
-                Some("rejected") => Settlement::Rejected,
-                _ => return Err(invalid("payload.outcome must be applied or rejected")),
-            };
-            let effect_id = required(text("effectId"), "payload.effectId")?;
-            effects::settle(
-                tx,
-                authority,
-                expected,
-                &effect_id,
-                settlement,
-                text("resultHash").as_deref(),
-            )?
-        }
-        MessageKind::RunnerExiting => return Ok((None, None)),
-        other => {
-            return Err(invalid(&format!(
-                "{} is not handled by this server version yet",
-                other.as_str()
-            )));
-        }
-    };
-    Ok((Some(revision), None))
-}
-
-fn required(value: Option<String>, what: &'static str) -> StoreResult<String> {
-    value.ok_or_else(|| StoreError::InvalidInput {
-        what,
-        detail: "missing".to_string(),
-    })
-}
-
-fn invalid(detail: &str) -> StoreError {
-    StoreError::InvalidInput {
-        what: "runner message",
-        detail: detail.to_string(),
-    }
-}
-
 /// After the runner process ended: record its one outcome and decide the run's state.
 async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: Option<WorkerOutcome>) {
     let outcome = forced.unwrap_or(if state.claim_lost || state.runner_stale {
@@ -541,9 +509,45 @@ async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: Opti
         workers::record_outcome(tx, &epoch, outcome, code, signal)
     })
     .await;
+    reap_registered(&state.args.ctx.store, Some(state.args.runner_epoch.clone())).await;
     match settled {
         Ok(_) => tracing::info!(run_id = %state.args.run.run_id, outcome = outcome.as_str(), "runner ended"),
         Err(err) => tracing::warn!(run_id = %state.args.run.run_id, error = %err, "runner end was not recorded"),
+    }
+}
+
+/// Stop the process groups a runner registered and did not unregister (its runner ended
+/// first), each only while its recorded start identity still matches; `None` reaps those
+/// of every runner epoch (startup recovery, when no runner of this server is alive yet).
+pub async fn reap_registered(store: &Arc<crate::store::Store>, runner_epoch: Option<String>) {
+    use supervisors::process::{ProcessSignal, StartIdentity, signal_group_if_identity_matches};
+    let attached = blocking::read(store, move |conn| {
+        crate::store::processes::attached(conn, runner_epoch.as_deref())
+    })
+    .await;
+    let Ok(attached) = attached.inspect_err(|err| tracing::warn!(error = %err, "registered processes unreadable"))
+    else {
+        return;
+    };
+    if attached.is_empty() {
+        return;
+    }
+    for process in &attached {
+        match process.start_identity.parse::<StartIdentity>() {
+            Ok(identity) => match signal_group_if_identity_matches(&identity, ProcessSignal::Kill) {
+                Ok(outcome) => {
+                    tracing::info!(pid = process.pid, ?outcome, "stopped a registered process group");
+                    // Reparented to this server (a subreaper) when its runner died: reap it.
+                    supervisors::process::reap_group(identity.pid).await;
+                }
+                Err(err) => tracing::warn!(pid = process.pid, error = %err, "registered process group not stopped"),
+            },
+            Err(_) => tracing::warn!(pid = process.pid, "registered process has a malformed start identity"),
+        }
+    }
+    let reaped = blocking::write(store, move |tx| crate::store::processes::mark_reaped(tx, &attached)).await;
+    if let Err(err) = reaped {
+        tracing::warn!(error = %err, "reaped processes not recorded");
     }
 }
 
@@ -597,6 +601,13 @@ fn park_if_still_running(
     let run = runs::read_run(tx, &authority.resource_id)?;
     if run.status != RunStatus::Running || !run.queue.holds_claim() {
         return Ok(());
+    }
+    // A validating runner that ended without a verdict: the request stays ready for a
+    // corrected retry; the run waits again instead of parking.
+    match crate::store::interactions::abandon_validation(tx, authority) {
+        Ok(true) | Err(StoreError::ClaimLost(_)) => return Ok(()),
+        Ok(false) => {}
+        Err(err) => return Err(err),
     }
     let no_progress = reason != ParkReason::Boundary && run.revision <= revision_at_ready;
     let reason = if no_progress {

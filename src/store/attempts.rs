@@ -53,45 +53,16 @@ pub fn start_attempt(
     expected: Option<i64>,
     attempt: &NewAttempt,
 ) -> StoreResult<i64> {
-    if attempt.visit < 1 {
-        return Err(StoreError::InvalidInput {
-            what: "node visit",
-            detail: format!("{} (visits count from 1)", attempt.visit),
-        });
-    }
     let run_id = authority.resource_id.as_str();
     let committed = claims::protected_write(tx, authority, expected, |tx| {
         require_live(tx, run_id, "start a node attempt of")?;
-        if let Some(open) = unfinished_attempt_id(tx, run_id)? {
-            return Err(StoreError::AttemptNotActive {
-                run_id: run_id.to_string(),
-                attempt_id: open,
-            });
-        }
-        tx.conn()
-            .prepare_cached(
-                "INSERT INTO node_attempts (attempt_id, run_id, node_id, node_path, visit, node_type, status,
-                                            lease_generation, started_at, deadline_at, timeout_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, ?8, ?9, ?10)",
-            )?
-            .execute(params![
-                attempt.attempt_id,
-                run_id,
-                attempt.node_id,
-                attempt.node_path,
-                attempt.visit,
-                attempt.node_type,
-                authority.generation,
-                tx.now_ms(),
-                attempt.deadline_at,
-                attempt.timeout_ms
-            ])?;
+        insert_attempt(tx, authority, attempt)?;
         Ok(((), RunEvent::new("node.started", Actor::Host)))
     })?;
     Ok(committed.revision)
 }
 
-/// `node.finished` / `node.failed`: settle the run's unfinished running attempt.
+/// `node.finished` / `node.failed`: settle the run's unfinished attempt.
 pub fn finish_attempt(
     tx: &WriteTx<'_>,
     authority: &ClaimAuthority,
@@ -99,33 +70,109 @@ pub fn finish_attempt(
     attempt_id: &str,
     outcome: &AttemptOutcome,
 ) -> StoreResult<i64> {
+    let finish = Finish {
+        attempt_id,
+        started_here: None,
+        outcome,
+    };
+    finish_attempt_with(tx, authority, expected, &finish, |_| Ok(()))
+}
+
+/// Which attempt a finish settles. `started_here` records a node that was never started
+/// (a pure compute node, or a notify node whose message commits with its result): the
+/// attempt is inserted already finished, so the step costs one commit.
+pub struct Finish<'a> {
+    pub attempt_id: &'a str,
+    pub started_here: Option<&'a NewAttempt>,
+    pub outcome: &'a AttemptOutcome,
+}
+
+/// Settle an attempt and apply `also` (e.g. a notification message) in the same protected
+/// write. The attempt must be the run's unfinished one (running, or waiting for an answer
+/// that has arrived), or be started here.
+pub fn finish_attempt_with(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    finish: &Finish<'_>,
+    also: impl FnOnce(&WriteTx<'_>) -> StoreResult<()>,
+) -> StoreResult<i64> {
     let run_id = authority.resource_id.as_str();
     let committed = claims::protected_write(tx, authority, expected, |tx| {
         require_live(tx, run_id, "finish a node attempt of")?;
-        let (status, output, error, event_type) = match outcome {
-            AttemptOutcome::Completed { output_hash } => {
-                (AttemptStatus::Completed, output_hash.as_deref(), None, "node.finished")
-            }
-            AttemptOutcome::Failed { error_hash } => {
-                (AttemptStatus::Failed, None, error_hash.as_deref(), "node.failed")
-            }
-        };
-        let updated = tx
-            .conn()
-            .prepare_cached(
-                "UPDATE node_attempts SET status = ?1, output_hash = ?2, error_hash = ?3, finished_at = ?4
-                 WHERE attempt_id = ?5 AND run_id = ?6 AND status = 'running'",
-            )?
-            .execute(params![status.as_str(), output, error, tx.now_ms(), attempt_id, run_id])?;
-        if updated != 1 {
-            return Err(StoreError::AttemptNotActive {
-                run_id: run_id.to_string(),
-                attempt_id: attempt_id.to_string(),
-            });
+        if let Some(attempt) = finish.started_here {
+            assert_eq!(attempt.attempt_id, finish.attempt_id, "one attempt per finish");
+            insert_attempt(tx, authority, attempt)?;
         }
+        let event_type = settle_unfinished(tx, run_id, finish.attempt_id, finish.outcome)?;
+        also(tx)?;
         Ok(((), RunEvent::new(event_type, Actor::Host)))
     })?;
     Ok(committed.revision)
+}
+
+fn settle_unfinished(
+    tx: &WriteTx<'_>,
+    run_id: &str,
+    attempt_id: &str,
+    outcome: &AttemptOutcome,
+) -> StoreResult<&'static str> {
+    let (status, output, error, event_type) = match outcome {
+        AttemptOutcome::Completed { output_hash } => {
+            (AttemptStatus::Completed, output_hash.as_deref(), None, "node.finished")
+        }
+        AttemptOutcome::Failed { error_hash } => (AttemptStatus::Failed, None, error_hash.as_deref(), "node.failed"),
+    };
+    let updated = tx
+        .conn()
+        .prepare_cached(
+            "UPDATE node_attempts SET status = ?1, output_hash = ?2, error_hash = ?3, finished_at = ?4
+             WHERE attempt_id = ?5 AND run_id = ?6 AND status IN ('running', 'waiting')",
+        )?
+        .execute(params![status.as_str(), output, error, tx.now_ms(), attempt_id, run_id])?;
+    if updated != 1 {
+        return Err(StoreError::AttemptNotActive {
+            run_id: run_id.to_string(),
+            attempt_id: attempt_id.to_string(),
+        });
+    }
+    Ok(event_type)
+}
+
+/// Insert a new running attempt; refused while the run has another unfinished one.
+fn insert_attempt(tx: &WriteTx<'_>, authority: &ClaimAuthority, attempt: &NewAttempt) -> StoreResult<()> {
+    if attempt.visit < 1 {
+        return Err(StoreError::InvalidInput {
+            what: "node visit",
+            detail: format!("{} (visits count from 1)", attempt.visit),
+        });
+    }
+    let run_id = authority.resource_id.as_str();
+    if let Some(open) = unfinished_attempt_id(tx, run_id)? {
+        return Err(StoreError::AttemptNotActive {
+            run_id: run_id.to_string(),
+            attempt_id: open,
+        });
+    }
+    tx.conn()
+        .prepare_cached(
+            "INSERT INTO node_attempts (attempt_id, run_id, node_id, node_path, visit, node_type, status,
+                        lease_generation, started_at, deadline_at, timeout_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, ?8, ?9, ?10)",
+        )?
+        .execute(params![
+            attempt.attempt_id,
+            run_id,
+            attempt.node_id,
+            attempt.node_path,
+            attempt.visit,
+            attempt.node_type,
+            authority.generation,
+            tx.now_ms(),
+            attempt.deadline_at,
+            attempt.timeout_ms
+        ])?;
+    Ok(())
 }
 
 fn require_live(tx: &WriteTx<'_>, run_id: &str, transition: &'static str) -> StoreResult<()> {

@@ -196,3 +196,39 @@ pub fn read_blob_verified(conn: &Connection, reference: &BlobRef) -> StoreResult
     }
     Ok(content)
 }
+
+/// The media type of JSON values (outputs, errors, inputs, answers, contracts).
+pub const JSON_MEDIA_TYPE: &str = "application/json";
+
+/// Store a JSON value as canonical JSON of at most `bytes_max` bytes; returns its digest.
+pub fn put_json(tx: &WriteTx<'_>, value: &serde_json::Value, bytes_max: usize) -> StoreResult<String> {
+    let bytes = crate::protocol::to_canonical_vec(value).map_err(|err| super::StoreError::InvalidInput {
+        what: "JSON value",
+        detail: err.to_string(),
+    })?;
+    if bytes.len() > bytes_max {
+        return Err(super::StoreError::InvalidInput {
+            what: "JSON value",
+            detail: format!(
+                "{} bytes is above the {bytes_max}-byte limit; store large data in files and return a path",
+                bytes.len()
+            ),
+        });
+    }
+    Ok(put_blob(tx, &bytes, JSON_MEDIA_TYPE)?.sha256)
+}
+
+/// Read a stored JSON value by digest (verified); `None` when absent.
+pub fn read_json(conn: &Connection, sha256: &str) -> StoreResult<Option<serde_json::Value>> {
+    let reference = match blob_ref(conn, sha256, JSON_MEDIA_TYPE) {
+        Ok(reference) => reference,
+        Err(super::StoreError::Blob(BlobError::NotFound { .. })) => return Ok(None),
+        Err(err) => return Err(err),
+    };
+    let bytes = read_blob_verified(conn, &reference)?;
+    let value = serde_json::from_slice(&bytes).map_err(|err| super::StoreError::InvalidInput {
+        what: "stored JSON value",
+        detail: err.to_string(),
+    })?;
+    Ok(Some(value))
+}

@@ -1,7 +1,9 @@
 //! The durable state store: one SQLite file, one writer thread, read-only view connections.
 //!
 //! Grouped by aggregate: `runs` (runs and queue lifecycle), `claims`, `attempts`,
-//! `events` (revisions, events, viewer deltas), `commands` (receipts), `blobs`.
+//! `events` (revisions, events, viewer deltas), `commands` (receipts), `blobs`, `effects`,
+//! `interactions`, `messages`, `workers` (runner epochs), `processes` (registry) and
+//! `run_state` (the runner's one narrow read).
 //! Each spec transaction exists once, as one function taking a `WriteTx`.
 //!
 //! Architecture Invariant: no SQL outside `src/store/`. Other modules call these
@@ -18,7 +20,11 @@ pub mod commands;
 pub mod effects;
 pub mod error;
 pub mod events;
+pub mod interactions;
+pub mod messages;
+pub mod processes;
 pub mod recovery;
+pub mod run_state;
 pub mod runs;
 pub mod schema;
 pub mod server_lease;

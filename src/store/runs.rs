@@ -125,6 +125,28 @@ pub enum ExecutionMode {
     },
 }
 
+/// How a run began; it decides its runner's first command (`start`, `restart`,
+/// `continue`) so a runner never infers it from a nullable parent.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum RunOrigin {
+    #[default]
+    Start,
+    /// A new run of the same workflow from its start (`parent_run_id` names the old run).
+    Restart,
+    /// Continues after the waiting checkpoint attempt of `parent_run_id`.
+    Continuation { parent_attempt_id: String },
+}
+
+impl RunOrigin {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Start => "start",
+            Self::Restart => "restart",
+            Self::Continuation { .. } => "continuation",
+        }
+    }
+}
+
 /// What `queue_run` needs to create a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewRun {
@@ -133,7 +155,10 @@ pub struct NewRun {
     pub project_path: String,
     pub parent_run_id: Option<String>,
     pub root_run_id: Option<String>,
+    pub origin: RunOrigin,
     pub definition_digest: String,
+    /// Root and mounted source hashes, canonical JSON (`{}` when there is no file source).
+    pub workflow_source_json: String,
     pub input_hash: String,
     pub execution: ExecutionMode,
 }
@@ -253,10 +278,15 @@ pub fn queue_run(tx: &WriteTx<'_>, new_run: &NewRun) -> StoreResult<i64> {
         }
     }
     let root = new_run.root_run_id.as_deref().unwrap_or(&new_run.run_id);
+    let parent_attempt = match &new_run.origin {
+        RunOrigin::Continuation { parent_attempt_id } => Some(parent_attempt_id.as_str()),
+        RunOrigin::Start | RunOrigin::Restart => None,
+    };
     conn.prepare_cached(
-        "INSERT INTO runs (run_id, workflow_name, project_path, parent_run_id, root_run_id, definition_digest,
-                           input_hash, status, paused, revision, created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', 0, 1, ?8, ?8)",
+        "INSERT INTO runs (run_id, workflow_name, project_path, parent_run_id, root_run_id, origin,
+                           parent_attempt_id, definition_digest, workflow_source_json, input_hash, status,
+                           paused, revision, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'queued', 0, 1, ?11, ?11)",
     )?
     .execute(params![
         new_run.run_id,
@@ -264,7 +294,10 @@ pub fn queue_run(tx: &WriteTx<'_>, new_run: &NewRun) -> StoreResult<i64> {
         new_run.project_path,
         new_run.parent_run_id,
         root,
+        new_run.origin.as_str(),
+        parent_attempt,
         new_run.definition_digest,
+        new_run.workflow_source_json,
         new_run.input_hash,
         now
     ])?;
@@ -382,18 +415,55 @@ pub fn park_run(
 /// Wait for input (checkpoint or interactive request); the unfinished attempt, if any,
 /// becomes `waiting` and stays the run's current node.
 pub fn wait_run(tx: &WriteTx<'_>, authority: &ClaimAuthority, expected: Option<i64>) -> StoreResult<i64> {
+    wait_run_with(tx, authority, expected, |_, _| Ok(()))
+}
+
+/// `wait_run` with the record of what the run waits for (`before`) in the same protected
+/// write, so a waiting run always names its pending request.
+pub fn wait_run_with(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    before: impl FnOnce(&WriteTx<'_>, &str) -> StoreResult<()>,
+) -> StoreResult<i64> {
     claimed_transition(
         tx,
         authority,
         expected,
         "wait",
-        |run| run.queue == QueueStatus::Running,
+        // Also from `starting`: a validator that never became ready returns the run to
+        // waiting at its request.
+        |_| true,
         |tx, run_id| {
+            before(tx, run_id)?;
             attempts::mark_unfinished_waiting(tx, run_id)?;
             set_run_status(tx, run_id, RunStatus::Waiting, None)?;
             set_queue_status(tx, run_id, QueueStatus::Parked)?;
             claims::release(tx, authority)?;
             Ok(RunEvent::new("run.waiting", Actor::Host))
+        },
+    )
+}
+
+/// Record a display fact of a live run (node progress, a presentation) as its own event,
+/// with the fact stored under `payload_hash`; nothing else of the run changes.
+pub fn note_run(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    event_type: &'static str,
+    payload_hash: &str,
+) -> StoreResult<i64> {
+    claimed_transition(
+        tx,
+        authority,
+        expected,
+        event_type,
+        |run| run.queue == QueueStatus::Running,
+        |_, _| {
+            let mut event = RunEvent::new(event_type, Actor::Host);
+            event.payload_hash = Some(payload_hash.to_string());
+            Ok(event)
         },
     )
 }
@@ -576,6 +646,30 @@ pub fn resume_run(tx: &WriteTx<'_>, run_id: &str, expected: Option<i64>) -> Stor
                 set_queue_status(tx, run_id, QueueStatus::Queued)?;
             }
             Ok(RunEvent::new("run.resumed", Actor::Client))
+        },
+    )
+}
+
+/// A waiting run got its input (an accepted answer, or a candidate to validate): it
+/// becomes queued for a new runner, which resumes at the waiting attempt. `before`
+/// records the input in the same transaction. Refused while paused.
+pub fn continue_waiting(
+    tx: &WriteTx<'_>,
+    run_id: &str,
+    expected: Option<i64>,
+    before: impl FnOnce(&WriteTx<'_>) -> StoreResult<()>,
+) -> StoreResult<i64> {
+    unclaimed_transition(
+        tx,
+        run_id,
+        expected,
+        "answer",
+        |run| run.status == RunStatus::Waiting && !run.paused,
+        |tx| {
+            before(tx)?;
+            set_run_status(tx, run_id, RunStatus::Queued, None)?;
+            set_queue_status(tx, run_id, QueueStatus::Queued)?;
+            Ok(RunEvent::new("run.answered", Actor::Client))
         },
     )
 }

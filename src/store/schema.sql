@@ -35,7 +35,13 @@ CREATE TABLE runs (
   project_path TEXT NOT NULL,
   parent_run_id TEXT REFERENCES runs (run_id),
   root_run_id TEXT NOT NULL,
+  -- How the run began: its runner's first command is `start`, `restart` or `continue`.
+  origin TEXT NOT NULL DEFAULT 'start' CHECK (origin IN ('start', 'restart', 'continuation')),
+  -- A continuation names its waiting checkpoint parent attempt.
+  parent_attempt_id TEXT,
   definition_digest TEXT NOT NULL,
+  -- The workflow source identity (root and mounted file hashes), canonical JSON.
+  workflow_source_json TEXT NOT NULL DEFAULT '{}' CHECK (length(workflow_source_json) <= 65536),
   input_hash TEXT NOT NULL,
   status TEXT NOT NULL CHECK (status IN
     ('queued', 'running', 'waiting', 'completed', 'failed', 'timed_out', 'cancelled')),
@@ -49,7 +55,9 @@ CREATE TABLE runs (
   created_at INTEGER NOT NULL,
   updated_at INTEGER NOT NULL,
   finished_at INTEGER,
-  CHECK ((finished_at IS NOT NULL) = (status IN ('completed', 'failed', 'timed_out', 'cancelled')))
+  CHECK ((finished_at IS NOT NULL) = (status IN ('completed', 'failed', 'timed_out', 'cancelled'))),
+  CHECK ((origin = 'continuation') = (parent_attempt_id IS NOT NULL)),
+  CHECK (origin = 'start' OR parent_run_id IS NOT NULL)
 ) STRICT;
 
 CREATE INDEX runs_by_root ON runs (root_run_id);
@@ -337,6 +345,18 @@ CREATE TABLE runner_messages (
   result_json TEXT CHECK (result_json IS NULL OR length(result_json) <= 4096),
   created_at INTEGER NOT NULL,
   PRIMARY KEY (runner_epoch, message_id)
+) STRICT, WITHOUT ROWID;
+
+-- Processes a runner registered (a headless Pi child in its own process group). The server
+-- stops a registered group whose runner ended first; the start identity keeps a reused PID
+-- from ever matching.
+CREATE TABLE runner_processes (
+  runner_epoch TEXT NOT NULL REFERENCES run_workers (runner_epoch) ON DELETE CASCADE,
+  pid INTEGER NOT NULL CHECK (pid > 1),
+  process_start_identity TEXT NOT NULL,
+  registered_at INTEGER NOT NULL,
+  unregistered_at INTEGER,
+  PRIMARY KEY (runner_epoch, pid)
 ) STRICT, WITHOUT ROWID;
 
 -- View content ---------------------------------------------------------------------------

@@ -143,13 +143,15 @@ pub struct Admissible {
     pub project_path: String,
     pub definition_digest: String,
     pub input_hash: String,
+    /// Root and mounted source hashes (canonical JSON), for the runner to verify.
+    pub workflow_source_json: String,
 }
 
 /// Up to `limit` queued, unpaused runs whose time has come, oldest first.
 pub fn admissible_runs(conn: &rusqlite::Connection, now_ms: i64, limit: usize) -> StoreResult<Vec<Admissible>> {
     let runs = conn
         .prepare_cached(
-            "SELECT r.run_id, r.project_path, r.definition_digest, r.input_hash
+            "SELECT r.run_id, r.project_path, r.definition_digest, r.input_hash, r.workflow_source_json
              FROM run_queue q JOIN runs r ON r.run_id = q.run_id
              WHERE q.status = 'queued' AND r.paused = 0 AND q.available_at <= ?1
              ORDER BY q.available_at, r.created_at LIMIT ?2",
@@ -160,6 +162,7 @@ pub fn admissible_runs(conn: &rusqlite::Connection, now_ms: i64, limit: usize) -
                 project_path: row.get(1)?,
                 definition_digest: row.get(2)?,
                 input_hash: row.get(3)?,
+                workflow_source_json: row.get(4)?,
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;

@@ -32,6 +32,8 @@ pub fn new_run(run_id: &str) -> NewRun {
         parent_run_id: None,
         root_run_id: None,
         definition_digest: format!("sha256:{}", "d".repeat(64)),
+        origin: Default::default(),
+        workflow_source_json: "{}".to_string(),
         input_hash: "e".repeat(64),
         execution: ExecutionMode::Headless,
     }

@@ -445,7 +445,9 @@ async fn join_capture(
 }
 
 /// Reaps reparented members of `pgid` that are our children (we are a subreaper), bounded in time.
-async fn reap_group(pgid: i32) {
+/// Public for groups this process signalled but did not spawn (e.g. a runner's registered
+/// child, reparented to us when the runner died).
+pub async fn reap_group(pgid: i32) {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(GROUP_REAP_MS_MAX);
     loop {
         match sys::reap_group_once(pgid) {

@@ -82,6 +82,7 @@ pub enum SignalOutcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct StatFields {
     pub(crate) state: u8,
+    pub(crate) ppid: i32,
     pub(crate) pgrp: i32,
     pub(crate) start_time_ticks: u64,
 }
@@ -98,10 +99,12 @@ pub(crate) fn parse_stat(line: &str) -> Option<StatFields> {
     let after_comm = &line[line.rfind(')')? + 1..];
     let fields: Vec<&str> = after_comm.split_ascii_whitespace().collect();
     let state = *fields.first()?.as_bytes().first()?;
+    let ppid = fields.get(1)?.parse().ok()?;
     let pgrp = fields.get(2)?.parse().ok()?;
     let start_time_ticks = fields.get(STAT_START_TIME_INDEX)?.parse().ok()?;
     Some(StatFields {
         state,
+        ppid,
         pgrp,
         start_time_ticks,
     })
@@ -178,6 +181,12 @@ pub fn signal_group_if_identity_matches(
         Ok(false) => Ok(SignalOutcome::NotRunning),
         Err(e) => Err(ProcessError::os(identity.pid, "kill(-pgid)", e)),
     }
+}
+
+/// The parent pid of live (non-zombie) process `pid`, or `None` when it does not run.
+/// A server uses it to accept a registration only for a direct child of a runner.
+pub fn parent_of(pid: i32) -> Option<i32> {
+    read_stat(pid).filter(|stat| !stat.is_dead()).map(|stat| stat.ppid)
 }
 
 /// Live (non-zombie) processes whose process group is `pgid`, found by scanning `/proc`.

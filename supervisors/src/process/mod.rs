@@ -28,10 +28,11 @@ mod spec;
 mod sys;
 
 pub use capture::{CaptureReport, StreamCapture};
-pub use child::{ExitOutcome, ProcessChild, Termination, spawn};
+pub use child::{ExitOutcome, ProcessChild, Termination, reap_group, spawn};
 pub use error::ProcessError;
 pub use identity::{
-    SignalOutcome, StartIdentity, current_boot_id, group_members, identity_of, signal_group_if_identity_matches,
+    SignalOutcome, StartIdentity, current_boot_id, group_members, identity_of, parent_of,
+    signal_group_if_identity_matches,
 };
 pub use spec::{ProcessSignal, ProcessSpec, ResourceLimit, RlimitResource};
 pub use sys::set_child_subreaper;

@@ -1,0 +1,340 @@
+//! What each state-changing runner message does to the store: one protected write per
+//! message, run inside the writer's transaction together with the message receipt.
+//!
+//! Architecture Invariant: this module only translates a fenced, decoded message into the
+//! store's transactions; it never signals processes or talks to the runner.
+
+use serde_json::Value;
+
+use crate::protocol::runner::{Message, MessageKind};
+use crate::store::attempts::{self, AttemptOutcome, Finish, NewAttempt};
+use crate::store::blobs::put_json;
+use crate::store::claims::{self, ClaimAuthority, RUN_CLAIM_LEASE_MS};
+use crate::store::effects::{self, EffectRequest, Settlement};
+use crate::store::interactions::{self, InteractionKind, Judged, NewInteraction};
+use crate::store::messages::{self, MessageKind as WorkflowMessageKind, NewMessage};
+use crate::store::runs::{self, FailureClass, ParkReason};
+use crate::store::{StoreError, StoreResult, WriteTx, processes, workers};
+
+/// A node output, interaction answer or effect result, as canonical JSON.
+pub const VALUE_BYTES_MAX: usize = 256 * 1024;
+/// An error value (`{code, message}`).
+pub const ERROR_BYTES_MAX: usize = 4 * 1024;
+/// A progress update of a running node.
+pub const UPDATE_BYTES_MAX: usize = 1024 + 256;
+/// A notification of a notify node.
+pub const NOTIFICATION_BYTES_MAX: usize = 16 * 1024 + 256;
+/// A presentation for the run's terminal message.
+pub const PRESENTATION_BYTES_MAX: usize = 64 * 1024;
+
+/// What an accepted message committed: the new revision (if the run changed) and a small
+/// result for the runner (e.g. an effect reservation).
+pub type Applied = (Option<i64>, Option<Value>);
+
+/// Facts the actor checked outside the transaction (they need /proc, not the store).
+pub struct Checked {
+    /// For `process.register`: the pid and its start identity, proven a direct child.
+    pub registration: Option<(i32, String)>,
+}
+
+/// The store change of one message kind; `None` revision for kinds that change no run.
+pub fn apply(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    message: &Message,
+    checked: &Checked,
+) -> StoreResult<Applied> {
+    let expected = message.expected_revision.map(|r| r as i64);
+    let payload = Payload(message);
+    let revision = match message.kind {
+        MessageKind::RunnerReady => {
+            // Fencing already proved this is the runner epoch being served.
+            workers::record_ready(tx, &message.runner_epoch)?;
+            runs::mark_running(tx, authority, expected)?
+        }
+        MessageKind::NodeStarted => attempts::start_attempt(tx, authority, expected, &payload.new_attempt()?)?,
+        MessageKind::NodeFinished | MessageKind::NodeFailed => finish_node(tx, authority, expected, &payload)?,
+        MessageKind::NodeUpdate => {
+            let update = put_json(tx, &Value::Object(message.payload.clone()), UPDATE_BYTES_MAX)?;
+            runs::note_run(tx, authority, expected, "node.updated", &update)?
+        }
+        MessageKind::RunFinished => finish_run(tx, authority, expected, &payload)?,
+        MessageKind::RunParked => {
+            let reason = match payload.text("reason").as_deref() {
+                Some("boundary") => ParkReason::Boundary,
+                Some("workflowSourceChanged") => ParkReason::WorkflowSourceChanged,
+                _ => return Err(invalid("payload.reason must be boundary or workflowSourceChanged")),
+            };
+            runs::park_run(tx, authority, expected, reason)?
+        }
+        MessageKind::InteractionRequested => request_interaction(tx, authority, expected, &payload)?,
+        MessageKind::InteractionAccepted | MessageKind::InteractionRejected => {
+            judge_submission(tx, authority, expected, &payload)?
+        }
+        MessageKind::NotificationRequested => notify(tx, authority, expected, &payload)?,
+        MessageKind::PresentationRequested => {
+            let presentation = put_json(tx, payload.value("presentation")?, PRESENTATION_BYTES_MAX)?;
+            runs::note_run(tx, authority, expected, "presentation.requested", &presentation)?
+        }
+        MessageKind::EffectReserve => return reserve_effect(tx, authority, expected, &payload),
+        MessageKind::EffectSettle => settle_effect(tx, authority, expected, &payload)?,
+        MessageKind::RunnerProgress => {
+            progress(tx, authority, message, checked)?;
+            return Ok((None, None));
+        }
+        MessageKind::RunnerExiting => return Ok((None, None)),
+        MessageKind::ContentRead => return Err(invalid("content.read is a read; it is answered without a receipt")),
+    };
+    Ok((Some(revision), None))
+}
+
+/// Typed access to a message's payload with bounded, named errors.
+struct Payload<'a>(&'a Message);
+
+impl Payload<'_> {
+    fn text(&self, key: &str) -> Option<String> {
+        self.0.payload.get(key).and_then(Value::as_str).map(str::to_string)
+    }
+
+    fn required_text(&self, key: &'static str) -> StoreResult<String> {
+        self.text(key).ok_or_else(|| missing(key))
+    }
+
+    fn value(&self, key: &'static str) -> StoreResult<&Value> {
+        self.0.payload.get(key).ok_or_else(|| missing(key))
+    }
+
+    fn attempt_id(&self) -> StoreResult<String> {
+        self.0.attempt_id.clone().ok_or_else(|| missing("attemptId"))
+    }
+
+    fn new_attempt(&self) -> StoreResult<NewAttempt> {
+        Ok(NewAttempt {
+            attempt_id: self.attempt_id()?,
+            node_id: self.required_text("nodeId")?,
+            node_path: self.required_text("nodePath")?,
+            visit: self.0.payload.get("visit").and_then(Value::as_i64).unwrap_or(1),
+            node_type: self.text("nodeType").unwrap_or_else(|| "compute".to_string()),
+            deadline_at: self.0.payload.get("deadlineAt").and_then(Value::as_i64),
+            timeout_ms: self.0.payload.get("timeoutMs").and_then(Value::as_i64),
+        })
+    }
+
+    /// The attempt a finishing message records when the node was never started: a pure
+    /// node starts and finishes in one commit.
+    fn started_here(&self) -> StoreResult<Option<NewAttempt>> {
+        if self.0.payload.contains_key("nodePath") {
+            return self.new_attempt().map(Some);
+        }
+        Ok(None)
+    }
+}
+
+fn finish_node(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    payload: &Payload<'_>,
+) -> StoreResult<i64> {
+    let outcome = if payload.0.kind == MessageKind::NodeFinished {
+        let output = put_json(tx, payload.value("output")?, VALUE_BYTES_MAX)?;
+        AttemptOutcome::Completed {
+            output_hash: Some(output),
+        }
+    } else {
+        let error = put_json(tx, payload.value("error")?, ERROR_BYTES_MAX)?;
+        AttemptOutcome::Failed {
+            error_hash: Some(error),
+        }
+    };
+    let started_here = payload.started_here()?;
+    let attempt_id = payload.attempt_id()?;
+    let finish = Finish {
+        attempt_id: &attempt_id,
+        started_here: started_here.as_ref(),
+        outcome: &outcome,
+    };
+    attempts::finish_attempt_with(tx, authority, expected, &finish, |_| Ok(()))
+}
+
+fn finish_run(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    payload: &Payload<'_>,
+) -> StoreResult<i64> {
+    match payload.text("outcome").as_deref() {
+        Some("completed") => {
+            let output = match payload.0.payload.get("output") {
+                Some(value) => Some(put_json(tx, value, VALUE_BYTES_MAX)?),
+                None => None,
+            };
+            runs::complete_run(tx, authority, expected, output.as_deref())
+        }
+        Some("failed") => {
+            let error = put_json(tx, payload.value("error")?, ERROR_BYTES_MAX)?;
+            runs::fail_run(tx, authority, expected, FailureClass::NodeFailed, Some(&error))
+        }
+        _ => Err(invalid("payload.outcome must be completed or failed")),
+    }
+}
+
+fn request_interaction(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    payload: &Payload<'_>,
+) -> StoreResult<i64> {
+    let kind = payload
+        .text("kind")
+        .and_then(|kind| InteractionKind::from_wire(&kind))
+        .ok_or_else(|| invalid("payload.kind must be agent, assistant, checkpoint or decision"))?;
+    let interaction = NewInteraction {
+        request_id: payload.required_text("requestId")?,
+        attempt_id: payload.attempt_id()?,
+        kind,
+        contract_hash: put_json(tx, payload.value("contract")?, VALUE_BYTES_MAX)?,
+        deadline_at: payload.0.payload.get("deadlineAt").and_then(Value::as_i64),
+    };
+    interactions::request(tx, authority, expected, &interaction)
+}
+
+fn judge_submission(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    payload: &Payload<'_>,
+) -> StoreResult<i64> {
+    let (request_id, submission_id) = (
+        payload.required_text("requestId")?,
+        payload.required_text("submissionId")?,
+    );
+    if payload.0.kind == MessageKind::InteractionAccepted {
+        let output = put_json(tx, payload.value("output")?, VALUE_BYTES_MAX)?;
+        let judged = Judged {
+            request_id: &request_id,
+            submission_id: &submission_id,
+            receipt_hash: &output,
+        };
+        return interactions::accept(tx, authority, expected, &judged);
+    }
+    let error = put_json(tx, payload.value("error")?, ERROR_BYTES_MAX)?;
+    let judged = Judged {
+        request_id: &request_id,
+        submission_id: &submission_id,
+        receipt_hash: &error,
+    };
+    interactions::reject(tx, authority, expected, &judged)
+}
+
+/// A notify node: its result and its notification commit together; an interactive run
+/// also queues a passive message for its origin session.
+fn notify(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    payload: &Payload<'_>,
+) -> StoreResult<i64> {
+    let output = put_json(tx, payload.value("output")?, VALUE_BYTES_MAX)?;
+    let notification = put_json(tx, payload.value("notification")?, NOTIFICATION_BYTES_MAX)?;
+    let outcome = AttemptOutcome::Completed {
+        output_hash: Some(output),
+    };
+    let started_here = payload.started_here()?;
+    let attempt_id = payload.attempt_id()?;
+    let finish = Finish {
+        attempt_id: &attempt_id,
+        started_here: started_here.as_ref(),
+        outcome: &outcome,
+    };
+    let run_id = authority.resource_id.as_str();
+    attempts::finish_attempt_with(tx, authority, expected, &finish, |tx| {
+        let Some(session) = messages::origin_session(tx, run_id)? else {
+            return Ok(());
+        };
+        let message = NewMessage {
+            run_id,
+            target_session_id: &session,
+            kind: WorkflowMessageKind::Notification,
+            source_id: &attempt_id,
+            reason: None,
+            content_hash: &notification,
+        };
+        messages::queue_message(tx, &message).map(|_| ())
+    })
+}
+
+fn reserve_effect(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    payload: &Payload<'_>,
+) -> StoreResult<Applied> {
+    let request = EffectRequest {
+        effect_type: payload.required_text("effectType")?,
+        idempotency_key: payload.required_text("idempotencyKey")?,
+        request_fingerprint: payload.required_text("requestFingerprint")?,
+    };
+    let reserved = effects::reserve(tx, authority, expected, &request)?;
+    let result = serde_json::to_value(&reserved.value).map_err(|err| invalid(&err.to_string()))?;
+    Ok((Some(reserved.revision), Some(result)))
+}
+
+fn settle_effect(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    payload: &Payload<'_>,
+) -> StoreResult<i64> {
+    let settlement = match payload.text("outcome").as_deref() {
+        Some("applied") => Settlement::Applied,
+        Some("rejected") => Settlement::Rejected,
+        _ => return Err(invalid("payload.outcome must be applied or rejected")),
+    };
+    let result = match payload.0.payload.get("result") {
+        Some(value) => Some(put_json(tx, value, VALUE_BYTES_MAX)?),
+        None => None,
+    };
+    let effect_id = payload.required_text("effectId")?;
+    effects::settle(tx, authority, expected, &effect_id, settlement, result.as_deref())
+}
+
+/// `runner.progress`: attach or detach a child process group. Registration needs the live
+/// claim; unregistration stays valid after a terminal state released it (cleanup).
+fn progress(tx: &WriteTx<'_>, authority: &ClaimAuthority, message: &Message, checked: &Checked) -> StoreResult<()> {
+    let payload = Payload(message);
+    let pid = message
+        .payload
+        .get("pid")
+        .and_then(Value::as_i64)
+        .and_then(|pid| i32::try_from(pid).ok())
+        .filter(|pid| *pid > 1)
+        .ok_or_else(|| invalid("payload.pid must be a process ID above 1"))?;
+    match payload.text("operation").as_deref() {
+        Some("process.register") => {
+            claims::renew(tx, authority, RUN_CLAIM_LEASE_MS)?;
+            let Some((checked_pid, identity)) = checked.registration.as_ref().filter(|(p, _)| *p == pid) else {
+                return Err(invalid("the process is not a live direct child of this runner"));
+            };
+            processes::register(tx, &message.runner_epoch, *checked_pid, identity)
+        }
+        Some("process.unregister") => processes::unregister(tx, &message.runner_epoch, pid).map(|_| ()),
+        _ => Err(invalid(
+            "payload.operation must be process.register or process.unregister",
+        )),
+    }
+}
+
+fn missing(what: &'static str) -> StoreError {
+    StoreError::InvalidInput {
+        what,
+        detail: "missing".to_string(),
+    }
+}
+
+pub fn invalid(detail: &str) -> StoreError {
+    StoreError::InvalidInput {
+        what: "runner message",
+        detail: detail.to_string(),
+    }
+}

@@ -1,0 +1,201 @@
+//! The runner channel's reads: the one explicit first command with its narrow run state,
+//! and `content.read` of a run state too large for one frame.
+//!
+//! Architecture Invariant: a runner can read only content the server advertised to its own
+//! runner epoch, in parts of at most 512 KiB; every bad read gets a bounded error.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use super::blocking;
+use super::context::ServerContext;
+use crate::protocol::runner::{COMMAND_SCHEMA, Command, CommandKind, Message};
+use crate::protocol::{encode_frame, to_canonical_vec};
+use crate::store::blobs::{self, BLOB_PART_BYTES_MAX, BlobRef};
+use crate::store::run_state::{self, FirstCommand};
+use crate::store::{StoreError, StoreResult};
+
+/// The media type of a run state stored for transfer.
+pub const RUN_STATE_MEDIA_TYPE: &str = "application/vnd.pi-workflows.run-state+json";
+
+/// The first command frame for a run, and the content it advertises (if any).
+pub struct FirstFrame {
+    pub bytes: Vec<u8>,
+    pub advertised: Option<BlobRef>,
+}
+
+/// Build the one explicit command for the run's runner; a run state above the frame
+/// limit is stored as a blob and sent as a digest-bound reference.
+pub async fn first_command_frame(ctx: &Arc<ServerContext>, run_id: &str) -> StoreResult<FirstFrame> {
+    let owned = run_id.to_string();
+    let (first, state) = blocking::read(&ctx.store, move |conn| {
+        Ok((
+            run_state::first_command(conn, &owned)?,
+            run_state::read_run_state(conn, &owned)?,
+        ))
+    })
+    .await?;
+    let (kind, parent_attempt_id) = match first {
+        FirstCommand::Start => (CommandKind::Start, None),
+        FirstCommand::Resume => (CommandKind::Resume, None),
+        FirstCommand::Restart => (CommandKind::Restart, None),
+        FirstCommand::Continue { parent_attempt_id } => (CommandKind::Continue, Some(parent_attempt_id)),
+    };
+    let command = |payload: Map<String, Value>| Command {
+        schema: COMMAND_SCHEMA.to_string(),
+        command: kind,
+        parent_attempt_id: parent_attempt_id.clone(),
+        payload,
+    };
+    let inline = command(Map::from_iter([("runState".to_string(), state.clone())]));
+    match encode_frame(&inline) {
+        Ok(bytes) => {
+            return Ok(FirstFrame {
+                bytes,
+                advertised: None,
+            });
+        }
+        Err(crate::protocol::FrameError::TooLarge { .. }) => {}
+        Err(err) => return Err(frame_error(&err.to_string())),
+    }
+    let content = to_canonical_vec(&state).map_err(|err| frame_error(&err.to_string()))?;
+    let reference = blocking::write(&ctx.store, move |tx| {
+        blobs::put_blob(tx, &content, RUN_STATE_MEDIA_TYPE)
+    })
+    .await?;
+    let by_reference = command(Map::from_iter([("runStateRef".to_string(), content_ref(&reference))]));
+    let bytes = encode_frame(&by_reference).map_err(|err| frame_error(&err.to_string()))?;
+    Ok(FirstFrame {
+        bytes,
+        advertised: Some(reference),
+    })
+}
+
+fn content_ref(reference: &BlobRef) -> Value {
+    json!({"digest": reference.sha256, "mediaType": reference.media_type, "byteLength": reference.bytes})
+}
+
+fn frame_error(detail: &str) -> StoreError {
+    StoreError::InvalidInput {
+        what: "runner command",
+        detail: detail.to_string(),
+    }
+}
+
+/// A `content.read` failure: a stable code and a bounded message.
+pub struct ReadFailure {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ReadFailure {
+    fn new(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// Serve one `content.read` of content advertised to this runner.
+pub async fn read_content(
+    ctx: &Arc<ServerContext>,
+    advertised: &[BlobRef],
+    message: &Message,
+) -> Result<Value, ReadFailure> {
+    let text = |key: &str| {
+        message
+            .payload
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (digest, media_type) = (text("digest"), text("mediaType"));
+    let number = |key: &str| message.payload.get(key).and_then(Value::as_u64);
+    let (Some(offset), Some(length)) = (number("offset"), number("length")) else {
+        return Err(ReadFailure::new(
+            "badRange",
+            "offset and length must be non-negative integers",
+        ));
+    };
+    if length == 0 || length > BLOB_PART_BYTES_MAX as u64 {
+        return Err(ReadFailure::new(
+            "badRange",
+            format!("length must be 1 to {BLOB_PART_BYTES_MAX} bytes"),
+        ));
+    }
+    let Some(reference) = advertised
+        .iter()
+        .find(|r| r.sha256 == digest && r.media_type == media_type)
+        .cloned()
+    else {
+        return Err(ReadFailure::new(
+            "contentUnavailable",
+            "no content with that digest and media type was offered to this runner",
+        ));
+    };
+    let total = reference.bytes;
+    let part = blocking::read(&ctx.store, move |conn| {
+        blobs::read_blob_part(conn, &reference, offset, length as usize)
+    })
+    .await
+    .map_err(|err| ReadFailure::new(read_code(&err), err.to_string()))?;
+    Ok(json!({
+        "offset": offset,
+        "length": part.len(),
+        "totalLength": total,
+        "dataBase64": base64_encode(&part),
+    }))
+}
+
+fn read_code(err: &StoreError) -> &'static str {
+    match err {
+        StoreError::Blob(blobs::BlobError::BadRange { .. } | blobs::BlobError::PartTooLarge { .. }) => "badRange",
+        StoreError::Blob(blobs::BlobError::NotFound { .. } | blobs::BlobError::MediaTypeMismatch { .. }) => {
+            "contentUnavailable"
+        }
+        _ => "contentDamaged",
+    }
+}
+
+/// Standard base64 with padding (RFC 4648 §4): 512 KiB parts fit a 1 MiB frame encoded.
+pub fn base64_encode(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let group = (u32::from(chunk[0]) << 16)
+            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*chunk.get(2).unwrap_or(&0));
+        for index in 0..4 {
+            if index <= chunk.len() {
+                out.push(ALPHABET[((group >> (18 - 6 * index)) & 0x3f) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::base64_encode;
+
+    #[test]
+    fn base64_matches_rfc4648_vectors() {
+        let vectors = [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ];
+        for (plain, encoded) in vectors {
+            assert_eq!(base64_encode(plain.as_bytes()), encoded, "{plain:?}");
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! Interactive requests (agent steps, checkpoints, decisions) and their submissions.
+//!
+//! Architecture Invariant: a run waits only with its pending request recorded in the same
+//! transaction; one attempt has at most one request (a UNIQUE constraint enforces it).
+//! A rejected submission leaves the request pending.
+
+use rusqlite::{OptionalExtension, params};
+
+use super::attempts::{self, AttemptOutcome, Finish};
+use super::claims::ClaimAuthority;
+use super::error::{StoreError, StoreResult};
+use super::messages::{self, MessageKind, NewMessage};
+use super::runs;
+use super::writer::WriteTx;
+use crate::wire_enum::wire_enum;
+
+wire_enum! {
+    pub enum InteractionKind {
+        Agent = "agent",
+        Assistant = "assistant",
+        Checkpoint = "checkpoint",
+        Decision = "decision",
+    }
+}
+
+/// `interaction.requested` of the run's running attempt.
+pub struct NewInteraction {
+    pub request_id: String,
+    pub attempt_id: String,
+    pub kind: InteractionKind,
+    /// Digest of the stored request contract (prompt, expected output, summary).
+    pub contract_hash: String,
+    /// The node's resolved wall-clock deadline, committed before the request.
+    pub deadline_at: Option<i64>,
+}
+
+/// Record the request, make the attempt wait, park the run as `waiting` and release the
+/// claim, in one protected write. An interactive run also queues its initial step message.
+pub fn request(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    interaction: &NewInteraction,
+) -> StoreResult<i64> {
+    runs::wait_run_with(tx, authority, expected, |tx, run_id| {
+        require_running_attempt(tx, run_id, &interaction.attempt_id)?;
+        let session = messages::origin_session(tx, run_id)?;
+        tx.conn()
+            .prepare_cached(
+                "INSERT INTO interactive_requests (request_id, run_id, attempt_id, target_session_id, kind,
+                                                   contract_hash, status, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending', ?7)",
+            )?
+            .execute(params![
+                interaction.request_id,
+                run_id,
+                interaction.attempt_id,
+                session,
+                interaction.kind.as_str(),
+                interaction.contract_hash,
+                tx.now_ms()
+            ])?;
+        if interaction.deadline_at.is_some() {
+            tx.conn()
+                .prepare_cached("UPDATE node_attempts SET deadline_at = ?1 WHERE attempt_id = ?2")?
+                .execute(params![interaction.deadline_at, interaction.attempt_id])?;
+        }
+        if let Some(session) = session.as_deref() {
+            let kind = match interaction.kind {
+                InteractionKind::Decision => MessageKind::Decision,
+                _ => MessageKind::Step,
+            };
+            messages::queue_message(
+                tx,
+                &NewMessage {
+                    run_id,
+                    target_session_id: session,
+                    kind,
+                    source_id: &interaction.request_id,
+                    reason: (kind == MessageKind::Step).then_some("initial"),
+                    content_hash: &interaction.contract_hash,
+                },
+            )?;
+        }
+        Ok(())
+    })
+}
+
+fn require_running_attempt(tx: &WriteTx<'_>, run_id: &str, attempt_id: &str) -> StoreResult<()> {
+    let status: Option<String> = tx
+        .conn()
+        .prepare_cached("SELECT status FROM node_attempts WHERE attempt_id = ?1 AND run_id = ?2")?
+        .query_row(params![attempt_id, run_id], |row| row.get(0))
+        .optional()?;
+    if status.as_deref() == Some("running") {
+        return Ok(());
+    }
+    Err(StoreError::AttemptNotActive {
+        run_id: run_id.to_string(),
+        attempt_id: attempt_id.to_string(),
+    })
+}
+
+/// A submission the validating runner judged.
+pub struct Judged<'a> {
+    pub request_id: &'a str,
+    pub submission_id: &'a str,
+    /// Digest of the stored verdict (the accepted output or the actionable error).
+    pub receipt_hash: &'a str,
+}
+
+/// `interaction.accepted`: the submission wins, the request settles and its attempt
+/// completes with `output_hash`, in one protected write.
+pub fn accept(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    judged: &Judged<'_>,
+) -> StoreResult<i64> {
+    let attempt_id = pending_request_attempt(tx, &authority.resource_id, judged.request_id)?;
+    let outcome = AttemptOutcome::Completed {
+        output_hash: Some(judged.receipt_hash.to_string()),
+    };
+    let finish = Finish {
+        attempt_id: &attempt_id,
+        started_here: None,
+        outcome: &outcome,
+    };
+    attempts::finish_attempt_with(tx, authority, expected, &finish, |tx| {
+        settle_submission(tx, judged, "accepted")?;
+        let now = tx.now_ms();
+        tx.conn()
+            .prepare_cached(
+                "UPDATE interactive_requests SET status = 'settled', accepted_submission_id = ?1, settled_at = ?2
+                 WHERE request_id = ?3 AND status = 'pending'",
+            )?
+            .execute(params![judged.submission_id, now, judged.request_id])?;
+        Ok(())
+    })
+}
+
+/// `interaction.rejected`: the submission is rejected with a stored error; the request
+/// stays pending and the run waits again (claim released).
+pub fn reject(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    judged: &Judged<'_>,
+) -> StoreResult<i64> {
+    pending_request_attempt(tx, &authority.resource_id, judged.request_id)?;
+    runs::wait_run_with(tx, authority, expected, |tx, _| {
+        settle_submission(tx, judged, "rejected")
+    })
+}
+
+fn pending_request_attempt(tx: &WriteTx<'_>, run_id: &str, request_id: &str) -> StoreResult<String> {
+    tx.conn()
+        .prepare_cached(
+            "SELECT attempt_id FROM interactive_requests WHERE request_id = ?1 AND run_id = ?2 AND status = 'pending'",
+        )?
+        .query_row(params![request_id, run_id], |row| row.get(0))
+        .optional()?
+        .ok_or_else(|| StoreError::InvalidInput {
+            what: "interaction",
+            detail: "no pending request with that ID in this run".to_string(),
+        })
+}
+
+fn settle_submission(tx: &WriteTx<'_>, judged: &Judged<'_>, outcome: &str) -> StoreResult<()> {
+    let updated = tx
+        .conn()
+        .prepare_cached(
+            "UPDATE interactive_submissions SET outcome = ?1, settled_at = ?2, receipt_hash = ?3
+             WHERE submission_id = ?4 AND request_id = ?5 AND outcome = 'validating'",
+        )?
+        .execute(params![
+            outcome,
+            tx.now_ms(),
+            judged.receipt_hash,
+            judged.submission_id,
+            judged.request_id
+        ])?;
+    if updated != 1 {
+        return Err(StoreError::InvalidInput {
+            what: "submission",
+            detail: "no validating submission with that ID for this request".to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// An answer or candidate for a pending request, from a client.
+pub struct Submission<'a> {
+    pub run_id: &'a str,
+    pub request_id: &'a str,
+    pub submission_id: &'a str,
+    /// The client's key: a repeat with the same key and payload adopts the first result.
+    pub idempotency_key: &'a str,
+    pub payload_hash: &'a str,
+}
+
+/// How a submission was taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Submitted {
+    /// Recorded now; the run is queued to continue (or to validate the candidate).
+    Recorded { revision: i64 },
+    /// The same key and payload were submitted before: nothing changed.
+    Adopted { submission_id: String },
+}
+
+/// Submit input for a waiting run's pending request. A checkpoint answer is accepted at
+/// once (checkpoints have no validator); agent output becomes a `validating` candidate
+/// that a supervised runner accepts or rejects. Either way the run is queued to continue.
+pub fn submit(tx: &WriteTx<'_>, submission: &Submission<'_>, expected: Option<i64>) -> StoreResult<Submitted> {
+    if let Some((existing, payload)) = submission_by_key(tx, submission.request_id, submission.idempotency_key)? {
+        if payload != submission.payload_hash {
+            return Err(StoreError::InvalidInput {
+                what: "submission",
+                detail: "this idempotency key was used with another payload; use a new key".to_string(),
+            });
+        }
+        return Ok(Submitted::Adopted {
+            submission_id: existing,
+        });
+    }
+    let kind: Option<String> = tx
+        .conn()
+        .prepare_cached(
+            "SELECT kind FROM interactive_requests WHERE request_id = ?1 AND run_id = ?2 AND status = 'pending'",
+        )?
+        .query_row(params![submission.request_id, submission.run_id], |row| row.get(0))
+        .optional()?;
+    let Some(kind) = kind else {
+        return Err(StoreError::InvalidInput {
+            what: "submission",
+            detail: "the run has no pending request with that ID; check `pi-workflows run status`".to_string(),
+        });
+    };
+    let accept_now = kind == InteractionKind::Checkpoint.as_str();
+    let revision = runs::continue_waiting(tx, submission.run_id, expected, |tx| {
+        let outcome = if accept_now { "accepted" } else { "validating" };
+        let now = tx.now_ms();
+        tx.conn()
+            .prepare_cached(
+                "INSERT INTO interactive_submissions (submission_id, request_id, idempotency_key, payload_hash, outcome,
+                                                      receipt_hash, submitted_at, settled_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                submission.submission_id,
+                submission.request_id,
+                submission.idempotency_key,
+                submission.payload_hash,
+                outcome,
+                accept_now.then_some(submission.payload_hash),
+                now,
+                accept_now.then_some(now)
+            ])?;
+        if accept_now {
+            tx.conn()
+                .prepare_cached(
+                    "UPDATE interactive_requests SET status = 'settled', accepted_submission_id = ?1, settled_at = ?2
+                     WHERE request_id = ?3",
+                )?
+                .execute(params![submission.submission_id, now, submission.request_id])?;
+        }
+        Ok(())
+    })?;
+    Ok(Submitted::Recorded { revision })
+}
+
+fn submission_by_key(tx: &WriteTx<'_>, request_id: &str, key: &str) -> StoreResult<Option<(String, String)>> {
+    Ok(tx
+        .conn()
+        .prepare_cached(
+            "SELECT submission_id, payload_hash FROM interactive_submissions WHERE request_id = ?1 AND idempotency_key = ?2",
+        )?
+        .query_row(params![request_id, key], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?)
+}
+
+/// A validating runner ended without a verdict: its candidates are rejected with a
+/// retryable error and the run waits again at the same request (claim released). Returns
+/// false (changing nothing) when the run is not validating a pending request.
+pub fn abandon_validation(tx: &WriteTx<'_>, authority: &ClaimAuthority) -> StoreResult<bool> {
+    let run_id = authority.resource_id.as_str();
+    let validating: bool = tx
+        .conn()
+        .prepare_cached(
+            "SELECT count(*) > 0 FROM interactive_requests r JOIN node_attempts a ON a.attempt_id = r.attempt_id
+             WHERE r.run_id = ?1 AND r.status = 'pending' AND a.status = 'waiting'",
+        )?
+        .query_row([run_id], |row| row.get(0))?;
+    if !validating {
+        return Ok(false);
+    }
+    let error = serde_json::json!({
+        "code": "validationInterrupted",
+        "message": "the validator stopped before it judged this submission; submit it again",
+    });
+    let error_hash = super::blobs::put_json(tx, &error, 1024)?;
+    runs::wait_run_with(tx, authority, None, |tx, run_id| {
+        let now = tx.now_ms();
+        tx.conn()
+            .prepare_cached(
+                "UPDATE interactive_submissions SET outcome = 'rejected', settled_at = ?1, receipt_hash = ?2
+                 WHERE outcome = 'validating' AND request_id IN
+                   (SELECT request_id FROM interactive_requests WHERE run_id = ?3 AND status = 'pending')",
+            )?
+            .execute(params![now, error_hash, run_id])?;
+        Ok(())
+    })?;
+    Ok(true)
+}

@@ -1,0 +1,202 @@
+//! The narrow execution read (`pi-workflows.run-state.v1`): exactly what a runner needs to
+//! resume a run — input, attempts with their outputs, effects, the interaction and the
+//! continuation — and nothing else (no session entries, views, settings or history).
+//!
+//! Architecture Invariant: this is the only read a runner can request; a runner can never
+//! load a complete run record.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::{Value, json};
+
+use super::blobs::read_json;
+use super::error::StoreResult;
+
+pub const RUN_STATE_SCHEMA: &str = "pi-workflows.run-state.v1";
+/// Attempts one run state lists at most (a run's `maxSteps` bounds them far below this).
+pub const RUN_STATE_ATTEMPTS_MAX: usize = 100_000;
+
+/// Which first command a run's runner gets, from how the run began and what it committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FirstCommand {
+    Start,
+    Resume,
+    Continue { parent_attempt_id: String },
+    Restart,
+}
+
+pub fn first_command(conn: &Connection, run_id: &str) -> StoreResult<FirstCommand> {
+    let (origin, parent_attempt): (String, Option<String>) = conn
+        .prepare_cached("SELECT origin, parent_attempt_id FROM runs WHERE run_id = ?1")?
+        .query_row([run_id], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    let progressed: bool = conn
+        .prepare_cached("SELECT count(*) > 0 FROM node_attempts WHERE run_id = ?1")?
+        .query_row([run_id], |row| row.get(0))?;
+    Ok(match (origin.as_str(), parent_attempt) {
+        _ if progressed => FirstCommand::Resume,
+        ("continuation", Some(parent_attempt_id)) => FirstCommand::Continue { parent_attempt_id },
+        ("restart", _) => FirstCommand::Restart,
+        _ => FirstCommand::Start,
+    })
+}
+
+/// Build the run state of `run_id`.
+pub fn read_run_state(conn: &Connection, run_id: &str) -> StoreResult<Value> {
+    let (name, revision, input_hash, mode, parent_run, parent_attempt): (
+        String,
+        i64,
+        String,
+        String,
+        Option<String>,
+        Option<String>,
+    ) = conn
+        .prepare_cached(
+            "SELECT r.workflow_name, r.revision, r.input_hash, b.execution_mode, r.parent_run_id, r.parent_attempt_id
+             FROM runs r JOIN run_bindings b ON b.run_id = r.run_id WHERE r.run_id = ?1",
+        )?
+        .query_row([run_id], |row| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+                row.get(5)?,
+            ))
+        })?;
+    let continuation = match (parent_run, parent_attempt) {
+        (Some(parent_run_id), Some(parent_attempt_id)) => json!({
+            "parentRunId": parent_run_id,
+            "parentAttemptId": parent_attempt_id,
+            "answer": accepted_answer(conn, &parent_attempt_id)?,
+        }),
+        _ => Value::Null,
+    };
+    Ok(json!({
+        "schema": RUN_STATE_SCHEMA,
+        "runId": run_id,
+        "workflowName": name,
+        "revision": revision,
+        "executionMode": mode,
+        "input": json_by_hash(conn, Some(input_hash.trim_start_matches("sha256:")))?,
+        "attempts": attempts(conn, run_id)?,
+        "effects": effects(conn, run_id)?,
+        "interaction": interaction(conn, run_id)?,
+        "continuation": continuation,
+    }))
+}
+
+fn json_by_hash(conn: &Connection, hash: Option<&str>) -> StoreResult<Value> {
+    match hash {
+        Some(hash) if crate::digest::is_sha256_hex(hash) => Ok(read_json(conn, hash)?.unwrap_or(Value::Null)),
+        _ => Ok(Value::Null),
+    }
+}
+
+fn attempts(conn: &Connection, run_id: &str) -> StoreResult<Vec<Value>> {
+    type Row = (
+        String,
+        String,
+        String,
+        i64,
+        String,
+        String,
+        Option<String>,
+        Option<String>,
+    );
+    let mut statement = conn.prepare_cached(
+        "SELECT attempt_id, node_id, node_path, visit, node_type, status, output_hash, error_hash
+         FROM node_attempts WHERE run_id = ?1 ORDER BY started_at, rowid LIMIT ?2",
+    )?;
+    let rows: Vec<Row> = statement
+        .query_map(params![run_id, RUN_STATE_ATTEMPTS_MAX as i64], |row| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+                row.get(5)?,
+                row.get(6)?,
+                row.get(7)?,
+            ))
+        })?
+        .collect::<Result<_, _>>()?;
+    rows.into_iter()
+        .map(
+            |(attempt_id, node_id, node_path, visit, node_type, status, output, error)| {
+                Ok(json!({
+                    "attemptId": attempt_id, "nodeId": node_id, "nodePath": node_path, "visit": visit,
+                    "nodeType": node_type, "status": status,
+                    "output": json_by_hash(conn, output.as_deref())?,
+                    "error": json_by_hash(conn, error.as_deref())?,
+                }))
+            },
+        )
+        .collect()
+}
+
+fn effects(conn: &Connection, run_id: &str) -> StoreResult<Vec<Value>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT effect_id, effect_type, idempotency_key, status, result_hash FROM effects
+         WHERE run_id = ?1 ORDER BY created_at, effect_id",
+    )?;
+    let rows: Vec<(String, String, String, String, Option<String>)> = statement
+        .query_map([run_id], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    rows.into_iter()
+        .map(|(effect_id, effect_type, key, status, result)| {
+            Ok(json!({
+                "effectId": effect_id, "effectType": effect_type, "idempotencyKey": key, "status": status,
+                "result": json_by_hash(conn, result.as_deref())?,
+            }))
+        })
+        .collect()
+}
+
+/// The run's newest interactive request with its accepted answer or validating candidate.
+fn interaction(conn: &Connection, run_id: &str) -> StoreResult<Value> {
+    let row: Option<(String, String, String, String)> = conn
+        .prepare_cached(
+            "SELECT request_id, attempt_id, kind, status FROM interactive_requests
+             WHERE run_id = ?1 ORDER BY created_at DESC, request_id DESC LIMIT 1",
+        )?
+        .query_row([run_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
+        .optional()?;
+    let Some((request_id, attempt_id, kind, status)) = row else {
+        return Ok(Value::Null);
+    };
+    let validating: Option<(String, String)> = conn
+        .prepare_cached(
+            "SELECT submission_id, payload_hash FROM interactive_submissions
+             WHERE request_id = ?1 AND outcome = 'validating' ORDER BY submitted_at LIMIT 1",
+        )?
+        .query_row([&request_id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    let validating = match validating {
+        Some((submission_id, payload)) => json!({
+            "submissionId": submission_id,
+            "payload": json_by_hash(conn, Some(&payload))?,
+        }),
+        None => Value::Null,
+    };
+    Ok(json!({
+        "requestId": request_id, "attemptId": attempt_id, "kind": kind, "status": status,
+        "answer": accepted_answer(conn, &attempt_id)?,
+        "validating": validating,
+    }))
+}
+
+/// The accepted submission payload of the request of `attempt_id`, or null.
+fn accepted_answer(conn: &Connection, attempt_id: &str) -> StoreResult<Value> {
+    let payload: Option<String> = conn
+        .prepare_cached(
+            "SELECT s.payload_hash FROM interactive_requests r
+             JOIN interactive_submissions s ON s.submission_id = r.accepted_submission_id
+             WHERE r.attempt_id = ?1",
+        )?
+        .query_row([attempt_id], |row| row.get(0))
+        .optional()?;
+    json_by_hash(conn, payload.as_deref())
+}

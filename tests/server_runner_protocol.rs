@@ -1,0 +1,352 @@
+//! The runner protocol beyond the happy path, on the real binary with the scripted runner:
+//! the explicit first command with its narrow run state (inline, or by digest-bound
+//! reference read in 512 KiB parts), checkpoints and validated submissions, progress and
+//! notifications, and the process registry (direct children only; reaped when the runner
+//! dies first).
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use common::{pi_workflows, query_db, wait_for_db};
+use pi_workflows::store::interactions::{self, Submission, Submitted};
+use pi_workflows::store::{Store, SystemClock, blobs};
+
+struct Dir(tempfile::TempDir);
+
+impl Dir {
+    fn new(runs: &[&str]) -> Self {
+        let dir = tempfile::Builder::new().prefix("piwp").tempdir_in("/tmp").expect("dir");
+        common::queue_runs_in(dir.path(), runs.iter().map(|run| run.to_string()));
+        Self(dir)
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    fn start(&self, script: &str) {
+        let out = pi_workflows(self.path(), &["server", "start"], script);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn stop(&self) {
+        let out = pi_workflows(self.path(), &["server", "stop"], "");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn count(&self, sql: &str) -> i64 {
+        query_db(self.path(), sql)
+    }
+
+    fn text(&self, sql: &str) -> String {
+        query_db(self.path(), sql)
+    }
+
+    fn acks(&self) -> String {
+        std::fs::read_to_string(self.path().join("acks")).unwrap_or_default()
+    }
+
+    fn script(&self, directives: &str) -> String {
+        format!("{directives},ack-file={}", self.path().join("acks").display())
+    }
+
+    /// Submit input for the run's pending request while no server runs (the test plays
+    /// the client operation that issue 6 exposes on the socket).
+    fn submit(&self, run_id: &str, key: &str, payload: serde_json::Value) -> Submitted {
+        let store = Store::open(&self.path().join("state.sqlite"), Arc::new(SystemClock)).expect("store");
+        let (run, key) = (run_id.to_string(), key.to_string());
+        store
+            .write(move |tx| {
+                let payload_hash = blobs::put_json(tx, &payload, 4096)?;
+                let request_id = format!("req-{run}");
+                let submission = Submission {
+                    run_id: &run,
+                    request_id: &request_id,
+                    submission_id: &format!("sub-{key}"),
+                    idempotency_key: &key,
+                    payload_hash: &payload_hash,
+                };
+                interactions::submit(tx, &submission, None)
+            })
+            .expect("submit")
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = pi_workflows(self.path(), &["server", "stop"], "");
+    }
+}
+
+#[test]
+fn a_resumed_runner_gets_resume_with_its_run_state_and_skips_committed_nodes() {
+    let dir = Dir::new(&["run-r"]);
+    // ready, step1, step2, step3 → crash (step 3's commit may or may not land).
+    dir.start(&dir.script("steps=5,crash-after=4,crash-first-only"));
+    wait_for_db(
+        dir.path(),
+        "the runner crashed",
+        "SELECT count(*) FROM run_workers WHERE status = 'crashed'",
+    );
+    let committed = dir.count("SELECT count(*) FROM node_attempts WHERE status = 'completed'");
+    assert!(committed >= 2, "{committed} nodes committed before the crash");
+    let resume = pi_workflows(dir.path(), &["run", "resume", "run-r"], "");
+    assert!(resume.status.success(), "{}", String::from_utf8_lossy(&resume.stderr));
+    wait_for_db(
+        dir.path(),
+        "the run completes",
+        "SELECT count(*) FROM runs WHERE status = 'completed'",
+    );
+    // Each node completed exactly once across both runners: the run state told the
+    // second runner what was already committed.
+    assert_eq!(
+        dir.count("SELECT count(*) FROM node_attempts WHERE status = 'completed'"),
+        5
+    );
+    assert_eq!(
+        dir.count("SELECT count(DISTINCT node_id) FROM node_attempts WHERE status = 'completed'"),
+        5
+    );
+    let acks = dir.acks();
+    assert!(acks.contains("command start inline"), "{acks}");
+    assert!(acks.contains("command resume inline"), "{acks}");
+}
+
+#[test]
+fn a_run_state_above_the_frame_limit_is_read_by_reference_in_parts() {
+    let dir = Dir::new(&["run-big"]);
+    // Six 200 KB outputs (1.2 MB of run state) before the crash.
+    dir.start(&dir.script("steps=8,output-bytes=200000,crash-after=7,crash-first-only,bad-reads"));
+    wait_for_db(
+        dir.path(),
+        "the runner crashed",
+        "SELECT count(*) FROM run_workers WHERE status = 'crashed'",
+    );
+    let resume = pi_workflows(dir.path(), &["run", "resume", "run-big"], "");
+    assert!(resume.status.success(), "{}", String::from_utf8_lossy(&resume.stderr));
+    wait_for_db(
+        dir.path(),
+        "the run completes",
+        "SELECT count(*) FROM runs WHERE status = 'completed'",
+    );
+    let acks = dir.acks();
+    assert!(acks.contains("command resume reference"), "{acks}");
+    // Each bad read gets a bounded, named failure and the runner carries on.
+    for line in [
+        "read unknown-digest rejected contentUnavailable",
+        "read wrong-media-type rejected contentUnavailable",
+        "read zero-length rejected badRange",
+        "read part-too-large rejected badRange",
+        "read past-the-end rejected badRange",
+    ] {
+        assert!(acks.contains(line), "missing `{line}`:\n{acks}");
+    }
+    let parts = acks
+        .lines()
+        .filter(|line| line.contains(" content.read accepted"))
+        .count();
+    assert!(
+        parts >= 3,
+        "a 1.2 MB run state takes at least three 512 KiB parts; got {parts}\n{acks}"
+    );
+    assert_eq!(
+        dir.count("SELECT count(DISTINCT node_id) FROM node_attempts WHERE status = 'completed'"),
+        8
+    );
+    assert_eq!(
+        dir.count("SELECT count(*) FROM blobs WHERE media_type = 'application/vnd.pi-workflows.run-state+json'"),
+        1
+    );
+    // content.read is a read: it leaves no receipt.
+    assert_eq!(
+        dir.count("SELECT count(*) FROM runner_messages WHERE kind = 'content.read'"),
+        0
+    );
+}
+
+#[test]
+fn a_checkpoint_waits_without_a_runner_and_its_answer_continues_the_run() {
+    let dir = Dir::new(&["run-c"]);
+    let script = dir.script("steps=3,checkpoint-at=2");
+    dir.start(&script);
+    wait_for_db(
+        dir.path(),
+        "the run waits",
+        "SELECT count(*) FROM runs WHERE status = 'waiting'",
+    );
+    wait_for_db(
+        dir.path(),
+        "the runner exits",
+        "SELECT count(*) FROM run_workers WHERE status = 'exited'",
+    );
+    assert_eq!(dir.text("SELECT status FROM run_queue"), "parked");
+    assert_eq!(dir.text("SELECT status FROM interactive_requests"), "pending");
+    assert_eq!(
+        dir.text("SELECT status FROM node_attempts WHERE node_id = 'step2'"),
+        "waiting"
+    );
+    assert_eq!(
+        dir.count("SELECT count(*) FROM leases WHERE resource_type = 'run' AND owner_type IS NOT NULL"),
+        0
+    );
+    // A headless run has no origin session: no workflow message.
+    assert_eq!(dir.count("SELECT count(*) FROM workflow_messages"), 0);
+    dir.stop();
+
+    let answer = serde_json::json!({"approved": true});
+    assert!(matches!(
+        dir.submit("run-c", "k1", answer.clone()),
+        Submitted::Recorded { .. }
+    ));
+    assert!(matches!(
+        dir.submit("run-c", "k1", answer.clone()),
+        Submitted::Adopted { .. }
+    ));
+    dir.start(&script);
+    wait_for_db(
+        dir.path(),
+        "the answered run completes",
+        "SELECT count(*) FROM runs WHERE status = 'completed'",
+    );
+    let output: String = dir.text(
+        "SELECT CAST(b.content AS TEXT) FROM node_attempts a JOIN blobs b ON b.blob_hash = a.output_hash
+         WHERE a.node_id = 'step2' AND a.status = 'completed'",
+    );
+    assert_eq!(output, r#"{"approved":true}"#);
+    assert_eq!(dir.text("SELECT status FROM interactive_requests"), "settled");
+    assert!(dir.acks().contains("command resume inline"));
+}
+
+#[test]
+fn a_validating_runner_accepts_or_rejects_a_submitted_answer() {
+    for (verdict, run_status, request_status, submission) in [
+        ("accept", "completed", "settled", "accepted"),
+        ("reject", "waiting", "pending", "rejected"),
+    ] {
+        let dir = Dir::new(&["run-v"]);
+        let script = dir.script(&format!("steps=2,checkpoint-at=1,request-kind=agent,verdict={verdict}"));
+        dir.start(&script);
+        wait_for_db(
+            dir.path(),
+            "the run waits",
+            "SELECT count(*) FROM runs WHERE status = 'waiting'",
+        );
+        dir.stop();
+        dir.submit("run-v", "k1", serde_json::json!({"text": "candidate"}));
+        assert_eq!(dir.text("SELECT outcome FROM interactive_submissions"), "validating");
+        dir.start(&script);
+        wait_for_db(
+            dir.path(),
+            "the validating runner exits",
+            "SELECT count(*) FROM run_workers WHERE status = 'exited' AND generation = 2",
+        );
+        dir.stop();
+        assert_eq!(dir.text("SELECT status FROM runs"), run_status, "{verdict}");
+        assert_eq!(
+            dir.text("SELECT status FROM interactive_requests"),
+            request_status,
+            "{verdict}"
+        );
+        assert_eq!(
+            dir.text("SELECT outcome FROM interactive_submissions"),
+            submission,
+            "{verdict}"
+        );
+    }
+}
+
+#[test]
+fn progress_updates_and_notifications_are_recorded_as_events() {
+    let dir = Dir::new(&["run-u"]);
+    dir.start(&dir.script("steps=2,updates"));
+    wait_for_db(
+        dir.path(),
+        "the run completes",
+        "SELECT count(*) FROM runs WHERE status = 'completed'",
+    );
+    assert_eq!(
+        dir.count("SELECT count(*) FROM events WHERE event_type = 'node.updated' AND payload_hash IS NOT NULL"),
+        1
+    );
+    assert_eq!(
+        dir.count("SELECT count(*) FROM node_attempts WHERE node_type = 'notify' AND status = 'completed'"),
+        1
+    );
+}
+
+#[test]
+fn a_registered_child_group_is_reaped_when_its_runner_dies_first() {
+    let dir = Dir::new(&["run-p"]);
+    // ready, register, step1 → crash with the registered `sleep` still running.
+    dir.start(&dir.script("steps=3,register-child,crash-after=3"));
+    wait_for_db(
+        dir.path(),
+        "the runner crashed",
+        "SELECT count(*) FROM run_workers WHERE status = 'crashed'",
+    );
+    let acks = dir.acks();
+    let pid: i32 = acks
+        .lines()
+        .find_map(|line| line.strip_prefix("register ")?.strip_suffix(" accepted")?.parse().ok())
+        .unwrap_or_else(|| panic!("the registration was not accepted:\n{acks}"));
+    wait_for_db(
+        dir.path(),
+        "the registration is closed",
+        "SELECT count(*) FROM runner_processes WHERE unregistered_at IS NOT NULL",
+    );
+    let deadline = std::time::Instant::now() + common::SERVER_WAIT;
+    while !supervisors::process::group_members(pid).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "registered group {pid} survived its runner"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_process_that_is_not_a_direct_child_of_the_runner_cannot_register() {
+    let dir = Dir::new(&["run-f"]);
+    dir.start(&dir.script("steps=1,register-foreign"));
+    wait_for_db(
+        dir.path(),
+        "the run completes",
+        "SELECT count(*) FROM runs WHERE status = 'completed'",
+    );
+    let acks = dir.acks();
+    assert!(
+        acks.lines()
+            .any(|line| line.starts_with("register ") && line.ends_with(" rejected")),
+        "{acks}"
+    );
+    assert_eq!(dir.count("SELECT count(*) FROM runner_processes"), 0);
+}
+
+#[test]
+fn the_server_renews_a_live_runs_claim_while_its_runner_is_silent() {
+    let dir = Dir::new(&["run-quiet"]);
+    // One node that works 12 s between node.started and node.finished: longer than the
+    // renewal interval (a third of the 30 s claim), with no runner message in between.
+    dir.start(&dir.script("steps=1,work-ms=12000"));
+    wait_for_db(
+        dir.path(),
+        "the node starts",
+        "SELECT count(*) FROM node_attempts WHERE status = 'running'",
+    );
+    let started: i64 = dir.count("SELECT heartbeat_at FROM leases WHERE resource_type = 'run'");
+    wait_for_db(
+        dir.path(),
+        "the claim is renewed without a runner message",
+        &format!(
+            "SELECT count(*) FROM leases l JOIN node_attempts a ON a.run_id = l.resource_id
+             WHERE l.resource_type = 'run' AND l.heartbeat_at > {started} AND a.status = 'running'"
+        ),
+    );
+    wait_for_db(
+        dir.path(),
+        "the run completes",
+        "SELECT count(*) FROM runs WHERE status = 'completed'",
+    );
+}
