@@ -381,22 +381,6 @@ async fn send(state: &mut RunnerState, value: &impl serde::Serialize) -> Result<
 
 /// Apply one fenced message exactly once: a repeated message ID gets its stored answer.
 async fn answer(state: &mut RunnerState, message: &Message) -> Response {
-    let (epoch, id) = (state.args.runner_epoch.clone(), message.message_id.clone());
-    let stored = blocking::read(&state.args.ctx.store, move |conn| {
-        workers::message_receipt(conn, &epoch, &id)
-    })
-    .await;
-    if let Ok(Some(receipt)) = stored {
-        let outcome = if receipt.outcome == "accepted" {
-            ResponseOutcome::Adopted
-        } else {
-            ResponseOutcome::Rejected
-        };
-        let mut response = Response::new(&message.message_id, outcome);
-        response.revision = receipt.revision.map(|r| r as u64);
-        response.result = receipt.result_json.and_then(|json| serde_json::from_str(&json).ok());
-        return response;
-    }
     if !state.ready && message.kind != MessageKind::RunnerReady {
         return Response::new(&message.message_id, ResponseOutcome::Rejected)
             .with_error("notReady", "send runner.ready first");
@@ -407,7 +391,11 @@ async fn answer(state: &mut RunnerState, message: &Message) -> Response {
         state.args.runner_epoch.clone(),
         message.clone(),
     );
+    // The receipt lookup and the change share one writer job: one hand-off per message.
     let applied = blocking::write(&state.args.ctx.store, move |tx| {
+        if let Some(stored) = workers::message_receipt(tx.conn(), &epoch, &owned.message_id)? {
+            return Ok(Answer::Stored(stored));
+        }
         let (revision, result) = apply(tx, &authority, &owned, &checked)?;
         let result_json = result.as_ref().map(Value::to_string);
         let receipt = workers::MessageReceipt {
@@ -416,10 +404,32 @@ async fn answer(state: &mut RunnerState, message: &Message) -> Response {
             result_json,
         };
         workers::store_message_receipt(tx, &epoch, &owned.message_id, owned.kind.as_str(), &receipt)?;
-        Ok((revision, result))
+        Ok(Answer::Applied((revision, result)))
     })
     .await;
-    respond(state, message, applied).await
+    match applied {
+        Ok(Answer::Stored(receipt)) => stored_response(message, receipt),
+        Ok(Answer::Applied(applied)) => respond(state, message, Ok(applied)).await,
+        Err(err) => respond(state, message, Err(err)).await,
+    }
+}
+
+/// A message ID seen before: its first answer, again.
+enum Answer {
+    Stored(workers::MessageReceipt),
+    Applied(Applied),
+}
+
+fn stored_response(message: &Message, receipt: workers::MessageReceipt) -> Response {
+    let outcome = if receipt.outcome == "accepted" {
+        ResponseOutcome::Adopted
+    } else {
+        ResponseOutcome::Rejected
+    };
+    let mut response = Response::new(&message.message_id, outcome);
+    response.revision = receipt.revision.map(|r| r as u64);
+    response.result = receipt.result_json.and_then(|json| serde_json::from_str(&json).ok());
+    response
 }
 
 /// Facts a message needs from outside the store: a registered process must be a live
