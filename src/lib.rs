@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod client;
 pub mod digest;
+pub mod package;
 pub mod paths;
 pub mod protocol;
 pub mod server;

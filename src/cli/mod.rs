@@ -1,10 +1,12 @@
 //! Command-line interface. Exit codes are stable: 0 success, 1 failure, 2 usage error
-//! (clap), 3 a check found problems.
+//! (clap), 3 a check found problems; a followed run: 4 failed, timed out or cancelled,
+//! 5 waiting for input, 6 parked for review (see `workflow`).
 
 mod protocol_check;
 mod run;
 mod server;
 mod state;
+mod workflow;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,12 +35,37 @@ pub enum Command {
     /// Run, start, inspect and stop the workflow server.
     #[command(subcommand)]
     Server(server::ServerCommand),
-    /// Pause, resume or cancel a run.
+    /// Start, inspect, pause, resume, cancel or restart a run.
     #[command(subcommand)]
     Run(run::RunCommand),
+    /// List runs, newest first.
+    Runs {
+        /// How many runs (at most 200).
+        #[arg(long, default_value_t = 20)]
+        limit: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Answer a run's pending checkpoint.
+    #[command(subcommand)]
+    Checkpoint(CheckpointCommand),
     /// Check client.v1 protocol lines from standard input, one per line.
     #[command(name = "protocol-check")]
     ProtocolCheck(protocol_check::ProtocolCheckArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CheckpointCommand {
+    /// Answer the run's pending checkpoint with a JSON value; the run continues.
+    Answer {
+        run_id: String,
+        /// The answer as JSON, e.g. '{"approved": true}'.
+        answer: String,
+        #[arg(long)]
+        follow: bool,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn resolve_state_dir(state_dir: Option<PathBuf>) -> anyhow::Result<PathBuf> {
@@ -53,6 +80,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::State(command) => state::run(resolve_state_dir(cli.state_dir)?, command),
         Command::Server(command) => server::run(resolve_state_dir(cli.state_dir)?, command),
         Command::Run(command) => run::run(resolve_state_dir(cli.state_dir)?, command),
+        Command::Runs { limit, json } => workflow::list(&resolve_state_dir(cli.state_dir)?, limit, json),
+        Command::Checkpoint(CheckpointCommand::Answer {
+            run_id,
+            answer,
+            follow,
+            json,
+        }) => workflow::answer(&resolve_state_dir(cli.state_dir)?, &run_id, &answer, follow, json),
         Command::ProtocolCheck(args) => protocol_check::run(args),
     }
 }

@@ -1,4 +1,4 @@
-//! `pi-workflows run pause|resume|cancel <run-id>`: durable run controls through the server.
+//! `pi-workflows run start|status|restart|pause|resume|cancel`: runs through the server.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,6 +13,42 @@ use crate::server::ownership::ServerPaths;
 
 #[derive(Debug, Subcommand)]
 pub enum RunCommand {
+    /// Start a workflow by name (`.pi/workflows/<name>.workflow.ts`, then
+    /// `~/.pi/agent/workflows/`) or path, as a headless run. Exit codes with --follow:
+    /// 0 completed, 4 failed/timed out/cancelled, 5 waiting for input, 6 parked for review.
+    Start {
+        /// Workflow name or path to a `*.workflow.ts` file.
+        workflow: String,
+        /// The run's input as JSON (normalized by the workflow's `input` function).
+        #[arg(long, value_name = "JSON")]
+        input_json: Option<String>,
+        /// Project directory (default: the current directory).
+        #[arg(long, value_name = "DIR")]
+        project: Option<PathBuf>,
+        /// Run without a Pi session (agent steps use a headless `pi`); the only mode
+        /// from the CLI, accepted for clarity.
+        #[arg(long)]
+        headless: bool,
+        /// Show live progress until the run ends, waits for input or parks.
+        #[arg(long)]
+        follow: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one run: status, current node, steps done.
+    Status {
+        run_id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start a new run of a finished run's workflow and input, from the start.
+    Restart {
+        run_id: String,
+        #[arg(long)]
+        follow: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Pause a run: its runner stops; `resume` continues from the last durable boundary.
     Pause {
         run_id: String,
@@ -35,6 +71,27 @@ pub enum RunCommand {
 
 pub fn run(state_dir: PathBuf, command: RunCommand) -> anyhow::Result<ExitCode> {
     let (operation, run_id, json, verb) = match command {
+        RunCommand::Start {
+            workflow,
+            input_json,
+            project,
+            headless: _,
+            follow,
+            json,
+        } => {
+            let options = super::workflow::StartOptions {
+                target: workflow,
+                input_json,
+                project,
+                follow,
+                json,
+            };
+            return super::workflow::start(&state_dir, options);
+        }
+        RunCommand::Status { run_id, json } => return super::workflow::status(&state_dir, &run_id, json),
+        RunCommand::Restart { run_id, follow, json } => {
+            return super::workflow::restart(&state_dir, &run_id, follow, json);
+        }
         RunCommand::Pause { run_id, json } => (Operation::RunPause, run_id, json, "paused"),
         RunCommand::Resume { run_id, json } => (Operation::RunResume, run_id, json, "resumed"),
         RunCommand::Cancel { run_id, json } => (Operation::RunCancel, run_id, json, "cancelled"),

@@ -65,9 +65,18 @@ fn run_attached(paths: ServerPaths) -> anyhow::Result<ExitCode> {
 }
 
 fn start(paths: &ServerPaths, state_dir: &Path) -> anyhow::Result<ExitCode> {
+    if let Some(epoch) = ensure_started(paths, state_dir)? {
+        println!("pi-workflows server started (epoch {epoch})");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Start the server in the background unless one already answers; `Some(epoch)` when this
+/// call started it. Commands that need a server call this first (start on demand).
+pub(super) fn ensure_started(paths: &ServerPaths, state_dir: &Path) -> anyhow::Result<Option<i64>> {
     paths.check_socket_path()?;
     if Client::connect(&paths.socket).is_ok() {
-        return Ok(ExitCode::SUCCESS);
+        return Ok(None);
     }
     paths.create_dirs()?;
     let (ready_read, ready_write) = nix::unistd::pipe().context("could not create the ready pipe")?;
@@ -76,14 +85,11 @@ fn start(paths: &ServerPaths, state_dir: &Path) -> anyhow::Result<ExitCode> {
     let mut child = spawn_detached(state_dir, &ready_write, errors_file)?;
     drop(ready_write);
     match wait_ready(ready_read, Duration::from_millis(START_TIMEOUT_MS)) {
-        Ready::Epoch(epoch) => {
-            println!("pi-workflows server started (epoch {epoch})");
-            Ok(ExitCode::SUCCESS)
-        }
+        Ready::Epoch(epoch) => Ok(Some(epoch)),
         failed => {
             // Another `server start` may have won the race: that is success too.
             if Client::connect(&paths.socket).is_ok() {
-                return Ok(ExitCode::SUCCESS);
+                return Ok(None);
             }
             let _ = child.try_wait();
             let detail = read_bounded(&start_errors);

@@ -39,8 +39,9 @@ impl StopReason {
 /// How runners are launched and how many may run at once.
 #[derive(Debug, Clone)]
 pub struct RunnerSettings {
-    /// The runner program (`PI_WORKFLOWS_RUNNER`); without one, queued runs wait.
-    pub program: Option<std::path::PathBuf>,
+    /// The runner program and its arguments (`PI_WORKFLOWS_RUNNER`, else the package's
+    /// Node runner); without one, queued runs wait.
+    pub program: Option<(std::path::PathBuf, Vec<std::ffi::OsString>)>,
     /// Execution capacity (`PI_WORKFLOWS_MAX_WORKERS`, default 4), pending launches included.
     pub max_workers: usize,
     /// How long a runner has to send `runner.ready`.

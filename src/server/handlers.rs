@@ -1,6 +1,7 @@
 //! Request handling of the front door: `server.status`, `server.stop`, `run.pause`,
-//! `run.resume` and `run.cancel` today. Every other operation is refused with a clear
-//! `unsupportedOperation` error until its issue lands.
+//! `run.resume`, `run.cancel`, and (in `run_commands`) `run.start`, `run.restart`,
+//! `checkpoint.answer`, `run.status`, `run.list`. Every other operation is refused with a
+//! clear `unsupportedOperation` error until its issue lands.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::blocking;
 use super::context::{ServerContext, StopReason};
+use super::run_commands;
 use super::runner::{RunControl, RunnerMsg};
 use super::status;
 use crate::protocol::{
@@ -31,6 +33,11 @@ pub async fn handle_request(ctx: &Arc<ServerContext>, request: Request) -> Handl
         Operation::RunPause => run_control(ctx, &request, RunControl::Pause).await,
         Operation::RunResume => run_control(ctx, &request, RunControl::Resume).await,
         Operation::RunCancel => run_control(ctx, &request, RunControl::Cancel).await,
+        Operation::RunStart => run_commands::run_start(ctx, &request).await,
+        Operation::RunRestart => run_commands::run_restart(ctx, &request).await,
+        Operation::CheckpointAnswer => run_commands::checkpoint_answer(ctx, &request).await,
+        Operation::RunStatus => run_commands::run_status(ctx, &request).await,
+        Operation::RunList => run_commands::run_list(ctx, &request).await,
         other => Err(rejected(
             "unsupportedOperation",
             &format!("{} is not available in this server version yet", other.as_str()),
@@ -49,7 +56,7 @@ pub async fn handle_request(ctx: &Arc<ServerContext>, request: Request) -> Handl
 }
 
 /// Success: outcome, receipt, and whether to stop afterwards. Failure: outcome and error.
-type Answer = Result<(Outcome, JsonObject, Option<StopReason>), (Outcome, ResponseError)>;
+pub(super) type Answer = Result<(Outcome, JsonObject, Option<StopReason>), (Outcome, ResponseError)>;
 
 async fn server_status(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
     let with_tree = request.payload.get("tree").and_then(Value::as_bool).unwrap_or(false);
@@ -169,7 +176,7 @@ fn control_unclaimed(
 }
 
 /// The durable identity of a state-changing request.
-fn command_request(request: &Request) -> Result<CommandRequest, (Outcome, ResponseError)> {
+pub(super) fn command_request(request: &Request) -> Result<CommandRequest, (Outcome, ResponseError)> {
     let operation = request.operation.as_str();
     let key = request.idempotency_key.as_ref().ok_or_else(|| {
         rejected(
@@ -189,7 +196,7 @@ fn command_request(request: &Request) -> Result<CommandRequest, (Outcome, Respon
 }
 
 /// The client answer of a stored command receipt.
-fn answer_of(stored: StoreResult<CommandReceipt>) -> Answer {
+pub(super) fn answer_of(stored: StoreResult<CommandReceipt>) -> Answer {
     let stored = stored.map_err(|err| rejected("unavailable", &format!("the command could not be recorded: {err}")))?;
     let receipt = match stored.receipt {
         Some(Value::Object(receipt)) => receipt,
@@ -217,7 +224,7 @@ fn answer_of(stored: StoreResult<CommandReceipt>) -> Answer {
     }
 }
 
-fn to_object(value: &impl serde::Serialize) -> Result<JsonObject, (Outcome, ResponseError)> {
+pub(super) fn to_object(value: &impl serde::Serialize) -> Result<JsonObject, (Outcome, ResponseError)> {
     match serde_json::to_value(value) {
         Ok(Value::Object(object)) => Ok(object),
         _ => Err(rejected("internal", "the answer could not be encoded")),
@@ -225,7 +232,7 @@ fn to_object(value: &impl serde::Serialize) -> Result<JsonObject, (Outcome, Resp
 }
 
 /// A rejected answer with a bounded error.
-fn rejected(code: &str, message: &str) -> (Outcome, ResponseError) {
+pub(super) fn rejected(code: &str, message: &str) -> (Outcome, ResponseError) {
     let error = ResponseError::new(code, message).unwrap_or_else(|_| ResponseError {
         code: "internal".to_string(),
         message: "internal error".to_string(),

@@ -13,6 +13,7 @@ pub mod handlers;
 pub mod listener;
 pub mod logging;
 pub mod ownership;
+pub mod run_commands;
 pub mod runner;
 pub mod runner_apply;
 pub mod runner_channel;
@@ -76,9 +77,7 @@ impl ServerConfig {
             anyhow::bail!("{MAX_WORKERS_ENV} must be between 1 and {MAX_WORKERS_LIMIT}, not {max_workers}");
         }
         let runner = context::RunnerSettings {
-            program: std::env::var_os(RUNNER_ENV)
-                .filter(|value| !value.is_empty())
-                .map(Into::into),
+            program: runner_program(),
             max_workers,
             ready_timeout: Duration::from_millis(env_number(RUNNER_READY_ENV, RUNNER_READY_MS_DEFAULT)?),
             logs_dir: paths.logs_dir.join("runners"),
@@ -89,6 +88,21 @@ impl ServerConfig {
             json_logs,
             runner,
         })
+    }
+}
+
+/// `PI_WORKFLOWS_RUNNER` (a program taking no arguments, e.g. the scripted test runner),
+/// else the package's Node runner. Without either, queued runs wait (logged at start).
+fn runner_program() -> Option<(std::path::PathBuf, Vec<std::ffi::OsString>)> {
+    if let Some(program) = std::env::var_os(RUNNER_ENV).filter(|value| !value.is_empty()) {
+        return Some((program.into(), Vec::new()));
+    }
+    match crate::package::node_program("runner-main.js") {
+        Ok(program) => Some((program.node.clone(), program.args())),
+        Err(err) => {
+            tracing::warn!(error = %err, "no runner program: queued runs wait");
+            None
+        }
     }
 }
 

@@ -24,7 +24,7 @@ use tokio::task::AbortHandle;
 use super::blocking;
 use super::context::ServerContext;
 use super::frames::{LineRead, read_line};
-use super::runner_apply::{Applied, Checked, apply, invalid};
+use super::runner_apply::{Applied, Checked, Registration, apply, invalid};
 use super::runner_channel;
 use crate::digest::sha256_hex;
 use crate::protocol::runner::{
@@ -44,15 +44,27 @@ pub const RUNNER_GRACE_MS: u64 = 5_000;
 /// Captured runner output per stream.
 pub const RUNNER_CAPTURE_BYTES_MAX: u64 = 1024 * 1024;
 const EXIT_CHECK_MS: u64 = 50;
-/// Environment a runner inherits; everything else is withheld.
+/// Environment a runner inherits (its shell steps and headless Pi need a normal user
+/// environment); everything else of the server's environment is withheld.
 const RUNNER_ENV_ALLOWED: &[&str] = &[
     "PATH",
     "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
     "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
     "TMPDIR",
     "PI_CODING_AGENT_DIR",
+    "PI_OFFLINE",
+    "PI_WORKFLOWS_PI_BIN",
     "PI_WORKFLOWS_TEST_SCRIPT",
 ];
+/// Model-provider credentials for headless agent steps (`OPENAI_API_KEY`, …) pass through
+/// by this suffix; they are never logged.
+const RUNNER_ENV_ALLOWED_SUFFIX: &str = "_API_KEY";
 
 pub struct Runner;
 
@@ -62,7 +74,8 @@ pub struct RunnerArgs {
     pub run: Admissible,
     pub authority: ClaimAuthority,
     pub runner_epoch: String,
-    pub program: PathBuf,
+    /// The runner program and its arguments.
+    pub program: (PathBuf, Vec<std::ffi::OsString>),
 }
 
 /// A client control that changes a live runner's run through its claim.
@@ -269,7 +282,8 @@ fn launch_envelope(args: &RunnerArgs) -> Launch {
 
 fn process_spec(args: &RunnerArgs, channel: std::os::fd::OwnedFd) -> std::io::Result<ProcessSpec> {
     let logs = &args.ctx.runner_settings.logs_dir;
-    let mut spec = ProcessSpec::new(&args.program)
+    let mut spec = ProcessSpec::new(&args.program.0)
+        .args(args.program.1.iter().cloned())
         .env_clear(true)
         .stdout_to(logs.join(format!("{}.out", args.runner_epoch)))
         .stderr_to(logs.join(format!("{}.err", args.runner_epoch)))
@@ -287,6 +301,14 @@ fn process_spec(args: &RunnerArgs, channel: std::os::fd::OwnedFd) -> std::io::Re
     for name in RUNNER_ENV_ALLOWED {
         if let Some(value) = std::env::var_os(name) {
             spec = spec.env(*name, value);
+        }
+    }
+    for (name, value) in std::env::vars_os() {
+        if name
+            .to_str()
+            .is_some_and(|name| name.ends_with(RUNNER_ENV_ALLOWED_SUFFIX))
+        {
+            spec = spec.env(name, value);
         }
     }
     Ok(spec)
@@ -432,8 +454,8 @@ fn stored_response(message: &Message, receipt: workers::MessageReceipt) -> Respo
     response
 }
 
-/// Facts a message needs from outside the store: a registered process must be a live
-/// direct child of this runner, recorded with its start identity.
+/// Facts a message needs from outside the store: a registered process must be a direct
+/// child of this runner, recorded with its start identity while it runs.
 fn check_outside_store(state: &RunnerState, message: &Message) -> Checked {
     let registering = message.kind == MessageKind::RunnerProgress
         && message.payload.get("operation").and_then(Value::as_str) == Some("process.register");
@@ -441,12 +463,30 @@ fn check_outside_store(state: &RunnerState, message: &Message) -> Checked {
         .payload
         .get("pid")
         .and_then(Value::as_i64)
-        .and_then(|pid| i32::try_from(pid).ok());
-    let registration = pid
-        .filter(|_| registering)
-        .filter(|pid| supervisors::process::parent_of(*pid) == Some(state.child.pid()))
-        .and_then(|pid| Some((pid, supervisors::process::identity_of(pid)?.to_string())));
+        .and_then(|pid| i32::try_from(pid).ok())
+        .filter(|pid| *pid > 1);
+    let registration = match pid.filter(|_| registering) {
+        None => Registration::None,
+        Some(pid) => classify_registration(pid, state.child.pid()),
+    };
     Checked { registration }
+}
+
+fn classify_registration(pid: i32, runner_pid: i32) -> Registration {
+    use supervisors::process::{identity_of, parent_of};
+    match parent_of(pid) {
+        // Exited and already reaped by the runner: nothing is left to supervise.
+        None => Registration::Exited { pid },
+        Some((parent, _)) if parent != runner_pid => Registration::Foreign,
+        Some((_, false)) => Registration::Exited { pid },
+        Some((_, true)) => match identity_of(pid) {
+            Some(identity) => Registration::Child {
+                pid,
+                identity: identity.to_string(),
+            },
+            None => Registration::Exited { pid },
+        },
+    }
 }
 
 async fn respond(state: &mut RunnerState, message: &Message, applied: StoreResult<Applied>) -> Response {

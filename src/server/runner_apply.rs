@@ -33,8 +33,20 @@ pub type Applied = (Option<i64>, Option<Value>);
 
 /// Facts the actor checked outside the transaction (they need /proc, not the store).
 pub struct Checked {
-    /// For `process.register`: the pid and its start identity, proven a direct child.
-    pub registration: Option<(i32, String)>,
+    pub registration: Registration,
+}
+
+/// What /proc said about a process a runner registers.
+pub enum Registration {
+    /// Not a registration.
+    None,
+    /// A live direct child of the runner, with its start identity: recorded.
+    Child { pid: i32, identity: String },
+    /// Already exited (gone, or a zombie child of the runner): nothing left to supervise,
+    /// so the registration is answered without a record.
+    Exited { pid: i32 },
+    /// Someone else's process: refused.
+    Foreign,
 }
 
 /// The store change of one message kind; `None` revision for kinds that change no run.
@@ -313,10 +325,13 @@ fn progress(tx: &WriteTx<'_>, authority: &ClaimAuthority, message: &Message, che
     match payload.text("operation").as_deref() {
         Some("process.register") => {
             claims::renew(tx, authority, RUN_CLAIM_LEASE_MS)?;
-            let Some((checked_pid, identity)) = checked.registration.as_ref().filter(|(p, _)| *p == pid) else {
-                return Err(invalid("the process is not a live direct child of this runner"));
-            };
-            processes::register(tx, &message.runner_epoch, *checked_pid, identity)
+            match &checked.registration {
+                Registration::Child { pid: child, identity } if *child == pid => {
+                    processes::register(tx, &message.runner_epoch, pid, identity)
+                }
+                Registration::Exited { pid: exited } if *exited == pid => Ok(()),
+                _ => Err(invalid("the process is not a direct child of this runner")),
+            }
         }
         Some("process.unregister") => processes::unregister(tx, &message.runner_epoch, pid).map(|_| ()),
         _ => Err(invalid(

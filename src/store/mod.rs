@@ -25,6 +25,7 @@ pub mod messages;
 pub mod processes;
 pub mod recovery;
 pub mod run_state;
+pub mod run_summary;
 pub mod runs;
 pub mod schema;
 pub mod server_lease;

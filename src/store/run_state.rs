@@ -68,6 +68,9 @@ pub fn read_run_state(conn: &Connection, run_id: &str) -> StoreResult<Value> {
             "parentRunId": parent_run_id,
             "parentAttemptId": parent_attempt_id,
             "answer": accepted_answer(conn, &parent_attempt_id)?,
+            // The parent's history up to its checkpoint: the continuation replays it to
+            // know where the checkpoint sits and what each node produced.
+            "attempts": attempts(conn, &parent_run_id)?,
         }),
         _ => Value::Null,
     };

@@ -674,6 +674,53 @@ pub fn continue_waiting(
     )
 }
 
+/// `run.restart`: a new run of a terminal run's workflow, source, definition and input,
+/// from the workflow start (origin `restart`, parent = the old run, same root). The old
+/// run must be terminal at `expected` (when given).
+pub fn restart_run(tx: &WriteTx<'_>, old_run_id: &str, new_run_id: &str, expected: Option<i64>) -> StoreResult<i64> {
+    let old = read_run(tx, old_run_id)?;
+    old.require("restart", old.status.is_terminal())?;
+    events::check_expected_revision(old_run_id, expected, old.revision)?;
+    let (workflow_name, project_path, root, digest, source, input_hash, mode, session) = tx
+        .conn()
+        .prepare_cached(
+            "SELECT r.workflow_name, r.project_path, r.root_run_id, r.definition_digest, r.workflow_source_json,
+                    r.input_hash, b.execution_mode, b.origin_session_id
+             FROM runs r JOIN run_bindings b ON b.run_id = r.run_id WHERE r.run_id = ?1",
+        )?
+        .query_row([old_run_id], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, String>(3)?,
+                row.get::<_, String>(4)?,
+                row.get::<_, String>(5)?,
+                row.get::<_, String>(6)?,
+                row.get::<_, Option<String>>(7)?,
+            ))
+        })?;
+    let execution = match (mode.as_str(), session) {
+        ("interactive", Some(origin_session_id)) => ExecutionMode::Interactive { origin_session_id },
+        _ => ExecutionMode::Headless,
+    };
+    queue_run(
+        tx,
+        &NewRun {
+            run_id: new_run_id.to_string(),
+            workflow_name,
+            project_path,
+            parent_run_id: Some(old_run_id.to_string()),
+            root_run_id: Some(root),
+            origin: RunOrigin::Restart,
+            definition_digest: digest,
+            workflow_source_json: source,
+            input_hash,
+            execution,
+        },
+    )
+}
+
 // Shared shapes ----------------------------------------------------------------------------
 
 fn actor_of(authority: &ClaimAuthority) -> Actor {

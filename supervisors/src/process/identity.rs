@@ -183,10 +183,11 @@ pub fn signal_group_if_identity_matches(
     }
 }
 
-/// The parent pid of live (non-zombie) process `pid`, or `None` when it does not run.
-/// A server uses it to accept a registration only for a direct child of a runner.
-pub fn parent_of(pid: i32) -> Option<i32> {
-    read_stat(pid).filter(|stat| !stat.is_dead()).map(|stat| stat.ppid)
+/// The parent pid of process `pid` and whether it still runs (false for a zombie), or
+/// `None` when no such process exists. A server uses it to accept a registration only for
+/// a direct child of a runner.
+pub fn parent_of(pid: i32) -> Option<(i32, bool)> {
+    read_stat(pid).map(|stat| (stat.ppid, !stat.is_dead()))
 }
 
 /// Live (non-zombie) processes whose process group is `pgid`, found by scanning `/proc`.

@@ -1,0 +1,141 @@
+// The workflow engine: walks a compiled workflow from RunState, replaying committed attempts and
+// proposing every new fact to a Host. One run generation per call.
+import type { CompiledNode, CompiledWorkflow } from "./compile.js";
+import type { NodeError } from "./types.js";
+import { type Attempt, type EngineEnv, type RunCommand, type StepOutcome } from "./engine/attempt.js";
+import { runAction, runShellNode } from "./engine/effect-node.js";
+import { type Frame, framesUpward, record, rootFrame } from "./engine/frames.js";
+import type { AgentExecutor, Host, RunState } from "./engine/host.js";
+import { runInteractiveNode } from "./engine/interactive-node.js";
+import { nodeError } from "./engine/limits.js";
+import { ReplayIndex } from "./engine/replay.js";
+import { enter, type Next, route, unhandledFailure } from "./engine/routing.js";
+import { runCompute, runNotify } from "./engine/simple-nodes.js";
+
+export type { RunCommand } from "./engine/attempt.js";
+export * from "./engine/host.js";
+export { idempotencyKey, requestFingerprint } from "./engine/effect-keys.js";
+
+export interface RunWorkflowOptions {
+  workflow: CompiledWorkflow;
+  host: Host;
+  runState: RunState;
+  command: RunCommand;
+  projectPath: string;
+  /** Unique per runner epoch: new attempt IDs are `<prefix>-<n>`. */
+  attemptIdPrefix: string;
+  loadAgentExecutor?: () => Promise<AgentExecutor>;
+  signal?: AbortSignal;
+  now?: () => number;
+}
+
+export type RunOutcome =
+  | { kind: "completed"; output: unknown }
+  | { kind: "failed"; error: NodeError }
+  /** An interaction was requested: the run waits and keeps no runner. */
+  | { kind: "waiting" }
+  /** The run signal was aborted; nothing more was proposed. */
+  | { kind: "stopped" };
+
+export async function runWorkflow(options: RunWorkflowOptions): Promise<RunOutcome> {
+  const { workflow, host, runState, command } = options;
+  const signal = options.signal ?? new AbortController().signal;
+  const env: EngineEnv = {
+    host,
+    runId: runState.runId,
+    projectPath: options.projectPath,
+    runState,
+    command,
+    // start and restart begin at the workflow start; resume and continue replay committed attempts.
+    replay: new ReplayIndex(runState, command === "resume" || command === "continue"),
+    interactive: runState.executionMode === "interactive",
+    signal,
+    now: options.now ?? Date.now,
+    loadAgentExecutor: options.loadAgentExecutor ?? (() => Promise.reject(new Error("no agent executor is available"))),
+  };
+  if (command === "continue") {
+    const parent = runState.continuation?.parentAttemptId;
+    // Routing resumes at the checkpoint's edge, so its node must be known from the run state.
+    if (!parent || !env.replay.has(parent)) {
+      const why = `continue names parent attempt "${parent ?? "(none)"}", but neither runState.attempts nor runState.continuation.attempts contains it`;
+      return finishRun(host, { kind: "failed", error: nodeError("continuationUnavailable", why) });
+    }
+  }
+  const root = rootFrame(workflow.root, runState.input);
+  const visits = new Map<string, number>();
+  let totalSteps = 0;
+  let sequence = 0;
+  let next: Next = await enter(root, workflow.root.definition.startAt, signal);
+  for (;;) {
+    if (signal.aborted) return { kind: "stopped" };
+    if (next.kind === "fail") return finishRun(host, { kind: "failed", error: next.error });
+    if (next.kind === "end") {
+      const { result, nodePath } = next;
+      return finishRun(host, result.outcome === "ok" ? { kind: "completed", output: result.output ?? null } : { kind: "failed", error: unhandledFailure(nodePath, result) });
+    }
+    const { frame, node } = next;
+    totalSteps += 1;
+    const overLimit = stepLimitExceeded(frame, totalSteps, node);
+    if (overLimit) return finishRun(host, { kind: "failed", error: overLimit });
+    const visit = (visits.get(node.path) ?? 0) + 1;
+    visits.set(node.path, visit);
+    const prior = env.replay.attempt(node.path, visit);
+    let result = prior ? ReplayIndex.finishedResult(prior) : undefined;
+    if (!result) {
+      const attempt: Attempt = {
+        env,
+        node,
+        frame,
+        visit,
+        attemptId: prior?.attemptId ?? `${options.attemptIdPrefix}-${++sequence}`,
+        started: prior !== undefined,
+        prior,
+      };
+      const step = await executeNode(attempt);
+      if (step.kind === "waiting") return { kind: "waiting" };
+      result = step.result;
+    }
+    record(frame, node.id, result);
+    next = await route(frame, node, result, signal);
+  }
+}
+
+/** Count one node against the root and every enclosing invocation; an error when one is over. */
+function stepLimitExceeded(frame: Frame, totalSteps: number, node: CompiledNode): NodeError | undefined {
+  for (const current of framesUpward(frame)) current.steps += 1;
+  const rootDefinition = [...framesUpward(frame)].at(-1)!.scope.definition;
+  if (totalSteps > rootDefinition.maxSteps) {
+    return nodeError("maxStepsExceeded", `workflow "${rootDefinition.name}" exceeded maxSteps (${rootDefinition.maxSteps}) before node "${node.path}"`);
+  }
+  for (const current of framesUpward(frame)) {
+    const definition = current.scope.definition;
+    if (current.parent && current.steps > definition.maxSteps) {
+      return nodeError("maxStepsExceeded", `included workflow "${current.mount!.path}" exceeded maxSteps (${definition.maxSteps}) before node "${node.path}"`);
+    }
+  }
+  return undefined;
+}
+
+function executeNode(attempt: Attempt): Promise<StepOutcome> {
+  const node = attempt.node.node;
+  switch (node.kind) {
+    case "compute":
+      return runCompute(attempt, node);
+    case "action":
+      return runAction(attempt, node);
+    case "shell":
+      return runShellNode(attempt, node);
+    case "notify":
+      return runNotify(attempt, node);
+    case "agent":
+    case "decision":
+    case "checkpoint":
+      return runInteractiveNode(attempt, node);
+  }
+}
+
+async function finishRun(host: Host, outcome: Extract<RunOutcome, { kind: "completed" | "failed" }>): Promise<RunOutcome> {
+  if (outcome.kind === "completed") await host.runFinished({ outcome: "completed", output: outcome.output });
+  else await host.runFinished({ outcome: "failed", error: outcome.error });
+  return outcome;
+}

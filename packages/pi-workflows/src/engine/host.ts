@@ -1,0 +1,126 @@
+// What the engine needs from its host (the runner channel, or an in-memory fake in tests),
+// and the narrow RunState it executes from. Both mirror docs/RUNNER-PROTOCOL.md.
+import type { NodeError } from "../types.js";
+
+export type AttemptStatus = "running" | "waiting" | "completed" | "failed" | "timed_out" | "cancelled";
+
+export interface RunStateAttempt {
+  attemptId: string;
+  nodeId: string;
+  nodePath: string;
+  visit: number;
+  nodeType: string;
+  status: AttemptStatus | string;
+  output?: unknown;
+  error?: NodeError | null;
+}
+
+export interface RunStateEffect {
+  effectId: string;
+  effectType: string;
+  idempotencyKey: string;
+  status: "pending" | "applying" | "applied" | "rejected" | "cancelled" | "ambiguous" | string;
+  result?: unknown;
+}
+
+export interface RunStateInteraction {
+  requestId: string;
+  attemptId: string;
+  kind: string;
+  status: string;
+  answer?: unknown;
+}
+
+export interface RunStateContinuation {
+  parentRunId: string;
+  parentAttemptId: string;
+  answer: unknown;
+  /** The parent run's attempts (through the checkpoint), when the server provides them. */
+  attempts?: RunStateAttempt[];
+}
+
+export interface RunState {
+  schema: "pi-workflows.run-state.v1";
+  runId: string;
+  workflowName: string;
+  revision: number;
+  input: unknown;
+  attempts: RunStateAttempt[];
+  effects: RunStateEffect[];
+  interaction: RunStateInteraction | null;
+  continuation: RunStateContinuation | null;
+  /** "interactive" sends agent steps to the origin session; anything else runs headless. */
+  executionMode?: "interactive" | "headless";
+}
+
+/** Start fields, sent with the first message of an attempt that was never started. */
+export interface NodeStart {
+  nodeId: string;
+  nodePath: string;
+  visit: number;
+  nodeType: string;
+  deadlineAt?: number;
+  timeoutMs?: number;
+}
+
+export interface EffectReservation {
+  effectId: string;
+  status: string;
+  execute: boolean;
+  result?: unknown;
+}
+
+export type InteractionKind = "agent" | "assistant" | "checkpoint" | "decision";
+
+/** One method per runner message; each resolves when the server accepted (or adopted) it. */
+export interface Host {
+  nodeStarted(attemptId: string, start: NodeStart): Promise<void>;
+  nodeUpdate(attemptId: string, update: { message: string; completed?: number; total?: number }): Promise<void>;
+  /** `start` is present when the attempt was never started (a pure compute node: one commit). */
+  nodeFinished(attemptId: string, finished: { output: unknown; start?: NodeStart }): Promise<void>;
+  nodeFailed(attemptId: string, failed: { error: NodeError; start?: NodeStart }): Promise<void>;
+  runFinished(result: { outcome: "completed"; output: unknown } | { outcome: "failed"; error: NodeError }): Promise<void>;
+  runParked(reason: "boundary" | "workflowSourceChanged"): Promise<void>;
+  interactionRequested(
+    attemptId: string,
+    request: { requestId: string; kind: InteractionKind; contract: unknown; deadlineAt?: number },
+  ): Promise<void>;
+  notificationRequested(
+    attemptId: string,
+    request: { output: unknown; notification: { kind: "progress" | "final"; message: string } },
+  ): Promise<void>;
+  effectReserve(
+    attemptId: string,
+    request: { effectType: string; idempotencyKey: string; requestFingerprint: string },
+  ): Promise<EffectReservation>;
+  effectSettle(attemptId: string, settle: { effectId: string; outcome: "applied" | "rejected"; result?: unknown }): Promise<void>;
+  processRegister(pid: number): Promise<void>;
+  processUnregister(pid: number): Promise<void>;
+}
+
+/** A host refused a message (`outcome: "rejected"`); `code` is the server's error class. */
+export class HostRejectedError extends Error {
+  constructor(
+    readonly kind: string,
+    readonly code: string,
+    message: string,
+  ) {
+    super(`${kind} rejected (${code}): ${message}`);
+    this.name = "HostRejectedError";
+  }
+}
+
+export type AgentRunResult = { ok: true; text: string } | { ok: false; code: string; message: string };
+
+/** Runs one headless agent step (implemented by src/agent/executor.ts). */
+export interface AgentExecutor {
+  runAgent(request: {
+    prompt: string;
+    expectedOutput?: string;
+    timeoutMs: number;
+    cwd: string;
+    signal: AbortSignal;
+    registerProcess(pid: number): Promise<void>;
+    unregisterProcess(pid: number): Promise<void>;
+  }): Promise<AgentRunResult>;
+}

@@ -1,0 +1,179 @@
+// Agent, decision and checkpoint nodes: a headless agent call, or a durable interaction request
+// whose answer (settled later through resume/continue) becomes the node output.
+import type { AgentNode, CheckpointNode, DecisionNode, Dynamic, NodeContext, NodeError } from "../types.js";
+import { checkDecision, decisionPrompt, parseAgentJson } from "./agent-output.js";
+import { type Attempt, complete, ensureStarted, fail, type StepOutcome } from "./attempt.js";
+import { contextOf } from "./frames.js";
+import { type AgentRunResult, HostRejectedError, type InteractionKind } from "./host.js";
+import { errorFrom, nodeError } from "./limits.js";
+
+export const DEFAULT_AGENT_TIMEOUT_MS = 15 * 60_000;
+type AskNode = AgentNode | DecisionNode | CheckpointNode;
+
+export async function resolveDynamic<T>(value: Dynamic<T>, ctx: NodeContext): Promise<T> {
+  return typeof value === "function" ? await (value as (ctx: NodeContext) => T | Promise<T>)(ctx) : value;
+}
+
+export async function runInteractiveNode(attempt: Attempt, node: AskNode): Promise<StepOutcome> {
+  if (attempt.prior?.status === "waiting") {
+    const settled = settledAnswer(attempt);
+    if (settled.kind === "answer") return acceptAnswer(attempt, node, settled.value);
+    if (settled.kind === "failed") return fail(attempt, settled.error);
+    // Still pending: ask again under the same request ID; a server that already holds it may refuse.
+    try {
+      return await requestInteraction(attempt, node);
+    } catch (error) {
+      if (error instanceof HostRejectedError) return { kind: "waiting" };
+      throw error;
+    }
+  }
+  if (node.kind === "checkpoint" || attempt.env.interactive) return requestInteraction(attempt, node);
+  return runHeadlessAgent(attempt, node);
+}
+
+type Settled = { kind: "answer"; value: unknown } | { kind: "failed"; error: NodeError } | { kind: "pending" };
+
+function settledAnswer(attempt: Attempt): Settled {
+  const { runState, command } = attempt.env;
+  const continuation = runState.continuation;
+  if (command === "continue" && continuation?.parentAttemptId === attempt.attemptId) {
+    return { kind: "answer", value: continuation.answer };
+  }
+  const interaction = runState.interaction;
+  if (!interaction || interaction.attemptId !== attempt.attemptId) return { kind: "pending" };
+  switch (interaction.status) {
+    case "settled":
+    case "accepted":
+    case "answered":
+      return { kind: "answer", value: interaction.answer ?? null };
+    case "timed_out":
+    case "timedOut":
+    case "expired":
+      return { kind: "failed", error: nodeError("timedOut", `interaction for node "${attempt.node.path}" passed its deadline`) };
+    case "cancelled":
+      return { kind: "failed", error: nodeError("cancelled", `interaction for node "${attempt.node.path}" was cancelled`) };
+    default:
+      return { kind: "pending" };
+  }
+}
+
+/** Check an answer (or headless reply) against the node's contract and commit it. */
+async function acceptAnswer(attempt: Attempt, node: AskNode, value: unknown): Promise<StepOutcome> {
+  let output: unknown;
+  try {
+    output = shapeAnswer(node, value);
+  } catch (error) {
+    return fail(attempt, errorFrom(error, "invalidOutput"));
+  }
+  return complete(attempt, output);
+}
+
+function shapeAnswer(node: AskNode, value: unknown): unknown {
+  if (node.kind === "checkpoint") return value;
+  if (node.kind === "decision") {
+    return checkDecision(typeof value === "string" ? parseAgentJson(value) : value, node.choices, node.field);
+  }
+  if (typeof node.expectedOutput === "string") {
+    const parsed = typeof value === "string" ? parseAgentJson(value) : value;
+    if (!node.validate) return parsed;
+    const validated = node.validate(parsed);
+    return validated === undefined ? parsed : validated;
+  }
+  const text = typeof value === "string" ? value : (value as { text?: unknown } | null)?.text;
+  if (typeof text !== "string" || text.trim() === "") throw new Error("the assistant reply is empty");
+  const maxChars = node.expectedOutput?.maxChars;
+  if (maxChars !== undefined && text.length > maxChars) throw new Error(`the assistant reply has ${text.length} characters; the limit is ${maxChars}`);
+  return text;
+}
+
+function interactionKind(node: AskNode): InteractionKind {
+  if (node.kind === "checkpoint") return "checkpoint";
+  if (node.kind === "decision") return "decision";
+  return typeof node.expectedOutput === "string" ? "agent" : "assistant";
+}
+
+async function promptOf(node: AgentNode | DecisionNode, ctx: NodeContext): Promise<{ prompt: string; expectedOutput?: string }> {
+  if (node.kind === "decision") return decisionPrompt(await resolveDynamic(node.question, ctx), node.choices, node.field);
+  const prompt = await resolveDynamic(node.prompt, ctx);
+  return { prompt, expectedOutput: typeof node.expectedOutput === "string" ? node.expectedOutput : undefined };
+}
+
+async function requestInteraction(attempt: Attempt, node: AskNode): Promise<StepOutcome> {
+  const { env } = attempt;
+  const ctx = contextOf(attempt.frame, env.signal);
+  const requestId = `req:${attempt.attemptId}`;
+  const contract: Record<string, unknown> = { workflow: env.runState.workflowName, nodePath: attempt.node.path, attemptId: attempt.attemptId };
+  let timing: { deadlineAt?: number; timeoutMs?: number } = {};
+  try {
+    if (node.kind === "checkpoint") {
+      contract.summary = String(await resolveDynamic(node.summary, ctx));
+    } else {
+      Object.assign(contract, await promptOf(node, ctx));
+      if (node.kind === "decision") Object.assign(contract, { choices: node.choices, field: node.field });
+      if (node.kind === "agent" && typeof node.expectedOutput !== "string") {
+        contract.form = "assistantMessage";
+        if (node.expectedOutput?.maxChars !== undefined) contract.maxChars = node.expectedOutput.maxChars;
+      }
+      const timeoutMs = node.timeoutMs ?? DEFAULT_AGENT_TIMEOUT_MS;
+      timing = { timeoutMs, deadlineAt: env.now() + timeoutMs };
+    }
+  } catch (error) {
+    return fail(attempt, errorFrom(error));
+  }
+  // The deadline is committed with the attempt before the request is proposed.
+  await ensureStarted(attempt, timing);
+  await env.host.interactionRequested(attempt.attemptId, {
+    requestId,
+    kind: interactionKind(node),
+    contract,
+    ...(timing.deadlineAt !== undefined ? { deadlineAt: timing.deadlineAt } : {}),
+  });
+  return { kind: "waiting" };
+}
+
+async function runHeadlessAgent(attempt: Attempt, node: AgentNode | DecisionNode): Promise<StepOutcome> {
+  const { env } = attempt;
+  const timeoutMs = node.timeoutMs ?? DEFAULT_AGENT_TIMEOUT_MS;
+  await ensureStarted(attempt, { timeoutMs, deadlineAt: env.now() + timeoutMs });
+  let request: { prompt: string; expectedOutput?: string };
+  try {
+    request = await promptOf(node, contextOf(attempt.frame, env.signal));
+  } catch (error) {
+    return fail(attempt, errorFrom(error));
+  }
+  let executor;
+  try {
+    executor = await env.loadAgentExecutor();
+  } catch (error) {
+    return fail(attempt, errorFrom(error, "agentUnavailable"));
+  }
+  const controller = new AbortController();
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    controller.abort(new Error("agent step timed out"));
+  }, timeoutMs);
+  const onRunAbort = () => controller.abort(env.signal.reason);
+  env.signal.addEventListener("abort", onRunAbort, { once: true });
+  let reply: AgentRunResult;
+  try {
+    reply = await executor.runAgent({
+      ...request,
+      timeoutMs,
+      cwd: env.projectPath,
+      signal: controller.signal,
+      registerProcess: (pid) => env.host.processRegister(pid),
+      unregisterProcess: (pid) => env.host.processUnregister(pid),
+    });
+  } catch (error) {
+    reply = { ok: false, code: "agentFailed", message: (error as Error)?.message ?? String(error) };
+  } finally {
+    clearTimeout(timer);
+    env.signal.removeEventListener("abort", onRunAbort);
+  }
+  if (timedOut || (!reply.ok && reply.code === "timedOut")) {
+    return fail(attempt, nodeError("timedOut", `agent step "${attempt.node.path}" timed out after ${timeoutMs} ms`));
+  }
+  if (!reply.ok) return fail(attempt, nodeError(reply.code || "agentFailed", reply.message));
+  return acceptAnswer(attempt, node, reply.text);
+}

@@ -1,0 +1,10 @@
+// Errors with the stable codes the resolver prints.
+export class WorkflowError extends Error {
+  constructor(
+    readonly code: "workflowNotFound" | "invalidDefinition" | "invalidInput" | "invalidArguments",
+    message: string,
+  ) {
+    super(message);
+    this.name = "WorkflowError";
+  }
+}

@@ -1,0 +1,142 @@
+// Loading a workflow file: bundle it with esbuild (hashing exactly the bytes it reads), import the
+// bundle from a private temp file, and compile the default export.
+import { build, type Plugin } from "esbuild";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { isBuiltin } from "node:module";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+import { sha256Hex } from "./canonical.js";
+import { compileWorkflow, type CompiledWorkflow } from "./compile.js";
+import { resolveWorkflowFile } from "./discovery.js";
+import { WorkflowError } from "./errors.js";
+import { hashFile, type SourceFile, type WorkflowSource } from "./source-identity.js";
+import type { WorkflowDefinition } from "./types.js";
+
+export * from "./discovery.js";
+
+/** This package's own entry: every workflow shares it, with no node_modules of its own. */
+const SDK_URL = new URL("./index.js", import.meta.url).href;
+const SDK_IMPORTS = /^(pi-workflows|@osolmaz\/pi-workflows)$/;
+const LOADERS: Record<string, "ts" | "tsx" | "js" | "jsx" | "json"> = {
+  ".ts": "ts", ".mts": "ts", ".cts": "ts", ".tsx": "tsx",
+  ".js": "js", ".mjs": "js", ".cjs": "js", ".jsx": "jsx", ".json": "json",
+};
+
+export interface LoadedWorkflow {
+  name: string;
+  definition: WorkflowDefinition;
+  compiled: CompiledWorkflow;
+  source: WorkflowSource;
+}
+
+/** Maps the SDK import to the shared entry; other bare imports stay external but resolvable. */
+function importsPlugin(): Plugin {
+  return {
+    name: "pi-workflows-imports",
+    setup(pluginBuild) {
+      pluginBuild.onResolve({ filter: SDK_IMPORTS }, () => ({ path: SDK_URL, external: true }));
+      pluginBuild.onResolve({ filter: /^[^./]/ }, async (args) => {
+        if (args.pluginData?.piwResolving || path.isAbsolute(args.path)) return undefined;
+        if (args.path.startsWith("node:") || isBuiltin(args.path)) return { path: args.path, external: true };
+        // The bundle is imported from a temp directory: point it at the absolute file.
+        const resolved = await pluginBuild.resolve(args.path, {
+          kind: args.kind,
+          resolveDir: args.resolveDir,
+          pluginData: { piwResolving: true },
+        });
+        if (resolved.errors.length === 0 && resolved.path && path.isAbsolute(resolved.path)) {
+          return { path: pathToFileURL(resolved.path).href, external: true };
+        }
+        return { path: args.path, external: true };
+      });
+    },
+  };
+}
+
+/** Reads every source file itself so the recorded hash is of exactly the bytes that were loaded. */
+function hashingPlugin(hashes: Map<string, string>): Plugin {
+  return {
+    name: "pi-workflows-hash",
+    setup(pluginBuild) {
+      pluginBuild.onLoad({ filter: /\.(m|c)?(t|j)sx?$|\.json$/ }, async (args) => {
+        const bytes = await readFile(args.path);
+        hashes.set(args.path, sha256Hex(bytes));
+        return { contents: bytes, loader: LOADERS[path.extname(args.path)] ?? "js" };
+      });
+    },
+  };
+}
+
+async function bundle(filePath: string): Promise<{ code: string; source: WorkflowSource }> {
+  const hashes = new Map<string, string>();
+  const workingDir = path.dirname(filePath);
+  let result;
+  try {
+    result = await build({
+      entryPoints: [filePath],
+      absWorkingDir: workingDir,
+      bundle: true,
+      write: false,
+      metafile: true,
+      format: "esm",
+      platform: "node",
+      target: "node20",
+      logLevel: "silent",
+      plugins: [importsPlugin(), hashingPlugin(hashes)],
+    });
+  } catch (error) {
+    const errors = (error as { errors?: { text: string; location?: { file: string; line: number; column: number } | null }[] }).errors;
+    const detail = errors?.map((e) => (e.location ? `${e.location.file}:${e.location.line}:${e.location.column}: ${e.text}` : e.text)).join("; ");
+    throw new WorkflowError("invalidDefinition", `cannot build ${filePath}: ${detail || (error as Error).message}`);
+  }
+  const mounted: SourceFile[] = [];
+  for (const input of Object.keys(result.metafile.inputs)) {
+    const absolute = path.resolve(workingDir, input);
+    if (absolute === filePath) continue;
+    mounted.push({ path: absolute, hash: hashes.get(absolute) ?? (await hashFile(absolute)) });
+  }
+  mounted.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+  const rootHash = hashes.get(filePath) ?? (await hashFile(filePath));
+  return { code: result.outputFiles[0]!.text, source: { root: { kind: "file", path: filePath, hash: rootHash }, mounted } };
+}
+
+/** Import bundled code through a 0600 file in a 0700 temp directory, removed right after. */
+async function importBundle(code: string): Promise<Record<string, unknown>> {
+  const dir = await mkdtemp(path.join(tmpdir(), "pi-workflows-load-"));
+  try {
+    const file = path.join(dir, "workflow.mjs");
+    await writeFile(file, code, { mode: 0o600 });
+    return (await import(pathToFileURL(file).href)) as Record<string, unknown>;
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** Load and compile one workflow file (an absolute, canonical path). */
+export async function loadWorkflowFile(filePath: string, name?: string): Promise<LoadedWorkflow> {
+  const { code, source } = await bundle(filePath);
+  let module: Record<string, unknown>;
+  try {
+    module = await importBundle(code);
+  } catch (error) {
+    throw new WorkflowError("invalidDefinition", `loading ${filePath} failed: ${(error as Error)?.message ?? error}`);
+  }
+  const definition = module.default as WorkflowDefinition | undefined;
+  if (definition?.kind !== "workflow") {
+    throw new WorkflowError("invalidDefinition", `${filePath} must default-export defineWorkflow(...)`);
+  }
+  let compiled: CompiledWorkflow;
+  try {
+    compiled = compileWorkflow(definition);
+  } catch (error) {
+    throw new WorkflowError("invalidDefinition", (error as Error).message);
+  }
+  return { name: name ?? definition.name, definition, compiled, source };
+}
+
+/** Resolve `<name>` or a path for `projectPath`, then load it. */
+export async function loadWorkflow(nameOrPath: string, projectPath: string, env: NodeJS.ProcessEnv = process.env): Promise<LoadedWorkflow> {
+  const file = await resolveWorkflowFile(nameOrPath, projectPath, env);
+  return loadWorkflowFile(file.path, file.name);
+}

@@ -1,0 +1,174 @@
+// Node builders: each returns a plain, frozen node description checked for shape up front.
+import type {
+  ActionContext,
+  ActionNode,
+  AgentNode,
+  AssistantMessageForm,
+  CheckpointNode,
+  ComputeNode,
+  DecisionNode,
+  Dynamic,
+  EffectContract,
+  NodeContext,
+  NotifyNode,
+  ShellNode,
+  ShellReceipt,
+  ShellSpec,
+} from "./types.js";
+
+const EFFECT_TYPE = /^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$/;
+
+function effectContract(type: string, recovery: EffectContract["recovery"]): EffectContract {
+  if (typeof type !== "string" || !EFFECT_TYPE.test(type)) {
+    throw new Error(`invalid effect type ${JSON.stringify(type)}: use letters, digits, '_', '.', ':' or '-'`);
+  }
+  return Object.freeze({ type, recovery });
+}
+
+/** An effect whose repeat is safe (external idempotency key or read-back check). */
+export function idempotentEffect(type: string): EffectContract {
+  return effectContract(type, "idempotent");
+}
+
+/** An effect that cannot be proved after an uncertain crash: it becomes ambiguous, never retried. */
+export function manualEffect(type: string): EffectContract {
+  return effectContract(type, "manual");
+}
+
+function requireFunction(value: unknown, what: string): void {
+  if (typeof value !== "function") throw new Error(`${what} must be a function`);
+}
+
+function requireDynamicText(value: unknown, what: string): void {
+  if (typeof value !== "string" && typeof value !== "function") {
+    throw new Error(`${what} must be a string or a function of the node context`);
+  }
+}
+
+function requireEffect(value: unknown, what: string): asserts value is EffectContract {
+  const effect = value as EffectContract | undefined;
+  if (!effect || typeof effect.type !== "string" || (effect.recovery !== "idempotent" && effect.recovery !== "manual")) {
+    throw new Error(`${what} must be idempotentEffect(type) or manualEffect(type)`);
+  }
+}
+
+function requireTimeout(value: unknown, what: string): void {
+  if (value !== undefined && (typeof value !== "number" || !Number.isFinite(value) || value <= 0)) {
+    throw new Error(`${what} must be a positive number of milliseconds`);
+  }
+}
+
+/** A pure function of the context; it may run again after a crash. */
+export function compute<I = any>(options: { run: (ctx: NodeContext<I>) => unknown; title?: string }): ComputeNode<I> {
+  requireFunction(options?.run, "compute.run");
+  return Object.freeze({ kind: "compute", run: options.run, title: options.title });
+}
+
+/** A side effect reserved and settled through the server before and after it runs. */
+export function action<I = any>(options: {
+  effect: EffectContract;
+  run: (ctx: ActionContext<I>) => unknown;
+  title?: string;
+}): ActionNode<I> {
+  requireEffect(options?.effect, "action.effect");
+  requireFunction(options.run, "action.run");
+  return Object.freeze({ kind: "action", effect: options.effect, run: options.run, title: options.title });
+}
+
+/** A command owned by the workflow; without `effect` it is a manual effect of type "shell". */
+export function shell<I = any>(options: {
+  effect?: EffectContract;
+  exec: (ctx: NodeContext<I>) => ShellSpec | Promise<ShellSpec>;
+  parse?: (receipt: ShellReceipt) => unknown;
+  title?: string;
+}): ShellNode<I> {
+  const effect = options?.effect ?? manualEffect("shell");
+  requireEffect(effect, "shell.effect");
+  requireFunction(options.exec, "shell.exec");
+  if (options.parse !== undefined) requireFunction(options.parse, "shell.parse");
+  return Object.freeze({ kind: "shell", effect, exec: options.exec, parse: options.parse, title: options.title });
+}
+
+/** The agent's visible reply becomes the node output. */
+export function assistantMessage(options: { maxChars?: number } = {}): AssistantMessageForm {
+  if (options.maxChars !== undefined && (!Number.isInteger(options.maxChars) || options.maxChars <= 0)) {
+    throw new Error("assistantMessage.maxChars must be a positive integer");
+  }
+  return Object.freeze({ kind: "assistantMessage", maxChars: options.maxChars });
+}
+
+/** A model step: a JSON submission (`expectedOutput` text) or an assistant message. */
+export function agent<I = any>(options: {
+  prompt: Dynamic<string, I>;
+  expectedOutput?: string | AssistantMessageForm;
+  validate?: (output: unknown) => unknown;
+  timeoutMs?: number;
+  title?: string;
+}): AgentNode<I> {
+  requireDynamicText(options?.prompt, "agent.prompt");
+  const expected = options.expectedOutput;
+  if (expected !== undefined && typeof expected !== "string" && expected?.kind !== "assistantMessage") {
+    throw new Error("agent.expectedOutput must be a string or assistantMessage()");
+  }
+  if (options.validate !== undefined) {
+    requireFunction(options.validate, "agent.validate");
+    if (typeof expected !== "string") throw new Error("agent.validate needs a string expectedOutput");
+  }
+  requireTimeout(options.timeoutMs, "agent.timeoutMs");
+  return Object.freeze({
+    kind: "agent",
+    prompt: options.prompt,
+    expectedOutput: expected,
+    validate: options.validate,
+    timeoutMs: options.timeoutMs,
+    title: options.title,
+  });
+}
+
+/** Stops for an answer; the answer becomes this node's output. */
+export function checkpoint<I = any>(options: { summary: Dynamic<string, I>; title?: string }): CheckpointNode<I> {
+  requireDynamicText(options?.summary, "checkpoint.summary");
+  return Object.freeze({ kind: "checkpoint", summary: options.summary, title: options.title });
+}
+
+const FIELD = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** An agent step that must answer one of `choices` in `field` (default "route"). */
+export function decision<I = any>(options: {
+  question: Dynamic<string, I>;
+  choices: readonly string[];
+  field?: string;
+  timeoutMs?: number;
+  title?: string;
+}): DecisionNode<I> {
+  requireDynamicText(options?.question, "decision.question");
+  const choices = options.choices;
+  if (!Array.isArray(choices) || choices.length === 0 || choices.some((c) => typeof c !== "string" || c === "")) {
+    throw new Error("decision.choices must be a non-empty list of strings");
+  }
+  if (new Set(choices).size !== choices.length) throw new Error("decision.choices has a duplicate");
+  const field = options.field ?? "route";
+  if (!FIELD.test(field)) throw new Error(`decision.field ${JSON.stringify(field)} is not a plain field name`);
+  requireTimeout(options.timeoutMs, "decision.timeoutMs");
+  return Object.freeze({
+    kind: "decision",
+    question: options.question,
+    choices: Object.freeze([...choices]),
+    field,
+    timeoutMs: options.timeoutMs,
+    title: options.title,
+  });
+}
+
+/** A passive message for the origin session (`progress` or `final`). */
+export function notify<I = any>(options: {
+  kind: "progress" | "final";
+  message: Dynamic<string, I>;
+  title?: string;
+}): NotifyNode<I> {
+  if (options?.kind !== "progress" && options?.kind !== "final") {
+    throw new Error('notify.kind must be "progress" or "final"');
+  }
+  requireDynamicText(options.message, "notify.message");
+  return Object.freeze({ kind: "notify", notifyKind: options.kind, message: options.message, title: options.title });
+}

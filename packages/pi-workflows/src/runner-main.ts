@@ -1,0 +1,133 @@
+// Runner child: speaks docs/RUNNER-PROTOCOL.md on fd 3, executes one run generation, then exits.
+// Exit codes: 0 done, 75 claim lost, 76 protocol or launch error, 70 anything else.
+import { fileURLToPath } from "node:url";
+import { sha256Hex } from "./canonical.js";
+import { runWorkflow, type RunCommand } from "./engine.js";
+import type { AgentExecutor, RunState } from "./engine/host.js";
+import { nodeError } from "./engine/limits.js";
+import { WorkflowError } from "./errors.js";
+import { loadWorkflowFile, type LoadedWorkflow } from "./loader.js";
+import { channelHost } from "./runner/channel-host.js";
+import { FrameChannel, ProtocolError } from "./runner/channel.js";
+import { type ContentRef, readContent } from "./runner/content.js";
+import { type Launch, parseLaunch, RunnerSession } from "./runner/session.js";
+import { compareLoadedSource, parseWorkflowSource, verifySourceOnDisk } from "./source-identity.js";
+
+const EXIT_PROTOCOL = 76;
+const EXIT_INTERNAL = 70;
+const COMMANDS: readonly RunCommand[] = ["start", "resume", "continue", "restart"];
+
+function log(message: string) {
+  process.stderr.write(`pi-workflows runner: ${message}\n`);
+}
+
+/** Imported only when a headless agent step runs. */
+function lazyAgentExecutor(projectPath: string): () => Promise<AgentExecutor> {
+  let loading: Promise<AgentExecutor> | undefined;
+  return () =>
+    (loading ??= (async () => {
+      const url = new URL("./agent/executor.js", import.meta.url);
+      let module: { createPiRpcExecutor?: (options: unknown) => AgentExecutor | Promise<AgentExecutor> };
+      try {
+        module = await import(url.href);
+      } catch (error) {
+        throw new Error(`the headless agent executor ${fileURLToPath(url)} is unavailable: ${(error as Error).message}`);
+      }
+      if (typeof module.createPiRpcExecutor !== "function") {
+        throw new Error(`${fileURLToPath(url)} does not export createPiRpcExecutor`);
+      }
+      return module.createPiRpcExecutor({ cwd: projectPath });
+    })());
+}
+
+/** Ready, take the command (it always follows the ready response), park, leave: no workflow code ran. */
+async function parkSourceChanged(session: RunnerSession, why: string): Promise<void> {
+  log(`workflow source changed: ${why}`);
+  await session.send("runner.ready", {});
+  await session.readCommand();
+  await session.send("run.parked", { reason: "workflowSourceChanged" });
+}
+
+type Verified = { loaded: LoadedWorkflow } | { changed: string } | { loadError: string };
+
+async function loadVerified(launch: Launch): Promise<Verified> {
+  const saved = parseWorkflowSource(launch.workflowSource);
+  if (!saved) throw new ProtocolError("the launch envelope has no usable workflowSource.root");
+  const onDisk = await verifySourceOnDisk(saved);
+  if (onDisk) return { changed: onDisk };
+  let loaded: LoadedWorkflow;
+  try {
+    loaded = await loadWorkflowFile(saved.root.path);
+  } catch (error) {
+    if (error instanceof WorkflowError) return { loadError: error.message };
+    throw error;
+  }
+  const differs = compareLoadedSource(saved, loaded.source);
+  if (differs) return { changed: differs };
+  if (launch.definitionDigest && loaded.compiled.definitionDigest !== launch.definitionDigest) {
+    return { changed: `definition digest is ${loaded.compiled.definitionDigest}, saved ${launch.definitionDigest}` };
+  }
+  return { loaded };
+}
+
+/** The unchanged source no longer loads (e.g. a missing external package): fail the run clearly. */
+async function failUnloadable(session: RunnerSession, why: string): Promise<void> {
+  log(`workflow does not load: ${why}`);
+  await session.send("runner.ready", {});
+  await session.readCommand();
+  await session.send("run.finished", { outcome: "failed", error: nodeError("invalidDefinition", why) });
+}
+
+async function readRunState(session: RunnerSession, payload: Record<string, unknown>): Promise<RunState> {
+  if (payload.runState) return payload.runState as RunState;
+  const ref = payload.runStateRef as ContentRef | undefined;
+  if (!ref) throw new ProtocolError("the command payload has neither runState nor runStateRef");
+  const parsed = JSON.parse((await readContent(session, ref)).toString("utf8")) as RunState | { runState: RunState };
+  return "runState" in parsed && parsed.runState ? parsed.runState : (parsed as RunState);
+}
+
+async function execute(session: RunnerSession, launch: Launch, loaded: LoadedWorkflow): Promise<void> {
+  await session.send("runner.ready", {});
+  const frame = await session.readCommand();
+  const command = frame.command as RunCommand;
+  if (!COMMANDS.includes(command)) throw new ProtocolError(`unknown command ${JSON.stringify(frame.command)}`);
+  const runState = await readRunState(session, (frame.payload ?? {}) as Record<string, unknown>);
+  const controller = new AbortController();
+  process.once("SIGTERM", () => controller.abort(new Error("runner stopped (SIGTERM)")));
+  const outcome = await runWorkflow({
+    workflow: loaded.compiled,
+    host: channelHost(session),
+    runState,
+    command,
+    projectPath: launch.projectPath,
+    attemptIdPrefix: "a" + sha256Hex(`${launch.runId}\0${launch.generation}\0${launch.runnerEpoch}`).slice(0, 20),
+    loadAgentExecutor: lazyAgentExecutor(launch.projectPath),
+    signal: controller.signal,
+  });
+  log(`run ${launch.runId} generation ${launch.generation}: ${outcome.kind}`);
+}
+
+async function main(): Promise<number> {
+  // Workflow code must never write to stdout as if it were protocol (it is only a log).
+  for (const method of ["log", "info", "debug"] as const) console[method] = console.error;
+  const channel = FrameChannel.fromFd(3);
+  let session: RunnerSession | undefined;
+  try {
+    const launch = parseLaunch(await channel.readFrame());
+    session = new RunnerSession(channel, launch);
+    const verified = await loadVerified(launch);
+    if ("changed" in verified) await parkSourceChanged(session, verified.changed);
+    else if ("loadError" in verified) await failUnloadable(session, verified.loadError);
+    else await execute(session, launch, verified.loaded);
+    await session.send("runner.exiting", {});
+    return 0;
+  } catch (error) {
+    log((error as Error)?.stack ?? String(error));
+    if (session?.hasSent) await session.send("runner.exiting", {}).catch(() => undefined);
+    return error instanceof ProtocolError ? EXIT_PROTOCOL : EXIT_INTERNAL;
+  } finally {
+    channel.close();
+  }
+}
+
+process.exit(await main());

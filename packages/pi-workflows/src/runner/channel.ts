@@ -1,0 +1,102 @@
+// Line framing on the runner socket: one canonical JSON object per line, at most 1 MiB.
+import net from "node:net";
+import { canonicalJson } from "../canonical.js";
+
+export const FRAME_BYTES_MAX = 1024 * 1024;
+
+export class ProtocolError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ProtocolError";
+  }
+}
+
+export class FrameChannel {
+  private buffered: Buffer[] = [];
+  private bufferedBytes = 0;
+  private readonly frames: string[] = [];
+  private waiter?: { resolve(line: string): void; reject(error: Error): void };
+  private failure?: Error;
+
+  constructor(private readonly socket: net.Socket) {
+    socket.on("data", (chunk: Buffer) => this.onData(chunk));
+    socket.on("end", () => this.fail(new ProtocolError("the server closed the runner channel")));
+    socket.on("error", (error) => this.fail(error));
+  }
+
+  /** The inherited runner socket (fd 3). */
+  static fromFd(fd = 3): FrameChannel {
+    return new FrameChannel(new net.Socket({ fd, readable: true, writable: true }));
+  }
+
+  private onData(chunk: Buffer) {
+    let start = 0;
+    for (let index = chunk.indexOf(10); index >= 0; index = chunk.indexOf(10, start)) {
+      const piece = chunk.subarray(start, index);
+      const line = Buffer.concat([...this.buffered, piece]);
+      this.buffered = [];
+      this.bufferedBytes = 0;
+      start = index + 1;
+      if (line.length + 1 > FRAME_BYTES_MAX) return this.fail(new ProtocolError("the server sent a frame above 1 MiB"));
+      this.push(line.toString("utf8"));
+    }
+    const rest = chunk.subarray(start);
+    if (rest.length > 0) {
+      this.buffered.push(rest);
+      this.bufferedBytes += rest.length;
+      if (this.bufferedBytes >= FRAME_BYTES_MAX) this.fail(new ProtocolError("the server sent a frame above 1 MiB"));
+    }
+  }
+
+  private push(line: string) {
+    if (this.waiter) {
+      const { resolve } = this.waiter;
+      this.waiter = undefined;
+      resolve(line);
+    } else {
+      this.frames.push(line);
+    }
+  }
+
+  private fail(error: Error) {
+    this.failure ??= error;
+    if (this.waiter) {
+      const { reject } = this.waiter;
+      this.waiter = undefined;
+      reject(this.failure);
+    }
+  }
+
+  private nextLine(): Promise<string> {
+    const line = this.frames.shift();
+    if (line !== undefined) return Promise.resolve(line);
+    if (this.failure) return Promise.reject(this.failure);
+    return new Promise<string>((resolve, reject) => {
+      this.waiter = { resolve, reject };
+    });
+  }
+
+  async readFrame(): Promise<Record<string, unknown>> {
+    const line = await this.nextLine();
+    let value: unknown;
+    try {
+      value = JSON.parse(line);
+    } catch {
+      throw new ProtocolError("the server sent a frame that is not JSON");
+    }
+    if (!value || typeof value !== "object" || Array.isArray(value)) throw new ProtocolError("the server sent a frame that is not an object");
+    return value as Record<string, unknown>;
+  }
+
+  /** Write one frame; a frame above the limit is refused here, never sent. */
+  async writeFrame(value: unknown): Promise<void> {
+    const line = canonicalJson(value) + "\n";
+    const size = Buffer.byteLength(line, "utf8");
+    if (size > FRAME_BYTES_MAX) throw new ProtocolError(`a runner frame of ${size} bytes is above the 1 MiB limit`);
+    await new Promise<void>((resolve, reject) => this.socket.write(line, (error) => (error ? reject(error) : resolve())));
+  }
+
+  close() {
+    this.socket.destroy();
+  }
+}

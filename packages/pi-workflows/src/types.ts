@@ -1,0 +1,175 @@
+// Public types of the authoring API.
+
+/** How a node attempt ended; `$result.outcome` routes on it. */
+export type Outcome = "ok" | "failed" | "timed_out" | "cancelled";
+export const OUTCOMES: readonly Outcome[] = ["ok", "failed", "timed_out", "cancelled"];
+
+export interface NodeError {
+  code: string;
+  message: string;
+}
+
+/** The latest result of one node in the current invocation. */
+export interface NodeResult {
+  outcome: Outcome;
+  output?: unknown;
+  error?: NodeError;
+  visit: number;
+}
+
+/** What every node callback receives. */
+export interface NodeContext<I = any> {
+  input: I;
+  /** Latest `ok` output per local node id (a failure removes the earlier output). */
+  outputs: Record<string, any>;
+  results: Record<string, NodeResult>;
+  signal: AbortSignal;
+}
+
+/** Function actions can also publish progress (`node.update`). */
+export interface ActionContext<I = any> extends NodeContext<I> {
+  update(progress: { message: string; completed?: number; total?: number }): Promise<void>;
+}
+
+/** A value given directly or computed from the node context. */
+export type Dynamic<T, I = any> = T | ((ctx: NodeContext<I>) => T | Promise<T>);
+
+/** How a side effect recovers when a runner dies mid-way (recorded in the snapshot). */
+export interface EffectContract {
+  readonly type: string;
+  readonly recovery: "idempotent" | "manual";
+}
+
+interface NodeCommon {
+  readonly title?: string;
+}
+
+export interface ComputeNode<I = any> extends NodeCommon {
+  readonly kind: "compute";
+  readonly run: (ctx: NodeContext<I>) => unknown;
+}
+
+export interface ActionNode<I = any> extends NodeCommon {
+  readonly kind: "action";
+  readonly effect: EffectContract;
+  readonly run: (ctx: ActionContext<I>) => unknown;
+}
+
+export interface ShellSpec {
+  command: string;
+  args?: string[];
+  cwd?: string;
+  timeoutMs?: number;
+  allowNonZeroExit?: boolean;
+  maxOutputBytes?: number;
+}
+
+/** What a finished shell command left behind: the effect result and default node output. */
+export interface ShellReceipt {
+  command: string;
+  args: string[];
+  cwd: string;
+  exitCode: number | null;
+  signal: string | null;
+  durationMs: number;
+  timedOut: boolean;
+  stdout: string;
+  stderr: string;
+  stdoutTruncated: boolean;
+  stderrTruncated: boolean;
+}
+
+export interface ShellNode<I = any> extends NodeCommon {
+  readonly kind: "shell";
+  readonly effect: EffectContract;
+  readonly exec: (ctx: NodeContext<I>) => ShellSpec | Promise<ShellSpec>;
+  readonly parse?: (receipt: ShellReceipt) => unknown;
+}
+
+/** The visible assistant reply is the node output (no submission contract). */
+export interface AssistantMessageForm {
+  readonly kind: "assistantMessage";
+  readonly maxChars?: number;
+}
+
+export interface AgentNode<I = any> extends NodeCommon {
+  readonly kind: "agent";
+  readonly prompt: Dynamic<string, I>;
+  readonly expectedOutput?: string | AssistantMessageForm;
+  readonly validate?: (output: unknown) => unknown;
+  readonly timeoutMs?: number;
+}
+
+export interface CheckpointNode<I = any> extends NodeCommon {
+  readonly kind: "checkpoint";
+  readonly summary: Dynamic<string, I>;
+}
+
+export interface DecisionNode<I = any> extends NodeCommon {
+  readonly kind: "decision";
+  readonly question: Dynamic<string, I>;
+  readonly choices: readonly string[];
+  readonly field: string;
+  readonly timeoutMs?: number;
+}
+
+export interface NotifyNode<I = any> extends NodeCommon {
+  readonly kind: "notify";
+  readonly notifyKind: "progress" | "final";
+  readonly message: Dynamic<string, I>;
+}
+
+export type WorkflowNode<I = any> =
+  | ComputeNode<I>
+  | ActionNode<I>
+  | ShellNode<I>
+  | AgentNode<I>
+  | CheckpointNode<I>
+  | DecisionNode<I>
+  | NotifyNode<I>;
+
+export interface PlainEdge {
+  from: string;
+  to: string;
+}
+
+export interface SwitchEdge {
+  from: string;
+  switch: { on: string; cases: Record<string, string> };
+}
+
+export type WorkflowEdge = PlainEdge | SwitchEdge;
+
+/** A child workflow mounted in a parent under a mount name. */
+export interface IncludeSpec<I = any> {
+  readonly kind: "include";
+  /** The child, or a thunk returning it (lets two files refer to each other lazily). */
+  readonly workflow: WorkflowDefinition | (() => WorkflowDefinition);
+  readonly input?: (ctx: NodeContext<I>) => unknown;
+}
+
+export interface WorkflowOptions<I = unknown> {
+  name: string;
+  input?: (raw: unknown) => I;
+  startAt: string;
+  nodes: Record<string, WorkflowNode<I>>;
+  includes?: Record<string, IncludeSpec<I>>;
+  /** Named exits for an including parent: exit name → terminal node (`"node"` or `{ from }`). */
+  exits?: Record<string, string | { from: string }>;
+  edges: WorkflowEdge[];
+  maxSteps?: number;
+}
+
+/** A validated workflow, as `defineWorkflow` returns it. */
+export interface WorkflowDefinition<I = any> {
+  readonly kind: "workflow";
+  readonly name: string;
+  readonly input?: (raw: unknown) => I;
+  readonly startAt: string;
+  readonly nodes: Readonly<Record<string, WorkflowNode<I>>>;
+  readonly includes: Readonly<Record<string, IncludeSpec<I>>>;
+  /** Exit name → terminal node id (defaults to every terminal node under its own id). */
+  readonly exits: Readonly<Record<string, string>>;
+  readonly edges: readonly WorkflowEdge[];
+  readonly maxSteps: number;
+}

@@ -1,0 +1,84 @@
+// Discovery order, esbuild loading without node_modules, source identity, and the resolver child.
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { createHash } from "node:crypto";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { test } from "node:test";
+import { promisify } from "node:util";
+import * as sdk from "../dist/index.js";
+import { listWorkflows, loadWorkflow, resolveWorkflowFile } from "../dist/loader.js";
+import { fixtureCopy, PACKAGE_DIR } from "./support/fixtures.mjs";
+
+const run = promisify(execFile);
+const sha = (file) => createHash("sha256").update(readFileSync(file)).digest("hex");
+
+test("a project workflow wins over a global one of the same name; global-only names are found", async (t) => {
+  const { project, agentDir } = fixtureCopy(t);
+  const env = { PI_CODING_AGENT_DIR: agentDir };
+  const greet = await resolveWorkflowFile("greet", project, env);
+  assert.equal(greet.path, path.join(project, ".pi/workflows/greet.workflow.ts"));
+  const solo = await resolveWorkflowFile("solo", project, env);
+  assert.equal(solo.path, path.join(agentDir, "workflows/solo.workflow.js"));
+  await assert.rejects(resolveWorkflowFile("state", project, env), (e) => e.code === "workflowNotFound");
+  const direct = await resolveWorkflowFile("./.pi/workflows/review.workflow.ts", project, env);
+  assert.equal(direct.name, "review");
+  const listed = await listWorkflows(project, env);
+  assert.deepEqual(listed.map((w) => `${w.scope}:${w.name}`).sort(), ["global:solo", "project:build-check", "project:greet", "project:review"]);
+});
+
+test("a TypeScript workflow imports pi-workflows with no node_modules and shares this SDK instance", async (t) => {
+  const { project } = fixtureCopy(t);
+  assert.equal(existsSync(path.join(project, "node_modules")), false);
+  const loaded = await loadWorkflow("greet", project, {});
+  assert.equal(loaded.definition.name, "greet");
+  assert.equal(loaded.definition.nodes.compose.kind, "compute");
+  // Same module instance: the compiled definition behaves like one built here.
+  assert.deepEqual(Object.keys(loaded.compiled.definition.nodes), ["compose", "shout"]);
+  const root = path.join(project, ".pi/workflows/greet.workflow.ts");
+  const helper = path.join(project, ".pi/workflows/lib/greeting.ts");
+  assert.deepEqual(loaded.source, { root: { kind: "file", path: root, hash: sha(root) }, mounted: [{ path: helper, hash: sha(helper) }] });
+  assert.equal(loaded.compiled.definitionDigest, sdk.compileWorkflow(loaded.definition).definitionDigest);
+});
+
+test("a definition error surfaces as invalidDefinition naming the node", async (t) => {
+  const { project } = fixtureCopy(t);
+  const file = path.join(project, ".pi/workflows/broken.workflow.ts");
+  writeFileSync(file, `import { compute, defineWorkflow } from "pi-workflows";
+export default defineWorkflow({ name: "broken", startAt: "a", nodes: { a: compute({ run: () => 1 }) }, edges: [{ from: "a", to: "nowhere" }] });\n`);
+  await assert.rejects(loadWorkflow("broken", project, {}), (e) => e.code === "invalidDefinition" && /"nowhere"/.test(e.message));
+});
+
+async function resolver(args, env = {}) {
+  try {
+    const { stdout } = await run(process.execPath, [path.join(PACKAGE_DIR, "dist/resolver-main.js"), ...args], { env: { ...process.env, ...env } });
+    return { code: 0, out: JSON.parse(stdout) };
+  } catch (error) {
+    return { code: error.code, out: JSON.parse(error.stdout) };
+  }
+}
+
+test("the resolver prints source identity, digest, snapshot and normalized input", async (t) => {
+  const { project, agentDir } = fixtureCopy(t);
+  const { code, out } = await resolver(["greet", "--project", project, "--input-json", '{"who":"ada","extra":1}'], { PI_CODING_AGENT_DIR: agentDir });
+  assert.equal(code, 0);
+  assert.equal(out.name, "greet");
+  assert.deepEqual(out.input, { who: "ada" });
+  assert.equal(out.inputHash, "sha256:" + createHash("sha256").update('{"who":"ada"}').digest("hex"));
+  assert.equal(out.workflowSource.root.kind, "file");
+  assert.equal(out.workflowSource.mounted.length, 1);
+  assert.equal(out.definitionDigest, "sha256:" + createHash("sha256").update(sdk.canonicalJson(out.snapshot)).digest("hex"));
+  assert.deepEqual(out.snapshot.nodes.map((n) => n.path), ["compose", "shout"]);
+});
+
+test("the resolver reports workflowNotFound, invalidInput and invalidDefinition with exit code 2", async (t) => {
+  const { project, agentDir } = fixtureCopy(t);
+  const env = { PI_CODING_AGENT_DIR: agentDir };
+  const missing = await resolver(["nope", "--project", project], env);
+  assert.deepEqual([missing.code, missing.out.error.code], [2, "workflowNotFound"]);
+  const badInput = await resolver(["greet", "--project", project, "--input-json", '{"who":""}'], env);
+  assert.deepEqual([badInput.code, badInput.out.error.code], [2, "invalidInput"]);
+  writeFileSync(path.join(project, ".pi/workflows/syntax.workflow.ts"), "export default {{{");
+  const syntax = await resolver(["syntax", "--project", project], env);
+  assert.deepEqual([syntax.code, syntax.out.error.code], [2, "invalidDefinition"]);
+});

@@ -1,0 +1,128 @@
+// The runner child end to end, against a fake server on a socketpair at fd 3.
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { test } from "node:test";
+import { loadWorkflow } from "../dist/loader.js";
+import { fixtureCopy } from "./support/fixtures.mjs";
+import { contentRef, launchFor, runRunner, runState } from "./support/fake-server.mjs";
+
+const kinds = (messages) => messages.map((m) => m.kind);
+
+test("a start command runs a shell workflow to completion over the channel", async (t) => {
+  const { project } = fixtureCopy(t);
+  const loaded = await loadWorkflow("build-check", project, {});
+  const launch = launchFor({ projectPath: project, loaded });
+  const result = await runRunner({ launch, payload: { runState: runState({ input: { exitCode: 0 } }) } });
+  assert.equal(result.code, 0, result.stderr);
+  assert.equal(result.stdout, "", "nothing but logs, and never on stdout");
+  assert.deepEqual(kinds(result.messages), [
+    "runner.ready",
+    "node.started",
+    "effect.reserve",
+    "runner.progress",
+    "runner.progress",
+    "effect.settle",
+    "node.finished",
+    "node.finished",
+    "run.finished",
+    "runner.exiting",
+  ]);
+  result.messages.forEach((m, i) => {
+    assert.equal(m.messageId, `epoch-1:${i + 1}`);
+    assert.deepEqual([m.schema, m.launchSchema, m.runId, m.generation, m.runnerEpoch], ["pi-workflows.runner-message.v1", "pi-workflows.worker-launch.v1", "run-e2e", 1, "epoch-1"]);
+  });
+  const finished = result.messages.at(-2).payload;
+  assert.deepEqual(finished, { outcome: "completed", output: { verdict: "pass", probe: { exitCode: 0, stdout: "out" } } });
+  const register = result.messages[3].payload;
+  assert.equal(register.operation, "process.register");
+  assert.equal(result.messages[4].payload.pid, register.pid);
+});
+
+test("a changed mounted file parks the run before any workflow code runs", async (t) => {
+  const { project, root } = fixtureCopy(t);
+  const loaded = await loadWorkflow("greet", project, {});
+  const marker = path.join(root, "ran");
+  writeFileSync(
+    path.join(project, ".pi/workflows/lib/greeting.ts"),
+    `import { writeFileSync } from "node:fs";\nwriteFileSync(${JSON.stringify(marker)}, "ran");\nexport function greeting(who: string) { return who; }\n`,
+  );
+  const result = await runRunner({ launch: launchFor({ projectPath: project, loaded }), payload: { runState: runState({ input: { who: "x" } }) } });
+  assert.equal(result.code, 0, result.stderr);
+  assert.deepEqual(kinds(result.messages), ["runner.ready", "run.parked", "runner.exiting"]);
+  assert.deepEqual(result.messages[1].payload, { reason: "workflowSourceChanged" });
+  assert.equal(existsSync(marker), false, "changed code never executed");
+});
+
+test("claimLost makes the runner exit 75 at once", async (t) => {
+  const { project } = fixtureCopy(t);
+  const loaded = await loadWorkflow("greet", project, {});
+  const result = await runRunner({
+    launch: launchFor({ projectPath: project, loaded }),
+    payload: { runState: runState({ input: { who: "x" } }) },
+    answer: (frame) => (frame.kind === "node.finished" ? { outcome: "claimLost" } : undefined),
+  });
+  assert.equal(result.code, 75);
+  assert.deepEqual(kinds(result.messages), ["runner.ready", "node.finished"]);
+});
+
+test("a runStateRef is read with content.read in 512 KiB parts and verified", async (t) => {
+  const { project } = fixtureCopy(t);
+  const loaded = await loadWorkflow("greet", project, {});
+  const state = Buffer.from(JSON.stringify(runState({ input: { who: "y", padding: "p".repeat(700_000) } })));
+  const result = await runRunner({ launch: launchFor({ projectPath: project, loaded }), payload: { runStateRef: contentRef(state) }, content: state });
+  assert.equal(result.code, 0, result.stderr);
+  const reads = result.messages.filter((m) => m.kind === "content.read").map((m) => [m.payload.offset, m.payload.length]);
+  assert.deepEqual(reads, [[0, 524288], [524288, state.length - 524288]]);
+  assert.equal(result.messages.at(-2).payload.outcome, "completed");
+
+  const corrupt = Buffer.from(state);
+  corrupt[10] ^= 1;
+  const bad = await runRunner({ launch: launchFor({ projectPath: project, loaded }), payload: { runStateRef: contentRef(state) }, content: corrupt });
+  assert.notEqual(bad.code, 0);
+  assert.ok(!bad.messages.some((m) => m.kind.startsWith("node.")), "nothing ran from unverified state");
+});
+
+test("a checkpoint waits with no runner, and a resume with the settled answer finishes", async (t) => {
+  const { project } = fixtureCopy(t);
+  const loaded = await loadWorkflow("review", project, {});
+  const launch = launchFor({ projectPath: project, loaded });
+  const first = await runRunner({ launch, payload: { runState: runState() } });
+  assert.equal(first.code, 0, first.stderr);
+  assert.deepEqual(kinds(first.messages), ["runner.ready", "node.finished", "node.started", "interaction.requested", "runner.exiting"]);
+  const [, prepared, started, requested] = first.messages;
+  assert.equal(requested.payload.contract.summary, "approve draft v1?");
+
+  const attempts = [
+    { attemptId: prepared.attemptId, nodeId: "prepare", nodePath: "prepare", visit: 1, nodeType: "compute", status: "completed", output: prepared.payload.output, error: null },
+    { attemptId: started.attemptId, nodeId: "approve", nodePath: "approve", visit: 1, nodeType: "checkpoint", status: "waiting", output: null, error: null },
+  ];
+  const interaction = { requestId: requested.payload.requestId, attemptId: started.attemptId, kind: "checkpoint", status: "settled", answer: { decision: "yes", by: "grace" } };
+  const second = await runRunner({
+    launch: { ...launch, generation: 2, runnerEpoch: "epoch-2" },
+    command: "resume",
+    payload: { runState: runState({ attempts, interaction }) },
+  });
+  assert.equal(second.code, 0, second.stderr);
+  assert.deepEqual(kinds(second.messages), ["runner.ready", "node.finished", "node.finished", "run.finished", "runner.exiting"]);
+  assert.equal(second.messages[1].attemptId, started.attemptId);
+  assert.deepEqual(second.messages[3].payload, { outcome: "completed", output: { published: "v1", by: "grace" } });
+});
+
+test("an unchanged source that no longer loads fails the run clearly; a bad launch exits 76", async (t) => {
+  const { project } = fixtureCopy(t);
+  const file = path.join(project, ".pi/workflows/needs-pkg.workflow.ts");
+  writeFileSync(file, `import missing from "no-such-package-anywhere";\nimport { compute, defineWorkflow } from "pi-workflows";\nexport default defineWorkflow({ name: "n", startAt: "a", nodes: { a: compute({ run: () => missing }) }, edges: [] });\n`);
+  const hash = createHash("sha256").update(readFileSync(file)).digest("hex");
+  const launch = { ...launchFor({ projectPath: project, loaded: { source: { root: { kind: "file", path: file, hash }, mounted: [] }, compiled: { definitionDigest: "" } } }) };
+  const result = await runRunner({ launch, payload: { runState: runState() } });
+  assert.equal(result.code, 0, result.stderr);
+  assert.deepEqual(kinds(result.messages), ["runner.ready", "run.finished", "runner.exiting"]);
+  assert.equal(result.messages[1].payload.error.code, "invalidDefinition");
+  assert.match(result.messages[1].payload.error.message, /no-such-package-anywhere/);
+
+  const bad = await runRunner({ launch: { ...launch, workflowSource: {} }, payload: { runState: runState() } });
+  assert.equal(bad.code, 76);
+  assert.deepEqual(bad.messages, []);
+});

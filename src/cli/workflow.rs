@@ -1,0 +1,366 @@
+//! `pi-workflows run start|status|restart`, `runs` and `checkpoint answer`: run workflows
+//! through the server (started on demand), with `--follow` live progress.
+//!
+//! Exit codes (stable): 0 success (with `--follow`: the run completed); 1 the command failed
+//! or was refused; 2 usage; 4 the followed run failed, timed out or was cancelled; 5 the
+//! followed run waits for input (`checkpoint answer`); 6 the followed run parked for review
+//! (`run resume` or `run cancel`).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+use crate::client::Client;
+use crate::protocol::{JsonObject, Operation, Outcome, Response};
+use crate::server::ownership::ServerPaths;
+
+pub const EXIT_RUN_FAILED: u8 = 4;
+pub const EXIT_RUN_WAITING: u8 = 5;
+pub const EXIT_RUN_PARKED: u8 = 6;
+/// How often `--follow` reads the run's status.
+const FOLLOW_POLL_MS: u64 = 100;
+/// How long the resolver child may take to load a workflow.
+const RESOLVE_TIMEOUT_MS: u64 = 60_000;
+/// The resolver's answer (one JSON line) is bounded like a protocol frame.
+const RESOLVER_OUTPUT_BYTES_MAX: usize = 1024 * 1024;
+
+/// Options of `run start`.
+pub struct StartOptions {
+    pub target: String,
+    pub input_json: Option<String>,
+    pub project: Option<PathBuf>,
+    pub follow: bool,
+    pub json: bool,
+}
+
+/// `run start`: resolve the workflow (source identity, definition, input) in a resolver
+/// child, then queue it as a headless run.
+pub fn start(state_dir: &Path, options: StartOptions) -> anyhow::Result<ExitCode> {
+    let project = match options.project {
+        Some(dir) => dir,
+        None => std::env::current_dir().context("the current directory is not readable")?,
+    };
+    let project = project
+        .canonicalize()
+        .with_context(|| format!("the project directory {} does not exist", project.display()))?;
+    let resolved = resolve(&options.target, &project, options.input_json.as_deref())?;
+    let run_id = new_run_id();
+    let mut payload = JsonObject::new();
+    payload.insert("workflowName".into(), resolved["name"].clone());
+    payload.insert(
+        "projectPath".into(),
+        Value::String(project.to_string_lossy().into_owned()),
+    );
+    payload.insert("workflowSource".into(), resolved["workflowSource"].clone());
+    payload.insert("definitionDigest".into(), resolved["definitionDigest"].clone());
+    payload.insert("definitionSnapshot".into(), resolved["snapshot"].clone());
+    payload.insert("input".into(), resolved["input"].clone());
+    payload.insert("executionMode".into(), Value::String("headless".into()));
+    let mut client = connect(state_dir)?;
+    let response = client.request_for(Operation::RunStart, Some(&run_id), payload)?;
+    let name = resolved["name"].as_str().unwrap_or("workflow").to_string();
+    accepted(&response)?;
+    if options.follow {
+        return follow(&mut client, &run_id, &name, options.json);
+    }
+    if options.json {
+        println!("{}", json!({"runId": run_id, "workflowName": name, "status": "queued"}));
+    } else {
+        println!("run {run_id} started: {name} (headless); follow it with `pi-workflows run status {run_id}`");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn new_run_id() -> String {
+    let random = crate::digest::random_hex(6).unwrap_or_else(|| format!("{:012x}", std::process::id()));
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    format!("run-{seconds:x}-{random}")
+}
+
+/// Run the package's resolver child and read its one JSON answer.
+fn resolve(target: &str, project: &Path, input_json: Option<&str>) -> anyhow::Result<Value> {
+    let program = crate::package::node_program("resolver-main.js")?;
+    let mut command = std::process::Command::new(&program.node);
+    command
+        .args(program.args())
+        .arg(target)
+        .arg("--project")
+        .arg(project)
+        .current_dir(project)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit());
+    if let Some(input) = input_json {
+        command.arg("--input-json").arg(input);
+    }
+    let child = command
+        .spawn()
+        .context("could not start the workflow resolver (node)")?;
+    let output = wait_bounded(child, Duration::from_millis(RESOLVE_TIMEOUT_MS))?;
+    if output.len() > RESOLVER_OUTPUT_BYTES_MAX {
+        bail!("the workflow resolver answered more than {RESOLVER_OUTPUT_BYTES_MAX} bytes");
+    }
+    let line = String::from_utf8_lossy(&output);
+    let answer: Value = serde_json::from_str(line.trim()).context("the workflow resolver did not answer JSON")?;
+    if let Some(error) = answer.get("error") {
+        let code = error["code"].as_str().unwrap_or("invalidDefinition");
+        let message = error["message"].as_str().unwrap_or("the workflow could not be loaded");
+        bail!("{message} ({code})");
+    }
+    Ok(answer)
+}
+
+/// Wait for the resolver, killing it after `timeout`; returns its stdout.
+fn wait_bounded(mut child: std::process::Child, timeout: Duration) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut stdout = child.stdout.take().context("resolver stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = (&mut stdout)
+            .take(RESOLVER_OUTPUT_BYTES_MAX as u64 + 1)
+            .read_to_end(&mut bytes);
+        bytes
+    });
+    let deadline = Instant::now() + timeout;
+    while child.try_wait()?.is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("the workflow resolver did not finish within {} s", timeout.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("resolver output could not be read"))
+}
+
+fn connect(state_dir: &Path) -> anyhow::Result<Client> {
+    let paths = ServerPaths::new(state_dir);
+    if let Some(epoch) = super::server::ensure_started(&paths, state_dir)? {
+        eprintln!("pi-workflows server started (epoch {epoch})");
+    }
+    Ok(Client::connect(&paths.socket)?)
+}
+
+fn accepted(response: &Response) -> anyhow::Result<&JsonObject> {
+    match (response.outcome, response.receipt.as_ref()) {
+        (Outcome::Accepted | Outcome::Adopted, Some(receipt)) => Ok(receipt),
+        (outcome, _) => {
+            let message = response.error.as_ref().map_or("", |error| error.message.as_str());
+            bail!("the server answered {}: {message}", outcome.as_str())
+        }
+    }
+}
+
+/// Show progress until the run ends, waits for input or parks.
+fn follow(client: &mut Client, run_id: &str, name: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    if !json {
+        println!("run {run_id}: {name} (headless)");
+    }
+    let mut last_line = String::new();
+    loop {
+        let status = status_of(client, run_id, true)?;
+        let line = progress_line(&status, started.elapsed());
+        if !json && line != last_line {
+            println!("{line}");
+            last_line = line;
+        }
+        if let Some(code) = settled_exit_code(&status) {
+            if json {
+                println!("{}", Value::Object(status));
+            } else {
+                print_ending(&status, started.elapsed());
+            }
+            return Ok(ExitCode::from(code));
+        }
+        std::thread::sleep(Duration::from_millis(FOLLOW_POLL_MS));
+    }
+}
+
+fn status_of(client: &mut Client, run_id: &str, include_result: bool) -> anyhow::Result<JsonObject> {
+    let mut payload = JsonObject::new();
+    if include_result {
+        payload.insert("includeResult".into(), Value::Bool(true));
+    }
+    let response = client.request_for(Operation::RunStatus, Some(run_id), payload)?;
+    accepted(&response).cloned()
+}
+
+/// The exit code once the run needs nothing more from the follower, else `None`.
+fn settled_exit_code(status: &JsonObject) -> Option<u8> {
+    let text = |key: &str| status.get(key).and_then(Value::as_str).unwrap_or_default();
+    match (text("status"), text("queueStatus")) {
+        ("completed", _) => Some(0),
+        ("failed" | "timed_out" | "cancelled", _) => Some(EXIT_RUN_FAILED),
+        ("waiting", _) => Some(EXIT_RUN_WAITING),
+        ("running", "parked") if text("detail") != "boundary" => Some(EXIT_RUN_PARKED),
+        _ => None,
+    }
+}
+
+fn progress_line(status: &JsonObject, elapsed: Duration) -> String {
+    let steps = status.get("completedSteps").and_then(Value::as_i64).unwrap_or(0);
+    let state = status.get("status").and_then(Value::as_str).unwrap_or("unknown");
+    let node = status
+        .get("currentNode")
+        .and_then(|node| node.get("nodePath"))
+        .and_then(Value::as_str);
+    match node {
+        Some(node) => format!(
+            "  [{:>7.2} s] {state}: {node} · {steps} steps done",
+            elapsed.as_secs_f64()
+        ),
+        None => format!("  [{:>7.2} s] {state} · {steps} steps done", elapsed.as_secs_f64()),
+    }
+}
+
+fn print_ending(status: &JsonObject, elapsed: Duration) {
+    let text = |key: &str| status.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
+    let steps = status.get("completedSteps").and_then(Value::as_i64).unwrap_or(0);
+    let run_id = text("runId");
+    match text("status").as_str() {
+        "waiting" => {
+            println!("run {run_id} waits for input; answer with `pi-workflows checkpoint answer {run_id} '<json>'`")
+        }
+        "running" => println!(
+            "run {run_id} parked ({}); after checking, `pi-workflows run resume {run_id}` or `run cancel {run_id}`",
+            text("detail")
+        ),
+        outcome => println!(
+            "run {run_id} {outcome} after {:.2} s ({steps} steps)",
+            elapsed.as_secs_f64()
+        ),
+    }
+    if let Some(result) = status.get("result") {
+        println!("{}", serde_json::to_string_pretty(result).unwrap_or_default());
+    }
+}
+
+/// `run status <id>`.
+pub fn status(state_dir: &Path, run_id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let mut client = Client::connect(&ServerPaths::new(state_dir).socket)?;
+    let status = status_of(&mut client, run_id, false)?;
+    if json {
+        println!("{}", Value::Object(status));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let text = |key: &str| status.get(key).and_then(Value::as_str).unwrap_or("-").to_string();
+    println!(
+        "run {}: {} — {}",
+        text("runId"),
+        text("workflowName"),
+        describe(&status)
+    );
+    if let Some(node) = status.get("currentNode").filter(|node| !node.is_null()) {
+        println!(
+            "  current node: {} ({}, {})",
+            node["nodePath"].as_str().unwrap_or("-"),
+            node["nodeType"].as_str().unwrap_or("-"),
+            node["status"].as_str().unwrap_or("-")
+        );
+    }
+    println!(
+        "  steps done: {}, revision {}",
+        status.get("completedSteps").and_then(Value::as_i64).unwrap_or(0),
+        status.get("revision").and_then(Value::as_i64).unwrap_or(0)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn describe(status: &JsonObject) -> String {
+    let text = |key: &str| status.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
+    let paused = if status.get("paused").and_then(Value::as_bool) == Some(true) {
+        ", paused"
+    } else {
+        ""
+    };
+    match (text("status").as_str(), text("detail")) {
+        ("running", detail) if text("queueStatus") == "parked" => format!("parked ({detail}){paused}"),
+        (state, detail) if !detail.is_empty() => format!("{state} ({detail}){paused}"),
+        (state, _) => format!("{state}{paused}"),
+    }
+}
+
+/// `runs`: the newest runs first.
+pub fn list(state_dir: &Path, limit: u64, json: bool) -> anyhow::Result<ExitCode> {
+    let mut client = connect(state_dir)?;
+    let mut payload = JsonObject::new();
+    payload.insert("limit".into(), Value::from(limit));
+    let response = client.request(Operation::RunList, payload)?;
+    let receipt = accepted(&response)?;
+    let runs = receipt
+        .get("runs")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if json {
+        println!("{}", Value::Array(runs));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if runs.is_empty() {
+        println!("no runs yet; start one with `pi-workflows run start <workflow>`");
+    }
+    for run in runs {
+        let summary = run.as_object().cloned().unwrap_or_default();
+        println!(
+            "{:<28} {:<24} {:<28} {} steps",
+            summary.get("runId").and_then(Value::as_str).unwrap_or("-"),
+            summary.get("workflowName").and_then(Value::as_str).unwrap_or("-"),
+            describe(&summary),
+            summary.get("completedSteps").and_then(Value::as_i64).unwrap_or(0)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `run restart <id>`: a new run of the same workflow, source and input, from the start.
+pub fn restart(state_dir: &Path, run_id: &str, follow_run: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let mut client = connect(state_dir)?;
+    let new_run_id = new_run_id();
+    let mut payload = JsonObject::new();
+    payload.insert("newRunId".into(), Value::String(new_run_id.clone()));
+    let response = client.request_for(Operation::RunRestart, Some(run_id), payload)?;
+    accepted(&response)?;
+    if follow_run {
+        return follow(&mut client, &new_run_id, "restart", json);
+    }
+    if json {
+        println!("{}", json!({"runId": new_run_id, "restartedRunId": run_id}));
+    } else {
+        println!("run {new_run_id} started as a restart of {run_id}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `checkpoint answer <id> <json>`: answer the run's pending checkpoint.
+pub fn answer(
+    state_dir: &Path,
+    run_id: &str,
+    answer_json: &str,
+    follow_run: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let answer: Value = serde_json::from_str(answer_json)
+        .context("the answer must be JSON, e.g. '{\"approved\": true}' or '\"yes\"'")?;
+    let mut client = connect(state_dir)?;
+    let mut payload = JsonObject::new();
+    payload.insert("answer".into(), answer);
+    let response = client.request_for(Operation::CheckpointAnswer, Some(run_id), payload)?;
+    accepted(&response)?;
+    if follow_run {
+        return follow(&mut client, run_id, "continued", json);
+    }
+    if json {
+        println!("{}", json!({"runId": run_id, "answered": true}));
+    } else {
+        println!("run {run_id} answered; it continues");
+    }
+    Ok(ExitCode::SUCCESS)
+}

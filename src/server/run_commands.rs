@@ -1,0 +1,283 @@
+//! Run commands and reads of the client protocol: `run.start`, `run.restart`,
+//! `checkpoint.answer` (each commits its change with its command receipt before it
+//! answers), `run.status` and `run.list` (reads; no receipts).
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::blocking;
+use super::context::ServerContext;
+use super::handlers::{Answer, answer_of, command_request, rejected, to_object};
+use crate::protocol::{JsonObject, Outcome, Request, canonical_sha256_hex, to_canonical_vec};
+use crate::store::blobs::{self, put_json};
+use crate::store::commands::{self, Accepted};
+use crate::store::interactions::{self, Submission, Submitted};
+use crate::store::run_summary;
+use crate::store::runs::{self, ExecutionMode, NewRun, RunOrigin};
+use crate::store::{StoreError, StoreResult, WriteTx};
+
+/// A run input, as canonical JSON.
+pub const INPUT_BYTES_MAX: usize = 256 * 1024;
+/// A definition snapshot (topology only), as canonical JSON.
+pub const SNAPSHOT_BYTES_MAX: usize = 512 * 1024;
+/// A workflow source identity (root and mounted file hashes), as canonical JSON.
+pub const SOURCE_BYTES_MAX: usize = 64 * 1024;
+pub const WORKFLOW_NAME_BYTES_MAX: usize = 128;
+/// The media type of stored definition snapshots (views draw the topology from them).
+pub const DEFINITION_MEDIA_TYPE: &str = "application/vnd.pi-workflows.definition+json";
+
+/// `run.start`: queue a new run with its source identity, definition and input.
+pub async fn run_start(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+    let command = command_request(request)?;
+    let start = StartRequest::parse(request)?;
+    let stored = blocking::write(&ctx.store, move |tx| {
+        commands::run_command(tx, &command, |tx| {
+            let revision = start.queue(tx)?;
+            Ok(Accepted {
+                revision: Some(revision),
+                receipt: json!({"runId": start.run_id, "revision": revision}),
+            })
+        })
+    })
+    .await;
+    ctx.wake_scheduler();
+    answer_of(stored)
+}
+
+struct StartRequest {
+    run_id: String,
+    workflow_name: String,
+    project_path: String,
+    source_json: String,
+    definition_digest: String,
+    snapshot: Vec<u8>,
+    input: Value,
+    execution: ExecutionMode,
+}
+
+type Refusal = (Outcome, crate::protocol::ResponseError);
+
+impl StartRequest {
+    fn parse(request: &Request) -> Result<Self, Refusal> {
+        let payload = &request.payload;
+        let text = |key: &str| payload.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
+        let run_id = request
+            .run_id
+            .as_ref()
+            .map(|id| id.as_str().to_string())
+            .ok_or_else(|| rejected("missingRunId", "run.start needs the new run's runId"))?;
+        let workflow_name = text("workflowName");
+        if workflow_name.is_empty() || workflow_name.len() > WORKFLOW_NAME_BYTES_MAX {
+            return Err(rejected(
+                "invalidRequest",
+                &format!("workflowName must be 1 to {WORKFLOW_NAME_BYTES_MAX} bytes"),
+            ));
+        }
+        let snapshot = payload.get("definitionSnapshot").cloned().unwrap_or(Value::Null);
+        let definition_digest = text("definitionDigest");
+        let digest = canonical_sha256_hex(&snapshot).map_err(|err| rejected("invalidDefinition", &err.to_string()))?;
+        if !snapshot.is_object() || definition_digest != format!("sha256:{digest}") {
+            return Err(rejected(
+                "invalidDefinition",
+                "definitionDigest is not the SHA-256 of the canonical definitionSnapshot; resolve the workflow again",
+            ));
+        }
+        let snapshot = bounded(&snapshot, SNAPSHOT_BYTES_MAX, "definitionSnapshot")?;
+        let source = payload.get("workflowSource").cloned().unwrap_or(Value::Null);
+        if !source.is_object() {
+            return Err(rejected("invalidRequest", "workflowSource must be an object"));
+        }
+        let source_json = String::from_utf8(bounded(&source, SOURCE_BYTES_MAX, "workflowSource")?)
+            .map_err(|_| rejected("invalidRequest", "workflowSource is not UTF-8"))?;
+        let execution = match (text("executionMode").as_str(), text("originSessionId")) {
+            ("headless" | "", _) => ExecutionMode::Headless,
+            ("interactive", session) if !session.is_empty() => ExecutionMode::Interactive {
+                origin_session_id: session,
+            },
+            _ => {
+                return Err(rejected(
+                    "invalidRequest",
+                    "executionMode is headless, or interactive with an originSessionId",
+                ));
+            }
+        };
+        Ok(Self {
+            run_id,
+            workflow_name,
+            project_path: text("projectPath"),
+            source_json,
+            definition_digest,
+            snapshot,
+            input: payload.get("input").cloned().unwrap_or(Value::Null),
+            execution,
+        })
+    }
+
+    fn queue(&self, tx: &WriteTx<'_>) -> StoreResult<i64> {
+        let input_hash = put_json(tx, &self.input, INPUT_BYTES_MAX)?;
+        blobs::put_blob(tx, &self.snapshot, DEFINITION_MEDIA_TYPE)?;
+        runs::queue_run(
+            tx,
+            &NewRun {
+                run_id: self.run_id.clone(),
+                workflow_name: self.workflow_name.clone(),
+                project_path: self.project_path.clone(),
+                parent_run_id: None,
+                root_run_id: None,
+                origin: RunOrigin::Start,
+                definition_digest: self.definition_digest.clone(),
+                workflow_source_json: self.source_json.clone(),
+                input_hash: format!("sha256:{input_hash}"),
+                execution: self.execution.clone(),
+            },
+        )
+    }
+}
+
+fn bounded(value: &Value, bytes_max: usize, what: &str) -> Result<Vec<u8>, Refusal> {
+    let bytes = to_canonical_vec(value).map_err(|err| rejected("invalidRequest", &err.to_string()))?;
+    if bytes.len() > bytes_max {
+        return Err(rejected(
+            "tooLarge",
+            &format!("{what} is {} bytes, above the {bytes_max}-byte limit", bytes.len()),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// `run.restart`: a new run (`newRunId`) of a terminal run from the workflow start.
+pub async fn run_restart(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+    let command = command_request(request)?;
+    let old = command
+        .run_id
+        .clone()
+        .ok_or_else(|| rejected("missingRunId", "run.restart needs the runId of the run to restart"))?;
+    let new = request
+        .payload
+        .get("newRunId")
+        .and_then(Value::as_str)
+        .filter(|id| !id.is_empty() && id.len() <= 256)
+        .ok_or_else(|| rejected("invalidRequest", "run.restart needs payload.newRunId (1 to 256 bytes)"))?
+        .to_string();
+    let expected = request.expected_revision.map(|revision| revision.get() as i64);
+    let stored = blocking::write(&ctx.store, move |tx| {
+        commands::run_command(tx, &command, |tx| {
+            let revision = runs::restart_run(tx, &old, &new, expected)?;
+            Ok(Accepted {
+                revision: Some(revision),
+                receipt: json!({"runId": new, "restartedRunId": old, "revision": revision}),
+            })
+        })
+    })
+    .await;
+    ctx.wake_scheduler();
+    answer_of(stored)
+}
+
+/// `checkpoint.answer`: the answer to the run's pending checkpoint; the run continues.
+pub async fn checkpoint_answer(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+    let command = command_request(request)?;
+    let run_id = command
+        .run_id
+        .clone()
+        .ok_or_else(|| rejected("missingRunId", "checkpoint.answer needs a runId"))?;
+    let answer = request.payload.get("answer").cloned().unwrap_or(Value::Null);
+    bounded(&answer, INPUT_BYTES_MAX, "answer")?;
+    let request_id = request
+        .payload
+        .get("requestId")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let expected = request.expected_revision.map(|revision| revision.get() as i64);
+    let stored = blocking::write(&ctx.store, move |tx| {
+        commands::run_command(tx, &command, |tx| {
+            let request_id = match request_id {
+                Some(id) => id,
+                None => pending_request_of(tx, &run_id)?,
+            };
+            let payload_hash = put_json(tx, &answer, INPUT_BYTES_MAX)?;
+            let submission_id = format!("sub-{}", &command.fingerprint[..24]);
+            let submission = Submission {
+                run_id: &run_id,
+                request_id: &request_id,
+                submission_id: &submission_id,
+                idempotency_key: &command.idempotency_key,
+                payload_hash: &payload_hash,
+            };
+            let revision = match interactions::submit(tx, &submission, expected)? {
+                Submitted::Recorded { revision } => Some(revision),
+                Submitted::Adopted { .. } => None,
+            };
+            Ok(Accepted {
+                revision,
+                receipt: json!({"runId": run_id, "requestId": request_id, "revision": revision}),
+            })
+        })
+    })
+    .await;
+    ctx.wake_scheduler();
+    answer_of(stored)
+}
+
+fn pending_request_of(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<String> {
+    let summary = run_summary::run_summary(tx.conn(), run_id)?;
+    summary
+        .pending_request
+        .map(|pending| pending.request_id)
+        .ok_or_else(|| StoreError::InvalidInput {
+            what: "checkpoint.answer",
+            detail: format!("run {run_id} is not waiting for an answer"),
+        })
+}
+
+/// `run.status`: one run's summary; `includeResult: true` adds a terminal run's output
+/// or error (an explicit read of the run's own result, never part of plain status).
+pub async fn run_status(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+    let run_id = request
+        .run_id
+        .as_ref()
+        .map(|id| id.as_str().to_string())
+        .ok_or_else(|| rejected("missingRunId", "run.status needs a runId"))?;
+    let include_result = request.payload.get("includeResult").and_then(Value::as_bool) == Some(true);
+    let read = blocking::read(&ctx.store, move |conn| {
+        let summary = run_summary::run_summary(conn, &run_id)?;
+        let result = match include_result && summary.finished_at.is_some() {
+            true => run_summary::run_result(conn, &run_id)?,
+            false => None,
+        };
+        Ok((summary, result))
+    })
+    .await;
+    let (summary, result) = read.map_err(read_refusal)?;
+    let mut receipt = to_object(&summary)?;
+    if let Some(result) = result {
+        receipt.insert("result".to_string(), result);
+    }
+    Ok((Outcome::Accepted, receipt, None))
+}
+
+/// `run.list`: the newest runs first (`limit`, default 50, at most 200).
+pub async fn run_list(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+    let limit = request.payload.get("limit").and_then(Value::as_u64).unwrap_or(50) as usize;
+    let runs = blocking::read(&ctx.store, move |conn| run_summary::list_runs(conn, limit))
+        .await
+        .map_err(read_refusal)?;
+    let mut receipt = JsonObject::new();
+    receipt.insert("runs".to_string(), serde_json::to_value(runs).unwrap_or(Value::Null));
+    Ok((Outcome::Accepted, receipt, None))
+}
+
+fn read_refusal(err: StoreError) -> Refusal {
+    match err {
+        StoreError::RunNotFound { run_id } => (
+            Outcome::NotFound,
+            crate::protocol::ResponseError::new(
+                "notFound",
+                &format!("no run {run_id}; list runs with `pi-workflows runs`"),
+            )
+            .unwrap_or_else(|_| rejected("notFound", "no such run").1),
+        ),
+        other => rejected("unavailable", &format!("the run could not be read: {other}")),
+    }
+}
