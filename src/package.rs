@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 pub const PACKAGE_DIR_ENV: &str = "PI_WORKFLOWS_PACKAGE_DIR";
 pub const NODE_ENV: &str = "PI_WORKFLOWS_NODE";
+/// The bundle cache of the resolver and runner children (a user-only directory).
+pub const CACHE_DIR_ENV: &str = "PI_WORKFLOWS_CACHE_DIR";
 /// How many ancestors of the executable are searched for the package.
 const ANCESTORS_MAX: usize = 6;
 

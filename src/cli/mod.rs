@@ -68,6 +68,13 @@ pub enum CheckpointCommand {
     },
 }
 
+impl Cli {
+    /// `server run`: the daemon itself (not a short-lived CLI command).
+    pub fn is_server_process(&self) -> bool {
+        matches!(self.command, Command::Server(server::ServerCommand::Run))
+    }
+}
+
 fn resolve_state_dir(state_dir: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     match state_dir {
         Some(dir) => Ok(dir),

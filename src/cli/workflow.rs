@@ -46,7 +46,15 @@ pub fn start(state_dir: &Path, options: StartOptions) -> anyhow::Result<ExitCode
     let project = project
         .canonicalize()
         .with_context(|| format!("the project directory {} does not exist", project.display()))?;
-    let resolved = resolve(&options.target, &project, options.input_json.as_deref())?;
+    let cache_dir = ServerPaths::new(state_dir).cache_dir;
+    crate::paths::ensure_private_dir(&cache_dir)?;
+    // A path is relative to where the user typed it, not to --project.
+    let target = if looks_like_path(&options.target) {
+        std::path::absolute(&options.target)?.to_string_lossy().into_owned()
+    } else {
+        options.target.clone()
+    };
+    let resolved = resolve(&target, &project, options.input_json.as_deref(), &cache_dir)?;
     let run_id = new_run_id();
     let mut payload = JsonObject::new();
     payload.insert("workflowName".into(), resolved["name"].clone());
@@ -64,7 +72,7 @@ pub fn start(state_dir: &Path, options: StartOptions) -> anyhow::Result<ExitCode
     let name = resolved["name"].as_str().unwrap_or("workflow").to_string();
     accepted(&response)?;
     if options.follow {
-        return follow(&mut client, &run_id, &name, options.json);
+        return follow(&mut client, &run_id, options.json);
     }
     if options.json {
         println!("{}", json!({"runId": run_id, "workflowName": name, "status": "queued"}));
@@ -72,6 +80,12 @@ pub fn start(state_dir: &Path, options: StartOptions) -> anyhow::Result<ExitCode
         println!("run {run_id} started: {name} (headless); follow it with `pi-workflows run status {run_id}`");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A workflow is named by its file stem or given as a path (anything with a `/` or an
+/// extension).
+fn looks_like_path(target: &str) -> bool {
+    target.contains('/') || target.ends_with(".ts") || target.ends_with(".js") || target.ends_with(".mjs")
 }
 
 fn new_run_id() -> String {
@@ -83,7 +97,7 @@ fn new_run_id() -> String {
 }
 
 /// Run the package's resolver child and read its one JSON answer.
-fn resolve(target: &str, project: &Path, input_json: Option<&str>) -> anyhow::Result<Value> {
+fn resolve(target: &str, project: &Path, input_json: Option<&str>, cache_dir: &Path) -> anyhow::Result<Value> {
     let program = crate::package::node_program("resolver-main.js")?;
     let mut command = std::process::Command::new(&program.node);
     command
@@ -92,6 +106,7 @@ fn resolve(target: &str, project: &Path, input_json: Option<&str>) -> anyhow::Re
         .arg("--project")
         .arg(project)
         .current_dir(project)
+        .env(crate::package::CACHE_DIR_ENV, cache_dir)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit());
@@ -159,10 +174,13 @@ fn accepted(response: &Response) -> anyhow::Result<&JsonObject> {
 }
 
 /// Show progress until the run ends, waits for input or parks.
-fn follow(client: &mut Client, run_id: &str, name: &str, json: bool) -> anyhow::Result<ExitCode> {
+fn follow(client: &mut Client, run_id: &str, json: bool) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     if !json {
-        println!("run {run_id}: {name} (headless)");
+        let first = status_of(client, run_id, false)?;
+        let name = first.get("workflowName").and_then(Value::as_str).unwrap_or("workflow");
+        let mode = first.get("executionMode").and_then(Value::as_str).unwrap_or("headless");
+        println!("run {run_id}: {name} ({mode})");
     }
     let mut last_line = String::new();
     loop {
@@ -227,6 +245,12 @@ fn print_ending(status: &JsonObject, elapsed: Duration) {
     let run_id = text("runId");
     match text("status").as_str() {
         "waiting" => {
+            if let Some(summary) = status.get("request").and_then(|request| request.get("summary")) {
+                println!(
+                    "  checkpoint: {}",
+                    summary.as_str().map_or_else(|| summary.to_string(), str::to_string)
+                );
+            }
             println!("run {run_id} waits for input; answer with `pi-workflows checkpoint answer {run_id} '<json>'`")
         }
         "running" => println!(
@@ -329,7 +353,7 @@ pub fn restart(state_dir: &Path, run_id: &str, follow_run: bool, json: bool) -> 
     let response = client.request_for(Operation::RunRestart, Some(run_id), payload)?;
     accepted(&response)?;
     if follow_run {
-        return follow(&mut client, &new_run_id, "restart", json);
+        return follow(&mut client, &new_run_id, json);
     }
     if json {
         println!("{}", json!({"runId": new_run_id, "restartedRunId": run_id}));
@@ -355,7 +379,7 @@ pub fn answer(
     let response = client.request_for(Operation::CheckpointAnswer, Some(run_id), payload)?;
     accepted(&response)?;
     if follow_run {
-        return follow(&mut client, run_id, "continued", json);
+        return follow(&mut client, run_id, json);
     }
     if json {
         println!("{}", json!({"runId": run_id, "answered": true}));

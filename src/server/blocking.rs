@@ -1,4 +1,5 @@
-//! The store's calls block (its writer is a thread); actors run them off the async workers.
+//! The store from async code: writes go to the writer thread and are awaited directly;
+//! reads (which run on the caller's thread) run off the async workers.
 
 use std::sync::Arc;
 
@@ -10,10 +11,7 @@ where
     T: Send + 'static,
     F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send + 'static,
 {
-    let store = Arc::clone(store);
-    tokio::task::spawn_blocking(move || store.write(change))
-        .await
-        .map_err(|_| StoreError::WriterStopped)?
+    store.write_async(change).await
 }
 
 /// `Store::read` from async code.

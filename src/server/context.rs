@@ -48,6 +48,8 @@ pub struct RunnerSettings {
     pub ready_timeout: std::time::Duration,
     /// Where runner stdout/stderr are captured (user-only).
     pub logs_dir: std::path::PathBuf,
+    /// The bundle cache runners share with the CLI's resolver (`PI_WORKFLOWS_CACHE_DIR`).
+    pub cache_dir: std::path::PathBuf,
 }
 
 pub struct ServerContext {

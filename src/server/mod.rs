@@ -81,6 +81,7 @@ impl ServerConfig {
             max_workers,
             ready_timeout: Duration::from_millis(env_number(RUNNER_READY_ENV, RUNNER_READY_MS_DEFAULT)?),
             logs_dir: paths.logs_dir.join("runners"),
+            cache_dir: paths.cache_dir.clone(),
         };
         Ok(Self {
             paths,

@@ -28,6 +28,9 @@ pub struct ServerPaths {
     pub lock: PathBuf,
     pub logs_dir: PathBuf,
     pub database: PathBuf,
+    /// Bundled workflow code of unchanged sources (`PI_WORKFLOWS_CACHE_DIR` of resolvers
+    /// and runners); user-only, safe to delete.
+    pub cache_dir: PathBuf,
 }
 
 impl ServerPaths {
@@ -40,6 +43,7 @@ impl ServerPaths {
             server_dir,
             logs_dir: state_dir.join("logs"),
             database: state_dir.join(crate::paths::DATABASE_FILE),
+            cache_dir: state_dir.join("cache"),
         }
     }
 

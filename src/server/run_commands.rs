@@ -231,8 +231,9 @@ fn pending_request_of(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<String> {
         })
 }
 
-/// `run.status`: one run's summary; `includeResult: true` adds a terminal run's output
-/// or error (an explicit read of the run's own result, never part of plain status).
+/// `run.status`: one run's summary; `includeResult: true` adds a terminal run's output or
+/// error, or a waiting run's pending request contract (explicit reads of the run's own
+/// content, never part of plain status).
 pub async fn run_status(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
     let run_id = request
         .run_id
@@ -246,13 +247,20 @@ pub async fn run_status(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
             true => run_summary::run_result(conn, &run_id)?,
             false => None,
         };
-        Ok((summary, result))
+        let contract = match include_result && summary.pending_request.is_some() {
+            true => run_summary::pending_contract(conn, &run_id)?,
+            false => None,
+        };
+        Ok((summary, result, contract))
     })
     .await;
-    let (summary, result) = read.map_err(read_refusal)?;
+    let (summary, result, contract) = read.map_err(read_refusal)?;
     let mut receipt = to_object(&summary)?;
     if let Some(result) = result {
         receipt.insert("result".to_string(), result);
+    }
+    if let Some(contract) = contract {
+        receipt.insert("request".to_string(), contract);
     }
     Ok((Outcome::Accepted, receipt, None))
 }

@@ -298,6 +298,7 @@ fn process_spec(args: &RunnerArgs, channel: std::os::fd::OwnedFd) -> std::io::Re
     {
         spec = spec.cwd(dir);
     }
+    spec = spec.env(crate::package::CACHE_DIR_ENV, &args.ctx.runner_settings.cache_dir);
     for name in RUNNER_ENV_ALLOWED {
         if let Some(value) = std::env::var_os(name) {
             spec = spec.env(*name, value);

@@ -214,6 +214,18 @@ pub(crate) fn close_unfinished(tx: &WriteTx<'_>, run_id: &str, status: AttemptSt
     Ok(())
 }
 
+/// Interrupt the run's running attempt (it reruns, or is judged by its effect, on resume).
+/// A waiting attempt stays waiting: its request, and any answer, still belong to it.
+pub(crate) fn interrupt_running(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<()> {
+    tx.conn()
+        .prepare_cached(
+            "UPDATE node_attempts SET status = 'interrupted', finished_at = ?1
+             WHERE run_id = ?2 AND status = 'running'",
+        )?
+        .execute(params![tx.now_ms(), run_id])?;
+    Ok(())
+}
+
 /// The running attempt (if any) now waits for input and stays unfinished.
 pub(crate) fn mark_unfinished_waiting(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<()> {
     tx.conn()

@@ -87,6 +87,15 @@ impl Store {
         self.writer.write(change)
     }
 
+    /// `write` for async callers (no blocking-pool thread in between).
+    pub async fn write_async<T, F>(&self, change: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send + 'static,
+    {
+        self.writer.write_async(change).await
+    }
+
     /// Run `query` on a read-only connection inside one read transaction, so it sees one
     /// consistent snapshot.
     pub fn read<T>(&self, query: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {

@@ -145,3 +145,18 @@ pub fn run_result(conn: &Connection, run_id: &str) -> StoreResult<Option<serde_j
         _ => Ok(None),
     }
 }
+
+/// The contract (prompt, summary, expected output) of the run's pending request, if any.
+pub fn pending_contract(conn: &Connection, run_id: &str) -> StoreResult<Option<serde_json::Value>> {
+    let hash: Option<String> = conn
+        .prepare_cached(
+            "SELECT contract_hash FROM interactive_requests WHERE run_id = ?1 AND status = 'pending'
+             ORDER BY created_at DESC LIMIT 1",
+        )?
+        .query_row([run_id], |row| row.get(0))
+        .optional()?;
+    match hash {
+        Some(hash) if crate::digest::is_sha256_hex(&hash) => super::blobs::read_json(conn, &hash),
+        _ => Ok(None),
+    }
+}

@@ -364,7 +364,7 @@ pub fn reclaim_expired(tx: &WriteTx<'_>, run_id: &str, owner_id: &str) -> StoreR
         RUN_CLAIM_LEASE_MS,
     )?;
     let committed = claims::protected_write(tx, &authority, Some(run.revision), |tx| {
-        attempts::close_unfinished(tx, run_id, AttemptStatus::Interrupted)?;
+        attempts::interrupt_running(tx, run_id)?;
         set_queue_status(tx, run_id, QueueStatus::Starting)?;
         Ok(((), RunEvent::new("run.reclaimed", Actor::Host)))
     })?;
@@ -403,7 +403,7 @@ pub fn park_run(
         "park",
         |_| true,
         |tx, run_id| {
-            attempts::close_unfinished(tx, run_id, AttemptStatus::Interrupted)?;
+            attempts::interrupt_running(tx, run_id)?;
             set_run_status(tx, run_id, RunStatus::Running, Some(reason.as_str()))?;
             set_queue_status(tx, run_id, QueueStatus::Parked)?;
             claims::release(tx, authority)?;
@@ -601,7 +601,7 @@ pub fn pause_claimed(tx: &WriteTx<'_>, authority: &ClaimAuthority, expected: Opt
         "pause",
         |run| !run.paused,
         |tx, run_id| {
-            attempts::close_unfinished(tx, run_id, AttemptStatus::Interrupted)?;
+            attempts::interrupt_running(tx, run_id)?;
             set_paused(tx, run_id, true)?;
             set_queue_status(tx, run_id, QueueStatus::Parked)?;
             cancel_pending_messages(tx, run_id, &["step"])?;

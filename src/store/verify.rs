@@ -45,9 +45,14 @@ pub const LIFECYCLE_INVARIANTS: &[(&str, &str)] = &[
             OR r.revision != (SELECT count(*) FROM viewer_deltas d WHERE d.run_id = r.run_id)",
     ),
     (
-        "unfinished node attempt on a run that is neither running nor waiting",
+        "unfinished node attempt on a terminal run",
         "SELECT count(*) FROM node_attempts a JOIN runs r ON r.run_id = a.run_id
-         WHERE a.status IN ('running', 'waiting') AND r.status NOT IN ('running', 'waiting')",
+         WHERE a.status IN ('running', 'waiting') AND r.status IN ('completed', 'failed', 'timed_out', 'cancelled')",
+    ),
+    (
+        "running node attempt on a run that is not running",
+        "SELECT count(*) FROM node_attempts a JOIN runs r ON r.run_id = a.run_id
+         WHERE a.status = 'running' AND r.status != 'running'",
     ),
     (
         "pending interactive request on a terminal run",

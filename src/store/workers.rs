@@ -147,13 +147,18 @@ pub struct Admissible {
     pub workflow_source_json: String,
 }
 
-/// Up to `limit` queued, unpaused runs whose time has come, oldest first.
+/// Up to `limit` queued, unpaused runs whose time has come and whose previous runner has
+/// ended, oldest first.
 pub fn admissible_runs(conn: &rusqlite::Connection, now_ms: i64, limit: usize) -> StoreResult<Vec<Admissible>> {
     let runs = conn
         .prepare_cached(
             "SELECT r.run_id, r.project_path, r.definition_digest, r.input_hash, r.workflow_source_json
              FROM run_queue q JOIN runs r ON r.run_id = q.run_id
              WHERE q.status = 'queued' AND r.paused = 0 AND q.available_at <= ?1
+               -- A run whose previous runner is still exiting waits for it: one active
+               -- runner epoch per run (its end wakes the scheduler).
+               AND NOT EXISTS (SELECT 1 FROM run_workers w WHERE w.run_id = r.run_id
+                               AND w.status IN ('starting', 'ready'))
              ORDER BY q.available_at, r.created_at LIMIT ?2",
         )?
         .query_map(params![now_ms, limit as i64], |row| {

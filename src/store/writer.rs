@@ -55,7 +55,13 @@ trait WriteJob: Send {
 struct PendingWrite<T, F> {
     change: Option<F>,
     result: Option<StoreResult<T>>,
-    reply: SyncSender<StoreResult<T>>,
+    reply: Reply<T>,
+}
+
+/// Where a job's answer goes: a blocked thread, or an awaiting task (no thread hop).
+enum Reply<T> {
+    Blocking(SyncSender<StoreResult<T>>),
+    Async(tokio::sync::oneshot::Sender<StoreResult<T>>),
 }
 
 impl<T, F> WriteJob for PendingWrite<T, F>
@@ -82,7 +88,14 @@ where
             )),
         };
         // The caller may have given up waiting; nothing else to do then.
-        let _ = self.reply.send(answer);
+        match self.reply {
+            Reply::Blocking(reply) => {
+                let _ = reply.send(answer);
+            }
+            Reply::Async(reply) => {
+                let _ = reply.send(answer);
+            }
+        }
     }
 }
 
@@ -120,13 +133,41 @@ impl Writer {
         let job = PendingWrite {
             change: Some(change),
             result: None,
-            reply,
+            reply: Reply::Blocking(reply),
         };
         let sender = self.sender.as_ref().ok_or(StoreError::WriterStopped)?;
         sender
             .send(WriterMessage::Write(Box::new(job)))
             .map_err(|_| StoreError::WriterStopped)?;
         reply_receiver.recv().map_err(|_| StoreError::WriterStopped)?
+    }
+
+    /// `write` for async callers: the writer answers the awaiting task directly, without a
+    /// blocking-pool thread in between (each thread hop costs about as much as a write's
+    /// statements on a small machine). A full queue is waited for off the async workers.
+    pub async fn write_async<T, F>(&self, change: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send + 'static,
+    {
+        let (reply, reply_receiver) = tokio::sync::oneshot::channel::<StoreResult<T>>();
+        let job = PendingWrite {
+            change: Some(change),
+            result: None,
+            reply: Reply::Async(reply),
+        };
+        let sender = self.sender.as_ref().ok_or(StoreError::WriterStopped)?.clone();
+        match sender.try_send(WriterMessage::Write(Box::new(job))) {
+            Ok(()) => {}
+            Err(std::sync::mpsc::TrySendError::Full(message)) => {
+                tokio::task::spawn_blocking(move || sender.send(message))
+                    .await
+                    .map_err(|_| StoreError::WriterStopped)?
+                    .map_err(|_| StoreError::WriterStopped)?;
+            }
+            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => return Err(StoreError::WriterStopped),
+        }
+        reply_receiver.await.map_err(|_| StoreError::WriterStopped)?
     }
 }
 

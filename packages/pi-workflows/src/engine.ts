@@ -82,14 +82,18 @@ export async function runWorkflow(options: RunWorkflowOptions): Promise<RunOutco
     const prior = env.replay.attempt(node.path, visit);
     let result = prior ? ReplayIndex.finishedResult(prior) : undefined;
     if (!result) {
+      // Only a running or waiting attempt continues in place; an interrupted one reruns as a
+      // new attempt (its effect, if any, decides whether the work may repeat).
+      const open = prior && (prior.status === "running" || prior.status === "waiting") ? prior : undefined;
       const attempt: Attempt = {
         env,
         node,
         frame,
         visit,
-        attemptId: prior?.attemptId ?? `${options.attemptIdPrefix}-${++sequence}`,
-        started: prior !== undefined,
-        prior,
+        attemptId: open?.attemptId ?? `${options.attemptIdPrefix}-${++sequence}`,
+        started: open !== undefined,
+        prior: open,
+        interrupted: open ? undefined : prior,
       };
       const step = await executeNode(attempt);
       if (step.kind === "waiting") return { kind: "waiting" };

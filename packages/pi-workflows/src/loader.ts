@@ -1,6 +1,7 @@
 // Loading a workflow file: bundle it with esbuild (hashing exactly the bytes it reads), import the
 // bundle from a private temp file, and compile the default export.
-import { build, type Plugin } from "esbuild";
+import type { Plugin } from "esbuild";
+import * as bundleCache from "./bundle-cache.js";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { isBuiltin } from "node:module";
 import { tmpdir } from "node:os";
@@ -73,6 +74,8 @@ async function bundle(filePath: string): Promise<{ code: string; source: Workflo
   const workingDir = path.dirname(filePath);
   let result;
   try {
+    // Loaded only on a cache miss: esbuild starts a service process.
+    const { build } = await import("esbuild");
     result = await build({
       entryPoints: [filePath],
       absWorkingDir: workingDir,
@@ -113,13 +116,26 @@ async function importBundle(code: string): Promise<Record<string, unknown>> {
   }
 }
 
+/** The bundled module of `filePath`: from the cache when its sources are unchanged. */
+async function loadModule(filePath: string): Promise<{ module: Record<string, unknown>; source: WorkflowSource }> {
+  const cached = await bundleCache.lookup(filePath);
+  if (cached) {
+    return { module: (await import(pathToFileURL(cached.moduleFile).href)) as Record<string, unknown>, source: cached.source };
+  }
+  const { code, source } = await bundle(filePath);
+  const moduleFile = await bundleCache.store(code, source);
+  if (moduleFile) return { module: (await import(pathToFileURL(moduleFile).href)) as Record<string, unknown>, source };
+  return { module: await importBundle(code), source };
+}
+
 /** Load and compile one workflow file (an absolute, canonical path). */
 export async function loadWorkflowFile(filePath: string, name?: string): Promise<LoadedWorkflow> {
-  const { code, source } = await bundle(filePath);
   let module: Record<string, unknown>;
+  let source: WorkflowSource;
   try {
-    module = await importBundle(code);
+    ({ module, source } = await loadModule(filePath));
   } catch (error) {
+    if (error instanceof WorkflowError) throw error;
     throw new WorkflowError("invalidDefinition", `loading ${filePath} failed: ${(error as Error)?.message ?? error}`);
   }
   const definition = module.default as WorkflowDefinition | undefined;

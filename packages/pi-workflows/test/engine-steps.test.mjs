@@ -221,3 +221,49 @@ test("an executor timeout routes as timed_out", async () => {
   const outcome = await run(wf, new FakeHost(), "start", { loadAgentExecutor: fakeExecutor(hang) });
   assert.deepEqual(outcome, { kind: "completed", output: "timed_out" });
 });
+
+test("an interrupted checkpoint attempt whose request was answered completes as a new attempt", async () => {
+  const host = new FakeHost();
+  assert.deepEqual(await run(review(), host), { kind: "waiting" });
+  const waitingId = host.messages[1].attemptId;
+  host.settleInteraction({ decision: "no" });
+  // The server parked the run while the answer was pending delivery: the attempt is interrupted.
+  host.attempts.get(waitingId).status = "interrupted";
+  const outcome = await run(review(), host, "resume");
+  assert.deepEqual(outcome, { kind: "completed", output: { published: false } });
+  const finish = host.messages.find((m, i) => i >= 2 && m.kind === "node.finished");
+  assert.notEqual(finish.attemptId, waitingId, "a new attempt replaces the interrupted one");
+  assert.equal(finish.payload.nodePath, "approve", "the new attempt carries its start fields");
+  assert.deepEqual(finish.payload.output, { decision: "no" });
+});
+
+test("a validating candidate is judged by the node's own checks: accepted completes it, rejected waits", async () => {
+  const ask = () =>
+    defineWorkflow({
+      name: "ask",
+      startAt: "count",
+      nodes: {
+        count: agent({
+          prompt: "count",
+          expectedOutput: '{"n": number}',
+          validate: (value) => {
+            if (typeof value?.n !== "number") throw new Error("n must be a number");
+          },
+        }),
+        done: compute({ run: ({ outputs }) => outputs.count.n * 2 }),
+      },
+      edges: [{ from: "count", to: "done" }],
+    });
+  for (const [payload, expected] of [
+    [{ n: "x" }, "interaction.rejected"],
+    [{ n: 21 }, "interaction.accepted"],
+  ]) {
+    const host = new FakeHost({ executionMode: "interactive" });
+    assert.deepEqual(await run(ask(), host), { kind: "waiting" });
+    host.interaction = { ...host.interaction, validating: { submissionId: "s1", payload } };
+    const outcome = await run(ask(), host, "resume");
+    assert.ok(host.kinds().includes(expected), `${JSON.stringify(payload)}: ${host.kinds()}`);
+    if (expected === "interaction.accepted") assert.deepEqual(outcome, { kind: "completed", output: 42 });
+    else assert.deepEqual(outcome, { kind: "waiting" });
+  }
+});

@@ -32,6 +32,8 @@ export interface Attempt {
   started: boolean;
   /** The unfinished attempt found in RunState, if any. */
   prior?: RunStateAttempt;
+  /** An earlier attempt of this node visit that was interrupted (it reruns as this attempt). */
+  interrupted?: RunStateAttempt;
 }
 
 export type StepOutcome = { kind: "result"; result: NodeResult } | { kind: "waiting" };

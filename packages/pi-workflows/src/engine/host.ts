@@ -29,6 +29,8 @@ export interface RunStateInteraction {
   kind: string;
   status: string;
   answer?: unknown;
+  /** A submitted candidate this runner must judge (`interaction.accepted` / `.rejected`). */
+  validating?: { submissionId: string; payload: unknown } | null;
 }
 
 export interface RunStateContinuation {
@@ -81,6 +83,8 @@ export interface Host {
   nodeFailed(attemptId: string, failed: { error: NodeError; start?: NodeStart }): Promise<void>;
   runFinished(result: { outcome: "completed"; output: unknown } | { outcome: "failed"; error: NodeError }): Promise<void>;
   runParked(reason: "boundary" | "workflowSourceChanged"): Promise<void>;
+  interactionAccepted(attemptId: string, verdict: { requestId: string; submissionId: string; output: unknown }): Promise<void>;
+  interactionRejected(attemptId: string, verdict: { requestId: string; submissionId: string; error: NodeError }): Promise<void>;
   interactionRequested(
     attemptId: string,
     request: { requestId: string; kind: InteractionKind; contract: unknown; deadlineAt?: number },

@@ -15,7 +15,9 @@ export async function resolveDynamic<T>(value: Dynamic<T>, ctx: NodeContext): Pr
 }
 
 export async function runInteractiveNode(attempt: Attempt, node: AskNode): Promise<StepOutcome> {
-  if (attempt.prior?.status === "waiting") {
+  const validating = validatingCandidate(attempt);
+  if (validating) return judgeCandidate(attempt, node, validating);
+  if (attempt.prior?.status === "waiting" || answeredBefore(attempt)) {
     const settled = settledAnswer(attempt);
     if (settled.kind === "answer") return acceptAnswer(attempt, node, settled.value);
     if (settled.kind === "failed") return fail(attempt, settled.error);
@@ -40,7 +42,7 @@ function settledAnswer(attempt: Attempt): Settled {
     return { kind: "answer", value: continuation.answer };
   }
   const interaction = runState.interaction;
-  if (!interaction || interaction.attemptId !== attempt.attemptId) return { kind: "pending" };
+  if (!interaction || !ownsInteraction(attempt, interaction.attemptId)) return { kind: "pending" };
   switch (interaction.status) {
     case "settled":
     case "accepted":
@@ -55,6 +57,46 @@ function settledAnswer(attempt: Attempt): Settled {
     default:
       return { kind: "pending" };
   }
+}
+
+/** The request belongs to this attempt, or to the interrupted attempt it replaces. */
+function ownsInteraction(attempt: Attempt, attemptId: string): boolean {
+  return attempt.attemptId === attemptId || attempt.interrupted?.attemptId === attemptId;
+}
+
+/** An interrupted attempt whose request was answered: the answer completes the rerun. */
+function answeredBefore(attempt: Attempt): boolean {
+  const interaction = attempt.env.runState.interaction;
+  return attempt.interrupted !== undefined && interaction?.attemptId === attempt.interrupted.attemptId && interaction.status === "settled";
+}
+
+type Candidate = { requestId: string; submissionId: string; payload: unknown };
+
+/** A submitted candidate for this attempt's pending request, waiting for this runner's verdict. */
+function validatingCandidate(attempt: Attempt): Candidate | undefined {
+  const interaction = attempt.env.runState.interaction;
+  const validating = interaction?.validating;
+  if (!interaction || !validating || interaction.status !== "pending") return undefined;
+  if (attempt.prior?.status !== "waiting" || interaction.attemptId !== attempt.attemptId) return undefined;
+  return { requestId: interaction.requestId, submissionId: validating.submissionId, payload: validating.payload };
+}
+
+/**
+ * Judge a submitted candidate with the node's own checks (only a runner loads workflow code):
+ * accepted completes the node with the shaped output; rejected leaves the request pending
+ * with an actionable error, and the run waits again.
+ */
+async function judgeCandidate(attempt: Attempt, node: AskNode, candidate: Candidate): Promise<StepOutcome> {
+  let output: unknown;
+  try {
+    output = shapeAnswer(node, candidate.payload);
+  } catch (error) {
+    const rejection = errorFrom(error, "invalidOutput");
+    await attempt.env.host.interactionRejected(attempt.attemptId, { requestId: candidate.requestId, submissionId: candidate.submissionId, error: rejection });
+    return { kind: "waiting" };
+  }
+  await attempt.env.host.interactionAccepted(attempt.attemptId, { requestId: candidate.requestId, submissionId: candidate.submissionId, output });
+  return { kind: "result", result: { outcome: "ok", output, visit: attempt.visit } };
 }
 
 /** Check an answer (or headless reply) against the node's contract and commit it. */

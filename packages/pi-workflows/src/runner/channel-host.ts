@@ -13,6 +13,8 @@ export function channelHost(session: RunnerSession): Host {
     nodeFailed: (attemptId, { error, start }) => send("node.failed", { ...start, error }, attemptId),
     runFinished: (result) => send("run.finished", { ...result }),
     runParked: (reason) => send("run.parked", { reason }),
+    interactionAccepted: (attemptId, verdict) => send("interaction.accepted", { ...verdict }, attemptId),
+    interactionRejected: (attemptId, verdict) => send("interaction.rejected", { ...verdict }, attemptId),
     interactionRequested: (attemptId, request) => send("interaction.requested", { ...request }, attemptId),
     notificationRequested: (attemptId, request) => send("notification.requested", { ...request }, attemptId),
     effectReserve: async (attemptId, request) => {

@@ -62,6 +62,15 @@ export class FakeHost {
     this.attempts.get(attemptId).status = "waiting";
     this.interaction = { requestId: request.requestId, attemptId, kind: request.kind, status: "pending", answer: null };
   }
+  async interactionAccepted(attemptId, verdict) {
+    this.note("interaction.accepted", attemptId, verdict);
+    Object.assign(this.attempts.get(attemptId), { status: "completed", output: verdict.output });
+    this.interaction = { ...this.interaction, status: "settled", answer: verdict.output, validating: null };
+  }
+  async interactionRejected(attemptId, verdict) {
+    this.note("interaction.rejected", attemptId, verdict);
+    this.interaction = { ...this.interaction, validating: null, lastError: verdict.error };
+  }
   async notificationRequested(attemptId, request) {
     this.note("notification.requested", attemptId, request);
     Object.assign(this.attempts.get(attemptId), { status: "completed", output: request.output });

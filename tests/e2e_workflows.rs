@@ -1,0 +1,1189 @@
+//! End to end on the real binary with the real Node runner (`packages/pi-workflows/dist`):
+//! the example workflows run to completion (with includes and a checkpoint), a SIGKILL of
+//! the runner during a shell effect parks it as ambiguous and never repeats it, a SIGKILL of
+//! the server resumes after a restart with every node committed once, an edited workflow
+//! file parks the run before changed code runs, `run restart` begins a new run, a headless
+//! agent step runs the pinned `pi` against the scripted mock model, and bad input is
+//! refused before any run exists.
+//!
+//! Each test has its own state directory (and so its own server) under /tmp; the server is
+//! stopped by a drop guard. Failures print the tails of the server and runner logs.
+
+mod common;
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::query_db;
+use serde_json::Value;
+
+/// How long a test waits for one outcome before failing.
+const WAIT: Duration = Duration::from_secs(30);
+const POLL: Duration = Duration::from_millis(25);
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn example(name: &str) -> String {
+    repo_root()
+        .join("examples/workflows")
+        .join(format!("{name}.workflow.ts"))
+        .display()
+        .to_string()
+}
+
+fn fixture(name: &str) -> PathBuf {
+    repo_root()
+        .join("tests/fixtures/workflows")
+        .join(format!("{name}.workflow.ts"))
+}
+
+fn short_temp_dir(prefix: &str) -> tempfile::TempDir {
+    // Socket paths must stay within 107 bytes: short names directly under /tmp.
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/tmp")
+        .expect("temp dir")
+}
+
+/// One state directory and the server the CLI starts for it on demand.
+struct Env {
+    state: tempfile::TempDir,
+    /// Extra environment of every CLI call (and so of the server it starts).
+    vars: Vec<(String, String)>,
+    /// `PI_CODING_AGENT_DIR` unless `vars` sets it: keeps global workflows of the user out.
+    agent_dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Self {
+        Self::with_vars(Vec::new())
+    }
+
+    fn with_vars(vars: Vec<(String, String)>) -> Self {
+        Self {
+            state: short_temp_dir("piwx"),
+            vars,
+            agent_dir: short_temp_dir("piwa"),
+        }
+    }
+
+    fn dir(&self) -> &Path {
+        self.state.path()
+    }
+
+    /// Run `pi-workflows --state-dir D <args>` in `cwd` with the default (Node) runner.
+    fn cli_in(&self, cwd: &Path, args: &[&str]) -> Output {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_pi-workflows"));
+        command
+            .arg("--state-dir")
+            .arg(self.dir())
+            .args(args)
+            .current_dir(cwd)
+            .env_remove("PI_WORKFLOWS_RUNNER")
+            .env_remove("PI_WORKFLOWS_TEST_SCRIPT")
+            .env_remove("PI_WORKFLOWS_PACKAGE_DIR")
+            .env("PI_CODING_AGENT_DIR", self.agent_dir.path());
+        for (name, value) in &self.vars {
+            command.env(name, value);
+        }
+        command.output().expect("run pi-workflows")
+    }
+
+    fn cli(&self, args: &[&str]) -> Output {
+        self.cli_in(&repo_root(), args)
+    }
+
+    fn count(&self, sql: &str) -> i64 {
+        query_db(self.dir(), sql)
+    }
+
+    fn text(&self, sql: &str) -> String {
+        query_db(self.dir(), sql)
+    }
+
+    fn texts(&self, sql: &str) -> Vec<String> {
+        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+        let db = rusqlite::Connection::open_with_flags(self.dir().join("state.sqlite"), flags).expect("db");
+        let mut statement = db.prepare(sql).expect(sql);
+        statement
+            .query_map([], |row| row.get::<_, String>(0))
+            .expect(sql)
+            .collect::<Result<_, _>>()
+            .expect(sql)
+    }
+
+    /// A stored JSON blob (e.g. a node output) by its hash (`sha256:` prefix optional).
+    fn blob_json(&self, hash: &str) -> Value {
+        let hash = hash.strip_prefix("sha256:").unwrap_or(hash);
+        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+        let db = rusqlite::Connection::open_with_flags(self.dir().join("state.sqlite"), flags).expect("db");
+        let bytes: Vec<u8> = db
+            .query_row("SELECT content FROM blobs WHERE blob_hash = ?1", [hash], |row| {
+                row.get(0)
+            })
+            .expect("blob");
+        serde_json::from_slice(&bytes).expect("JSON blob")
+    }
+
+    /// The output of the run's completed attempt of `node_path`.
+    fn node_output(&self, run_id: &str, node_path: &str) -> Value {
+        let hash = self.text(&format!(
+            "SELECT output_hash FROM node_attempts WHERE run_id = '{run_id}' AND node_path = '{node_path}' \
+             AND status = 'completed'"
+        ));
+        self.blob_json(&hash)
+    }
+
+    /// Tails of the server log, the server's start errors and every runner's output.
+    fn diagnostics(&self) -> String {
+        let logs = self.dir().join("logs");
+        let mut files = vec![logs.join("server.log"), logs.join("server-start.err")];
+        if let Ok(entries) = std::fs::read_dir(logs.join("runners")) {
+            let mut runners: Vec<PathBuf> = entries.filter_map(|entry| entry.ok().map(|e| e.path())).collect();
+            runners.sort();
+            files.extend(runners);
+        }
+        let mut text = String::new();
+        for file in files {
+            let Ok(content) = std::fs::read(&file) else { continue };
+            let content = String::from_utf8_lossy(&content);
+            let tail: String = {
+                let chars: Vec<char> = content.chars().collect();
+                chars[chars.len().saturating_sub(3000)..].iter().collect()
+            };
+            if !tail.trim().is_empty() {
+                text.push_str(&format!("\n--- {} (tail) ---\n{}", file.display(), tail.trim_end()));
+            }
+        }
+        if self.dir().join("state.sqlite").exists() {
+            let runs = self.texts(
+                "SELECT run_id || ' ' || origin || ' ' || status || ' ' || coalesce(status_detail, '-') FROM runs",
+            );
+            let attempts = self.texts(
+                "SELECT run_id || ' ' || node_path || '#' || visit || ' ' || status FROM node_attempts ORDER BY started_at",
+            );
+            let workers = self.texts(
+                "SELECT runner_epoch || ' gen ' || generation || ' ' || status || ' exit ' || coalesce(exit_code, '-') \
+                 FROM run_workers ORDER BY started_at",
+            );
+            text.push_str(&format!(
+                "\n--- runs ---\n{}\n--- attempts ---\n{}\n--- run_workers ---\n{}",
+                runs.join("\n"),
+                attempts.join("\n"),
+                workers.join("\n")
+            ));
+        }
+        text
+    }
+
+    /// Assert the exit code of a CLI call, with its output and the logs on failure.
+    fn expect_code(&self, out: &Output, code: i32, what: &str) {
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{what}: expected exit code {code}\nstdout: {}\nstderr: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            self.diagnostics()
+        );
+    }
+
+    /// Poll `check` until it holds; fail with the logs after `WAIT`.
+    fn wait_until(&self, what: &str, mut check: impl FnMut() -> bool) {
+        let deadline = Instant::now() + WAIT;
+        while !check() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting until {what}{}",
+                self.diagnostics()
+            );
+            std::thread::sleep(POLL);
+        }
+    }
+
+    fn wait_for_count(&self, what: &str, sql: &str) {
+        self.wait_until(what, || self.count(sql) > 0);
+    }
+
+    /// Wait until the run is terminal, or parked again with no live runner after a
+    /// resume made at `revision` (resume is one revision; parking again is at least one more).
+    fn wait_settled_after(&self, run_id: &str, revision: i64) {
+        self.wait_for_count(
+            "the run ends or parks again",
+            &format!(
+                "SELECT count(*) FROM runs r JOIN run_queue q USING (run_id) WHERE r.run_id = '{run_id}' AND \
+                 (r.finished_at IS NOT NULL OR (q.status = 'parked' AND r.revision >= {revision} + 2 AND \
+                 NOT EXISTS (SELECT 1 FROM run_workers w WHERE w.run_id = r.run_id \
+                 AND w.status IN ('starting', 'ready'))))"
+            ),
+        );
+    }
+
+    /// Wait until the run has no live runner epoch (a waiting run keeps no runner).
+    fn wait_runner_gone(&self, run_id: &str) {
+        self.wait_for_count(
+            "the run's runner exits",
+            &format!(
+                "SELECT count(*) = 0 FROM run_workers WHERE run_id = '{run_id}' AND status IN ('starting', 'ready')"
+            ),
+        );
+    }
+
+    fn server_pid(&self) -> i32 {
+        let text = std::fs::read_to_string(self.dir().join("server/server.lock")).expect("server.lock");
+        text.split_whitespace()
+            .next()
+            .and_then(|pid| pid.parse().ok())
+            .expect("pid in server.lock")
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let _ = self.cli(&["server", "stop"]);
+    }
+}
+
+/// The one JSON document a `--json` command prints on stdout.
+fn json_of(out: &Output) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or("");
+    serde_json::from_str(line).unwrap_or_else(|err| panic!("not JSON ({err}): {stdout}"))
+}
+
+fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn run_id_of(out: &Output) -> String {
+    json_of(out)["runId"].as_str().expect("runId").to_string()
+}
+
+fn kill9(pid: i32) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).expect("kill -9");
+}
+
+/// `/proc/<pid>/stat` fields after the command name: state, ppid, pgrp, ...
+fn proc_stat(pid: &str) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    Some(rest.split(' ').map(str::to_string).collect())
+}
+
+/// A process that still runs (a zombie left for a non-reaping init does not).
+fn alive(pid: i64) -> bool {
+    proc_stat(&pid.to_string()).is_some_and(|fields| fields[0] != "Z" && fields[0] != "X")
+}
+
+/// Live processes matching `keep(pid, stat fields, cmdline)`.
+fn live_processes(keep: impl Fn(i64, &[String], &str) -> bool) -> Vec<i64> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Ok(pid) = name.parse::<i64>() else { continue };
+        let Some(fields) = proc_stat(&name) else { continue };
+        if fields[0] == "Z" || fields[0] == "X" {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{name}/cmdline"))
+            .map(|bytes| String::from_utf8_lossy(&bytes).replace('\0', " "))
+            .unwrap_or_default();
+        if keep(pid, &fields, &cmdline) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+fn live_group_members(pgid: i64) -> Vec<i64> {
+    live_processes(|_, fields, _| fields.get(2).and_then(|pgrp| pgrp.parse::<i64>().ok()) == Some(pgid))
+}
+
+fn live_with_cmdline(needle: &str) -> Vec<i64> {
+    live_processes(|_, _, cmdline| cmdline.contains(needle))
+}
+
+/// Live processes whose environment contains `entry` (e.g. `PI_CODING_AGENT_DIR=<dir>`).
+fn live_with_env(entry: &str) -> Vec<i64> {
+    live_processes(|pid, _, _| {
+        std::fs::read(format!("/proc/{pid}/environ"))
+            .is_ok_and(|environ| environ.split(|byte| *byte == 0).any(|item| item == entry.as_bytes()))
+    })
+}
+
+fn line_count(path: &Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |text| text.lines().count())
+}
+
+// 1. A run completes ----------------------------------------------------------------------
+
+#[test]
+fn repo_facts_completes_with_its_summary_and_five_committed_nodes() {
+    let env = Env::new();
+    let out = env.cli(&["run", "start", &example("repo-facts"), "--follow", "--json"]);
+    env.expect_code(&out, 0, "run start repo-facts --follow");
+    let status = json_of(&out);
+    let run_id = status["runId"].as_str().expect("runId");
+    assert_eq!(status["status"], "completed", "{status}");
+    let result = &status["result"];
+    assert!(result["trackedFiles"].as_i64().unwrap_or(0) > 0, "{result}");
+    assert!(result["sourceLines"].as_i64().unwrap_or(0) > 0, "{result}");
+    assert_eq!(
+        result["largest"].as_array().map(Vec::len),
+        Some(5),
+        "top defaults to 5: {result}"
+    );
+
+    assert_eq!(
+        env.text(&format!("SELECT status FROM runs WHERE run_id = '{run_id}'")),
+        "completed"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM node_attempts WHERE status = 'completed'"),
+        5,
+        "{}",
+        env.diagnostics()
+    );
+    assert_eq!(env.count("SELECT count(*) FROM node_attempts"), 5);
+    assert_eq!(
+        env.texts("SELECT node_path FROM node_attempts ORDER BY started_at, node_path"),
+        ["listFiles", "byExtension", "countLines", "recentCommits", "summary"]
+    );
+    // The three shell steps are managed effects, each applied once.
+    assert_eq!(
+        env.count("SELECT count(*) FROM effects WHERE status = 'applied' AND attempt_count = 1"),
+        3
+    );
+    assert_eq!(env.count("SELECT count(*) FROM effects"), 3);
+    // The run's stored output is what --follow printed.
+    let output_hash = env.text(&format!("SELECT output_hash FROM runs WHERE run_id = '{run_id}'"));
+    assert_eq!(&env.blob_json(&output_hash), result);
+
+    let runs = env.cli(&["runs", "--json"]);
+    env.expect_code(&runs, 0, "runs --json");
+    let runs = json_of(&runs);
+    assert_eq!(runs.as_array().map(Vec::len), Some(1), "{runs}");
+    assert_eq!(runs[0]["runId"], run_id);
+    assert_eq!(runs[0]["status"], "completed");
+    assert_eq!(runs[0]["completedSteps"], 5);
+}
+
+#[test]
+fn weekly_digest_runs_its_included_workflow_under_the_mount_path() {
+    let env = Env::new();
+    let out = env.cli(&["run", "start", &example("weekly-digest"), "--follow", "--json"]);
+    env.expect_code(&out, 0, "run start weekly-digest --follow");
+    let status = json_of(&out);
+    assert_eq!(status["workflowName"], "weekly-digest");
+    let result = &status["result"];
+    assert!(
+        result["headline"]
+            .as_str()
+            .is_some_and(|line| line.contains(" files, ")),
+        "{result}"
+    );
+    assert_eq!(
+        result["largest"].as_array().map(Vec::len),
+        Some(3),
+        "the include asks for top 3: {result}"
+    );
+
+    let paths =
+        env.texts("SELECT node_path FROM node_attempts WHERE status = 'completed' ORDER BY started_at, node_path");
+    assert_eq!(
+        paths,
+        [
+            "facts/listFiles",
+            "facts/byExtension",
+            "facts/countLines",
+            "facts/recentCommits",
+            "facts/summary",
+            "digest"
+        ],
+        "{}",
+        env.diagnostics()
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM node_attempts WHERE status <> 'completed'"),
+        0
+    );
+    assert_eq!(env.count("SELECT count(*) FROM effects WHERE status = 'applied'"), 3);
+}
+
+#[test]
+fn release_gate_waits_at_its_checkpoint_and_the_answer_writes_the_note_once() {
+    let env = Env::new();
+    let notes = short_temp_dir("piwn");
+    let input = serde_json::json!({"version": "1.2.0", "check": "true", "notesDir": notes.path()}).to_string();
+    let out = env.cli(&[
+        "run",
+        "start",
+        &example("release-gate"),
+        "--input-json",
+        &input,
+        "--follow",
+        "--json",
+    ]);
+    env.expect_code(&out, 5, "run start release-gate --follow (waits at the checkpoint)");
+    let status = json_of(&out);
+    let run_id = status["runId"].as_str().expect("runId").to_string();
+    assert_eq!(status["status"], "waiting", "{status}");
+    assert_eq!(status["pendingRequest"]["kind"], "checkpoint", "{status}");
+    assert_eq!(status["currentNode"]["nodePath"], "approve", "{status}");
+    let note = notes.path().join("release-1.2.0.md");
+    assert!(!note.exists(), "the note is written only after approval");
+    // A waiting run keeps no runner.
+    env.wait_for_count(
+        "the runner of the waiting run exits",
+        "SELECT count(*) FROM run_workers WHERE status = 'exited'",
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM run_workers WHERE status IN ('starting', 'ready')"),
+        0
+    );
+
+    let answer = env.cli(&[
+        "checkpoint",
+        "answer",
+        &run_id,
+        r#"{"approved":true,"by":"t"}"#,
+        "--follow",
+        "--json",
+    ]);
+    env.expect_code(&answer, 0, "checkpoint answer --follow");
+    let status = json_of(&answer);
+    assert_eq!(status["runId"], run_id.as_str());
+    assert_eq!(status["status"], "completed", "{status}");
+    assert_eq!(status["result"]["released"], true, "{status}");
+    let written = std::fs::read_to_string(&note).expect("the release note exists");
+    assert!(written.contains("Approved by t."), "{written}");
+    assert_eq!(
+        env.texts("SELECT node_path FROM node_attempts WHERE status = 'completed' ORDER BY started_at"),
+        ["runChecks", "approve", "writeNotes", "done"]
+    );
+    assert_eq!(
+        env.node_output(&run_id, "approve"),
+        serde_json::json!({"approved": true, "by": "t"})
+    );
+
+    // Answering the settled checkpoint again, with another payload, is refused: nothing
+    // changes and the note is not written again.
+    let revision = env.count(&format!("SELECT revision FROM runs WHERE run_id = '{run_id}'"));
+    let again = env.cli(&["checkpoint", "answer", &run_id, r#"{"approved":false,"by":"u"}"#]);
+    env.expect_code(&again, 1, "a second, different answer");
+    assert!(stderr_of(&again).contains("not waiting"), "{}", stderr_of(&again));
+    assert_eq!(std::fs::read_to_string(&note).expect("note"), written);
+    assert_eq!(
+        env.count(&format!("SELECT revision FROM runs WHERE run_id = '{run_id}'")),
+        revision
+    );
+    assert_eq!(
+        env.text(&format!("SELECT status FROM runs WHERE run_id = '{run_id}'")),
+        "completed"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM interactive_submissions WHERE outcome = 'accepted'"),
+        1
+    );
+    assert_eq!(env.count("SELECT count(*) FROM interactive_submissions"), 1);
+    // The manual effect was applied exactly once.
+    assert_eq!(
+        env.count("SELECT count(*) FROM effects WHERE effect_type = 'release.notes' AND status = 'applied' AND attempt_count = 1"),
+        1
+    );
+}
+
+// 2. SIGKILL of the runner during a shell effect ------------------------------------------
+
+struct KilledShell {
+    env: Env,
+    marker: PathBuf,
+    run_id: String,
+    /// The registered `sh` child (its own process group).
+    child_pid: i64,
+    _work: tempfile::TempDir,
+}
+
+/// Start `kill-during-shell`, wait until its shell step appended its line, SIGKILL the
+/// runner, and wait until the run parked.
+fn kill_runner_during_shell() -> KilledShell {
+    let env = Env::new();
+    let work = short_temp_dir("piwm");
+    let marker = work.path().join("marker");
+    let input = serde_json::json!({"marker": marker}).to_string();
+    let fixture = fixture("kill-during-shell");
+    let out = env.cli(&[
+        "run",
+        "start",
+        fixture.to_str().expect("path"),
+        "--input-json",
+        &input,
+        "--json",
+    ]);
+    env.expect_code(&out, 0, "run start kill-during-shell");
+    let run_id = run_id_of(&out);
+    env.wait_until("the shell step appended its line", || line_count(&marker) == 1);
+    env.wait_for_count(
+        "the shell child is registered",
+        "SELECT count(*) FROM runner_processes WHERE unregistered_at IS NULL",
+    );
+    let child_pid = env.count("SELECT pid FROM runner_processes");
+    assert!(
+        !live_group_members(child_pid).is_empty(),
+        "the shell step runs in its own process group"
+    );
+    assert_eq!(env.text("SELECT status FROM effects"), "applying");
+    let runner_pid = env.count(&format!(
+        "SELECT pid FROM run_workers WHERE run_id = '{run_id}' AND status IN ('starting', 'ready')"
+    ));
+    kill9(runner_pid as i32);
+    env.wait_for_count(
+        "the run parks",
+        &format!("SELECT count(*) FROM run_queue WHERE run_id = '{run_id}' AND status = 'parked'"),
+    );
+    KilledShell {
+        env,
+        marker,
+        run_id,
+        child_pid,
+        _work: work,
+    }
+}
+
+#[test]
+fn sigkill_of_the_runner_during_a_shell_effect_parks_it_ambiguous_and_reaps_the_child() {
+    let KilledShell {
+        env,
+        marker,
+        run_id,
+        child_pid,
+        _work,
+    } = kill_runner_during_shell();
+    assert_eq!(
+        env.text(&format!(
+            "SELECT status || ' ' || coalesce(status_detail, '-') FROM runs WHERE run_id = '{run_id}'"
+        )),
+        "running effectAmbiguous",
+        "{}",
+        env.diagnostics()
+    );
+    assert_eq!(env.text("SELECT status FROM effects"), "ambiguous");
+    assert_eq!(env.text("SELECT outcome FROM effect_attempts"), "ambiguous");
+    assert_eq!(env.text("SELECT status FROM run_workers"), "crashed");
+    // The server stopped the registered process group (sh and its sleep).
+    env.wait_until("the shell step's process group is gone", || {
+        live_group_members(child_pid).is_empty() && live_with_cmdline(&marker.display().to_string()).is_empty()
+    });
+    assert_eq!(
+        env.count("SELECT count(*) FROM runner_processes WHERE unregistered_at IS NULL"),
+        0
+    );
+    assert_eq!(line_count(&marker), 1);
+    // `run status` shows the park reason; --follow would report "parked for review".
+    let status = env.cli(&["run", "status", &run_id, "--json"]);
+    env.expect_code(&status, 0, "run status");
+    let status = json_of(&status);
+    assert_eq!(status["queueStatus"], "parked", "{status}");
+    assert_eq!(status["detail"], "effectAmbiguous", "{status}");
+}
+
+// Regression: an `interrupted` attempt once looked unfinished to the engine, which reused its
+// ID and was refused on every resume; it now reruns as a new attempt, and the ambiguous effect
+// fails the node (routed), never re-executed.
+#[test]
+fn resuming_an_ambiguous_effect_never_runs_it_again_and_routes_the_failure() {
+    let KilledShell {
+        env,
+        marker,
+        run_id,
+        child_pid,
+        _work,
+    } = kill_runner_during_shell();
+    env.wait_until("the shell step's process group is gone", || {
+        live_group_members(child_pid).is_empty()
+    });
+    env.wait_runner_gone(&run_id);
+    let revision = env.count(&format!("SELECT revision FROM runs WHERE run_id = '{run_id}'"));
+    let resume = env.cli(&["run", "resume", &run_id]);
+    env.expect_code(&resume, 0, "run resume");
+    env.wait_settled_after(&run_id, revision);
+    // The ambiguous effect is never executed again.
+    assert_eq!(line_count(&marker), 1);
+    assert_eq!(env.text("SELECT status FROM effects"), "ambiguous");
+    assert_eq!(env.count("SELECT count(*) FROM effect_attempts"), 1);
+    // The node fails with effectAmbiguous and `$result.outcome` routes `failed`.
+    assert_eq!(
+        env.text(&format!("SELECT status FROM runs WHERE run_id = '{run_id}'")),
+        "completed",
+        "{}",
+        env.diagnostics()
+    );
+    let output_hash = env.text(&format!("SELECT output_hash FROM runs WHERE run_id = '{run_id}'"));
+    assert_eq!(
+        env.blob_json(&output_hash),
+        serde_json::json!({"route": "failed", "code": "effectAmbiguous"})
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM node_attempts WHERE node_path = 'finished'"),
+        0
+    );
+}
+
+// 3. SIGKILL of the server mid-run --------------------------------------------------------
+
+#[test]
+fn sigkill_of_the_server_mid_run_resumes_after_restart_with_each_node_committed_once() {
+    let env = Env::new();
+    let fixture = fixture("slow-steps");
+    let out = env.cli(&["run", "start", fixture.to_str().expect("path"), "--json"]);
+    env.expect_code(&out, 0, "run start slow-steps");
+    let run_id = run_id_of(&out);
+    env.wait_for_count(
+        "two nodes completed",
+        "SELECT count(*) >= 2 FROM node_attempts WHERE status = 'completed'",
+    );
+    let first_generation = env.count(&format!(
+        "SELECT generation FROM run_workers WHERE run_id = '{run_id}' AND status IN ('starting', 'ready')"
+    ));
+    let old_runner = env.count(&format!(
+        "SELECT pid FROM run_workers WHERE run_id = '{run_id}' AND status IN ('starting', 'ready')"
+    ));
+    kill9(env.server_pid());
+    assert!(
+        env.count("SELECT count(*) FROM node_attempts WHERE status = 'completed'") < 8,
+        "the server must die mid-run for this test to mean anything"
+    );
+
+    let start = env.cli(&["server", "start"]);
+    env.expect_code(&start, 0, "server start after SIGKILL");
+    env.wait_for_count(
+        "the run completes after the restart",
+        &format!("SELECT count(*) FROM runs WHERE run_id = '{run_id}' AND finished_at IS NOT NULL"),
+    );
+    assert_eq!(
+        env.text(&format!("SELECT status FROM runs WHERE run_id = '{run_id}'")),
+        "completed",
+        "{}",
+        env.diagnostics()
+    );
+    assert_eq!(
+        env.count("SELECT count(DISTINCT node_id) FROM node_attempts WHERE status = 'completed'"),
+        8
+    );
+    assert_eq!(
+        env.count(
+            "SELECT count(*) FROM (SELECT node_id FROM node_attempts WHERE status = 'completed' \
+             GROUP BY node_id HAVING count(*) > 1)"
+        ),
+        0,
+        "a node was committed twice{}",
+        env.diagnostics()
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM node_attempts WHERE status = 'completed'"),
+        8
+    );
+    let output_hash = env.text(&format!("SELECT output_hash FROM runs WHERE run_id = '{run_id}'"));
+    assert_eq!(env.blob_json(&output_hash), serde_json::json!({"index": 8, "sum": 36}));
+    let last_generation = env.count(&format!(
+        "SELECT max(generation) FROM run_workers WHERE run_id = '{run_id}'"
+    ));
+    assert!(
+        last_generation > first_generation,
+        "generation {first_generation} → {last_generation}"
+    );
+    assert!(
+        env.count("SELECT max(server_epoch) FROM run_workers") >= 2,
+        "the new server ran the rest"
+    );
+    // The old server's runner does not outlive it.
+    env.wait_until("the old runner is gone", || !alive(old_runner));
+}
+
+// 4. Editing the workflow file parks the run ----------------------------------------------
+
+struct GatedProject {
+    env: Env,
+    project: tempfile::TempDir,
+    run_id: String,
+}
+
+impl GatedProject {
+    fn root(&self) -> PathBuf {
+        self.project.path().join("gated-edit.workflow.ts")
+    }
+
+    fn part(&self) -> PathBuf {
+        self.project.path().join("gated-part.workflow.ts")
+    }
+
+    fn marker(&self) -> PathBuf {
+        self.project.path().join("changed-code-ran")
+    }
+}
+
+/// Copy the gated fixture into a temporary project and run it to its checkpoint.
+fn start_gated() -> GatedProject {
+    let env = Env::new();
+    let project = short_temp_dir("piwp");
+    for name in ["gated-edit", "gated-part"] {
+        std::fs::copy(fixture(name), project.path().join(format!("{name}.workflow.ts"))).expect("copy fixture");
+    }
+    let out = env.cli_in(
+        project.path(),
+        &["run", "start", "./gated-edit.workflow.ts", "--follow", "--json"],
+    );
+    env.expect_code(&out, 5, "run start gated-edit --follow (waits at the checkpoint)");
+    let status = json_of(&out);
+    assert_eq!(status["currentNode"]["nodePath"], "gate", "{status}");
+    let run_id = status["runId"].as_str().expect("runId").to_string();
+    // Answer only once the waiting run's runner is gone: an earlier answer is another test
+    // (`an_answer_while_the_waiting_runner_still_exits_continues_the_run`).
+    env.wait_runner_gone(&run_id);
+    GatedProject { env, project, run_id }
+}
+
+fn edit(path: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(path).expect("read fixture");
+    assert!(text.contains(from), "{} has no `{from}`", path.display());
+    std::fs::write(path, text.replace(from, to)).expect("edit fixture");
+}
+
+const AFTER_ORIGINAL: &str = r#"after: compute({ run: () => ({ after: "original" }) }),"#;
+
+fn answer_expecting_source_changed(gated: &GatedProject) {
+    let env = &gated.env;
+    let answer = env.cli_in(
+        gated.project.path(),
+        &[
+            "checkpoint",
+            "answer",
+            &gated.run_id,
+            r#"{"go":true}"#,
+            "--follow",
+            "--json",
+        ],
+    );
+    env.expect_code(
+        &answer,
+        6,
+        "checkpoint answer --follow after the edit (parked for review)",
+    );
+    let status = json_of(&answer);
+    let why = format!("{status}{}", env.diagnostics());
+    assert_eq!(status["status"], "running", "{why}");
+    assert_eq!(status["queueStatus"], "parked", "{why}");
+    assert_eq!(status["detail"], "workflowSourceChanged", "{why}");
+    assert_eq!(
+        env.text(&format!(
+            "SELECT status_detail FROM runs WHERE run_id = '{}'",
+            gated.run_id
+        )),
+        "workflowSourceChanged"
+    );
+    // Changed code never executed: no node after the checkpoint, no marker.
+    assert!(!gated.marker().exists(), "changed workflow code ran");
+    assert_eq!(
+        env.count("SELECT count(*) FROM node_attempts WHERE node_path = 'after'"),
+        0
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM node_attempts WHERE status = 'completed'"),
+        2,
+        "only `before` and `part/partStep` ran{}",
+        env.diagnostics()
+    );
+}
+
+#[test]
+fn editing_the_workflow_file_while_it_waits_parks_it_before_changed_code_runs() {
+    let gated = start_gated();
+    let marker = gated.marker().display().to_string();
+    edit(
+        &gated.root(),
+        AFTER_ORIGINAL,
+        &format!(
+            r#"after: compute({{ run: async () => {{ (await import("node:fs")).writeFileSync({marker:?}, "ran"); return {{ after: "edited" }}; }} }}),"#
+        ),
+    );
+    answer_expecting_source_changed(&gated);
+}
+
+#[test]
+fn editing_an_included_workflow_file_parks_the_run_without_loading_it() {
+    let gated = start_gated();
+    let marker = gated.marker().display().to_string();
+    // A top-level statement: it would run as soon as the changed file were loaded.
+    edit(
+        &gated.part(),
+        r#"import { compute, defineWorkflow } from "pi-workflows";"#,
+        &format!(
+            "import {{ compute, defineWorkflow }} from \"pi-workflows\";\n\
+             import {{ writeFileSync }} from \"node:fs\";\nwriteFileSync({marker:?}, \"loaded\");"
+        ),
+    );
+    answer_expecting_source_changed(&gated);
+}
+
+// Regression: parking once closed the answered (waiting) checkpoint attempt as `interrupted`
+// and the accepted answer was lost; a waiting attempt now stays waiting through a park, and
+// the engine also carries a settled answer over to a rerun of an interrupted attempt.
+#[test]
+fn restoring_the_edited_file_and_resuming_completes_the_run_with_the_answer() {
+    let gated = start_gated();
+    let env = &gated.env;
+    let original = std::fs::read_to_string(gated.root()).expect("read");
+    let marker = gated.marker().display().to_string();
+    edit(
+        &gated.root(),
+        AFTER_ORIGINAL,
+        &format!(
+            r#"after: compute({{ run: async () => {{ (await import("node:fs")).writeFileSync({marker:?}, "ran"); return {{ after: "edited" }}; }} }}),"#
+        ),
+    );
+    answer_expecting_source_changed(&gated);
+    std::fs::write(gated.root(), original).expect("restore");
+    // Resume only once the parked run's runner is gone (an earlier resume races like an
+    // early answer: see `an_answer_while_the_waiting_runner_still_exits_continues_the_run`).
+    env.wait_runner_gone(&gated.run_id);
+    let revision = env.count(&format!("SELECT revision FROM runs WHERE run_id = '{}'", gated.run_id));
+    let resume = env.cli_in(gated.project.path(), &["run", "resume", &gated.run_id]);
+    env.expect_code(&resume, 0, "run resume after restoring the file");
+    env.wait_settled_after(&gated.run_id, revision);
+    assert_eq!(
+        env.text(&format!("SELECT status FROM runs WHERE run_id = '{}'", gated.run_id)),
+        "completed",
+        "{}",
+        env.diagnostics()
+    );
+    assert!(!gated.marker().exists());
+    assert_eq!(env.node_output(&gated.run_id, "gate"), serde_json::json!({"go": true}));
+    assert_eq!(
+        env.node_output(&gated.run_id, "after"),
+        serde_json::json!({"after": "original"})
+    );
+}
+
+// Regression: an answer that requeued a run while its previous runner was still exiting once
+// launched the next generation at once and hit `run_workers_one_active_per_run` (parked
+// `runnerNoProgress`); admission now waits for the previous runner epoch to end.
+#[test]
+fn an_answer_while_the_waiting_runner_still_exits_continues_the_run() {
+    let env = Env::new();
+    let fixture = fixture("slow-exit-checkpoint");
+    let out = env.cli(&[
+        "run",
+        "start",
+        fixture.to_str().expect("path"),
+        "--input-json",
+        r#"{"exitDelayMs":1500}"#,
+        "--follow",
+        "--json",
+    ]);
+    env.expect_code(&out, 5, "run start slow-exit-checkpoint --follow (waits)");
+    let run_id = run_id_of(&out);
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM run_workers WHERE run_id = '{run_id}' AND status IN ('starting', 'ready')"
+        )),
+        1,
+        "the first runner is still exiting when the answer arrives"
+    );
+    let answer = env.cli(&["checkpoint", "answer", &run_id, r#"{"go":1}"#, "--follow", "--json"]);
+    env.expect_code(&answer, 0, "checkpoint answer --follow while the old runner exits");
+    let status = json_of(&answer);
+    assert_eq!(status["result"], serde_json::json!({"answer": {"go": 1}}), "{status}");
+    assert_eq!(
+        env.count("SELECT count(*) FROM run_workers WHERE status = 'crashed'"),
+        0,
+        "{}",
+        env.diagnostics()
+    );
+}
+
+// 5. Restart --------------------------------------------------------------------------------
+
+#[test]
+fn restart_creates_a_new_run_that_executes_every_node_again() {
+    let env = Env::new();
+    let out = env.cli(&["run", "start", &example("repo-facts"), "--follow", "--json"]);
+    env.expect_code(&out, 0, "run start repo-facts --follow");
+    let old = run_id_of(&out);
+    let old_row = |env: &Env| {
+        env.text(&format!(
+            "SELECT status || ' ' || revision || ' ' || output_hash || ' ' || finished_at FROM runs WHERE run_id = '{old}'"
+        ))
+    };
+    let before = old_row(&env);
+
+    let restart = env.cli(&["run", "restart", &old, "--follow", "--json"]);
+    env.expect_code(&restart, 0, "run restart --follow");
+    let status = json_of(&restart);
+    let new = status["runId"].as_str().expect("runId").to_string();
+    assert_ne!(new, old);
+    assert_eq!(status["status"], "completed", "{status}");
+    assert!(status["result"]["trackedFiles"].as_i64().unwrap_or(0) > 0, "{status}");
+
+    assert_eq!(
+        env.text(&format!(
+            "SELECT origin || ' ' || parent_run_id || ' ' || status FROM runs WHERE run_id = '{new}'"
+        )),
+        format!("restart {old} completed")
+    );
+    // Every node ran again in the new run, with its own attempts and effects.
+    assert_eq!(
+        env.texts(&format!(
+            "SELECT node_path FROM node_attempts WHERE run_id = '{new}' AND status = 'completed' ORDER BY started_at"
+        )),
+        ["listFiles", "byExtension", "countLines", "recentCommits", "summary"],
+        "{}",
+        env.diagnostics()
+    );
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM effects WHERE run_id = '{new}' AND status = 'applied'"
+        )),
+        3
+    );
+    // Its effects were applied again under its own keys, not adopted from the old run.
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM effects n JOIN effects o USING (idempotency_key) \
+             WHERE n.run_id = '{new}' AND o.run_id = '{old}'"
+        )),
+        0
+    );
+    assert!(env.count(&format!("SELECT count(*) FROM run_workers WHERE run_id = '{new}'")) >= 1);
+    // The old run is unchanged.
+    assert_eq!(old_row(&env), before);
+    assert_eq!(
+        env.count(&format!("SELECT count(*) FROM node_attempts WHERE run_id = '{old}'")),
+        5
+    );
+    assert_eq!(
+        env.count(&format!("SELECT count(*) FROM effects WHERE run_id = '{old}'")),
+        3
+    );
+    let runs = json_of(&env.cli(&["runs", "--json"]));
+    let ids: Vec<&str> = runs
+        .as_array()
+        .expect("runs")
+        .iter()
+        .filter_map(|run| run["runId"].as_str())
+        .collect();
+    assert_eq!(ids.len(), 2, "{runs}");
+    assert!(ids.contains(&old.as_str()) && ids.contains(&new.as_str()), "{runs}");
+}
+
+// 6. A headless agent step: the real pinned pi against the mock model -----------------------
+
+/// `scripts/mock-model.mjs` on 127.0.0.1, stopped on drop.
+struct MockModel {
+    child: std::process::Child,
+    port: u16,
+    requests: PathBuf,
+}
+
+impl MockModel {
+    fn start(script: &str, dir: &Path) -> Self {
+        let requests = dir.join("requests.jsonl");
+        let mut child = Command::new("node")
+            .arg(repo_root().join("packages/pi-workflows/scripts/mock-model.mjs"))
+            .args(["--script", script])
+            .env("MOCK_REQUEST_LOG", &requests)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("start the mock model (node)");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("mock model port line");
+        let port: Value = serde_json::from_str(line.trim()).unwrap_or_else(|err| panic!("mock said {line:?}: {err}"));
+        let port = port["port"].as_u64().expect("port") as u16;
+        Self { child, port, requests }
+    }
+
+    fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.requests)
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .map(|line| serde_json::from_str(line).expect("request line"))
+            .collect()
+    }
+}
+
+impl Drop for MockModel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The pinned Pi (installed on first use by `scripts/install-pi.sh`).
+fn pi_binary() -> PathBuf {
+    let out = Command::new("bash")
+        .arg(repo_root().join("packages/pi-workflows/scripts/install-pi.sh"))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("run install-pi.sh");
+    assert!(out.status.success(), "install-pi.sh failed");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let bin = PathBuf::from(stdout.lines().last().unwrap_or("").trim());
+    assert!(bin.is_file(), "install-pi.sh printed {stdout:?}");
+    bin
+}
+
+/// A `PI_CODING_AGENT_DIR` whose models.json/settings.json point Pi at the mock model.
+fn pi_agent_dir(root: &Path, port: u16) -> PathBuf {
+    let agent = root.join("agent");
+    std::fs::create_dir_all(&agent).expect("agent dir");
+    std::fs::create_dir_all(root.join("home")).expect("home dir");
+    let models = serde_json::json!({
+        "providers": {
+            "mock": {
+                "baseUrl": format!("http://127.0.0.1:{port}/v1"),
+                "api": "openai-completions",
+                "apiKey": "sk-mock-not-a-real-key",
+                "compat": {"supportsDeveloperRole": false, "supportsReasoningEffort": false, "supportsStore": false},
+                "models": [{"id": "mock-model", "name": "Mock Model", "reasoning": false, "input": ["text"],
+                            "contextWindow": 128000, "maxTokens": 4096}]
+            }
+        }
+    });
+    let settings = serde_json::json!({
+        "defaultProvider": "mock", "defaultModel": "mock-model", "quietStartup": true, "enableInstallTelemetry": false
+    });
+    std::fs::write(agent.join("models.json"), models.to_string()).expect("models.json");
+    std::fs::write(agent.join("settings.json"), settings.to_string()).expect("settings.json");
+    agent
+}
+
+#[test]
+fn a_headless_agent_step_runs_the_pinned_pi_against_the_mock_model() {
+    let pi = pi_binary();
+    let root = short_temp_dir("piwi");
+    let mock = MockModel::start("echo", root.path());
+    let agent = pi_agent_dir(root.path(), mock.port);
+    let env = Env::with_vars(vec![
+        ("PI_CODING_AGENT_DIR".into(), agent.display().to_string()),
+        ("PI_WORKFLOWS_PI_BIN".into(), pi.display().to_string()),
+        ("HOME".into(), root.path().join("home").display().to_string()),
+        ("PI_OFFLINE".into(), "1".into()),
+    ]);
+    let fixture = fixture("agent-echo");
+    let out = env.cli(&["run", "start", fixture.to_str().expect("path"), "--follow", "--json"]);
+    env.expect_code(&out, 0, "run start agent-echo --follow");
+    let status = json_of(&out);
+    let run_id = status["runId"].as_str().expect("runId").to_string();
+    assert_eq!(
+        status["result"],
+        serde_json::json!({"doubled": 84, "word": "e2e-pineapple"}),
+        "{status}"
+    );
+    // The agent node's output is the mock's reply, parsed as the expected JSON.
+    assert_eq!(
+        env.node_output(&run_id, "ask"),
+        serde_json::json!({"answer": 42, "word": "e2e-pineapple"})
+    );
+    // The mock received the prompt (with the expected-output contract).
+    let requests = mock.requests();
+    let prompted = requests.iter().any(|request| {
+        request["body"]["messages"].as_array().is_some_and(|messages| {
+            messages.iter().any(|message| {
+                message["role"] == "user"
+                    && message["content"].to_string().contains("e2e-pineapple")
+                    && message["content"].to_string().contains("Expected output")
+            })
+        })
+    });
+    assert!(prompted, "no request carried the prompt: {requests:#?}");
+    // The pi child was registered, then unregistered, and nothing of it survives.
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM runner_processes p JOIN run_workers w USING (runner_epoch) WHERE w.run_id = '{run_id}'"
+        )),
+        1,
+        "{}",
+        env.diagnostics()
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM runner_processes WHERE unregistered_at IS NULL"),
+        0
+    );
+    let pi_pid = env.count("SELECT pid FROM runner_processes");
+    // Pi renames its process (`pi`), so look for anything with this test's agent directory
+    // in its environment: after the run only the server may have it.
+    let server = i64::from(env.server_pid());
+    env.wait_until("no pi process survives", || {
+        !alive(pi_pid)
+            && live_group_members(pi_pid).is_empty()
+            && live_with_env(&format!("PI_CODING_AGENT_DIR={}", agent.display()))
+                .into_iter()
+                .all(|pid| pid == server)
+    });
+}
+
+// 7. Bad input ------------------------------------------------------------------------------
+
+fn assert_no_run(env: &Env) {
+    if env.dir().join("state.sqlite").exists() {
+        assert_eq!(env.count("SELECT count(*) FROM runs"), 0);
+    }
+}
+
+#[test]
+fn bad_input_is_refused_before_any_run_exists() {
+    let env = Env::new();
+    let project = short_temp_dir("piwp");
+
+    let missing = env.cli_in(project.path(), &["run", "start", "no-such-flow"]);
+    env.expect_code(&missing, 1, "run start of an unknown workflow name");
+    let message = stderr_of(&missing);
+    assert!(message.contains("\"no-such-flow\""), "{message}");
+    let project_dir = project.path().canonicalize().expect("canonical").join(".pi/workflows");
+    assert!(message.contains(&project_dir.display().to_string()), "{message}");
+    let global_dir = env.agent_dir.path().join("workflows");
+    assert!(message.contains(&global_dir.display().to_string()), "{message}");
+    assert_no_run(&env);
+
+    let bad_graph = fixture("bad-edge");
+    let invalid = env.cli(&["run", "start", bad_graph.to_str().expect("path")]);
+    env.expect_code(&invalid, 1, "run start of an invalid graph");
+    let message = stderr_of(&invalid);
+    assert!(message.contains("nowhereNode"), "{message}");
+    assert!(message.contains("invalidDefinition"), "{message}");
+    assert_no_run(&env);
+
+    let rejected = env.cli(&["run", "start", &example("repo-facts"), "--input-json", r#"{"top":0}"#]);
+    env.expect_code(&rejected, 1, "run start with input the normalizer rejects");
+    let message = stderr_of(&rejected);
+    assert!(
+        message.contains("input.top must be an integer from 1 to 50"),
+        "{message}"
+    );
+    assert_no_run(&env);
+
+    let not_json = env.cli(&["run", "start", &example("repo-facts"), "--input-json", "{"]);
+    env.expect_code(&not_json, 1, "run start with --input-json that is not JSON");
+    assert!(stderr_of(&not_json).contains("not JSON"), "{}", stderr_of(&not_json));
+    assert_no_run(&env);
+
+    // The project's own `.pi/workflows/<name>.workflow.ts` is found by name.
+    let workflows = project.path().join(".pi/workflows");
+    std::fs::create_dir_all(&workflows).expect("mkdir");
+    std::fs::copy(fixture("bad-edge"), workflows.join("bad-edge.workflow.ts")).expect("copy");
+    let by_name = env.cli_in(project.path(), &["run", "start", "bad-edge"]);
+    env.expect_code(&by_name, 1, "run start bad-edge by name");
+    assert!(stderr_of(&by_name).contains("nowhereNode"), "{}", stderr_of(&by_name));
+    assert_no_run(&env);
+}
