@@ -6,13 +6,15 @@
 //!
 //! Figures printed, all measured in this run on fresh state directories under /tmp:
 //! - raw: `BEGIN IMMEDIATE; INSERT; COMMIT` on a plain table, one caller (the baseline);
-//! - step latency p50/p99 and steps/s, 1 runner (`PI_WORKFLOWS_MAX_WORKERS=1`, sequential
-//!   10-step runs) and 4 concurrent runners (`PI_WORKFLOWS_MAX_WORKERS=4`, 4 queued runs). A
-//!   step is `node.started` + `node.finished`, each answered only after its protected write
-//!   committed; its wall time runs from sending `node.started` to the `node.finished`
-//!   response, as the runner measures it (`timing-file=` script directive). Steps/s counts
+//! - step latency p50/p99, time per step and steps/s, 1 runner (`PI_WORKFLOWS_MAX_WORKERS=1`,
+//!   sequential 10-step runs) and 4 concurrent runners (`PI_WORKFLOWS_MAX_WORKERS=4`, 4
+//!   queued runs), each sequential (one message in flight) and pipelined (up to 16 pure
+//!   results in flight). A step is one pure node: one `node.finished` with its start fields,
+//!   answered only after its protected write committed; its latency runs from sending it to
+//!   its answer, as the runner measures it (`timing-file=` script directive). Steps/s counts
 //!   steps over the time at least one runner was stepping (admission ticks and runner
-//!   start-up between runs excluded); the ratio divides it by raw commits/s;
+//!   start-up between runs excluded); time per step is its inverse; the ratio divides
+//!   steps/s by raw commits/s;
 //! - crash-to-resume: SIGKILL of a server with a live run, then `server start` at once, until
 //!   a runner of a newer generation of that run recorded `ready` (`run_workers.ready_at`),
 //!   measured from the SIGKILL on the same wall clock.
@@ -34,6 +36,8 @@ const SINGLE_STEPS: u64 = 10;
 /// 4 concurrent runners, one long run each.
 const CONCURRENT_RUNNERS: usize = 4;
 const CONCURRENT_STEPS: u64 = 250;
+/// Pure steps a pipelining runner sends ahead of their answers.
+const PIPELINE_WINDOW: usize = 16;
 /// Crashes measured (each on the same long run, one after the other).
 const CRASHES: usize = 5;
 const CRASH_SCRIPT: &str = "steps=200,step-delay-ms=20";
@@ -56,16 +60,25 @@ fn main() -> anyhow::Result<()> {
         raw_elapsed.as_secs_f64() * 1e6 / RAW_COMMITS as f64
     );
 
-    let single = measure_steps(&binaries, 1, SINGLE_RUNS, SINGLE_STEPS)?;
-    single.report(
-        &format!("1 runner, {SINGLE_RUNS} runs × {SINGLE_STEPS} steps"),
-        raw_rate,
-    );
-    let concurrent = measure_steps(&binaries, CONCURRENT_RUNNERS, CONCURRENT_RUNNERS, CONCURRENT_STEPS)?;
-    concurrent.report(
-        &format!("{CONCURRENT_RUNNERS} runners, {CONCURRENT_RUNNERS} runs × {CONCURRENT_STEPS} steps"),
-        raw_rate,
-    );
+    for pipeline in [1, PIPELINE_WINDOW] {
+        let mode = if pipeline == 1 { "sequential" } else { "pipelined" };
+        let single = measure_steps(&binaries, 1, SINGLE_RUNS, SINGLE_STEPS, pipeline)?;
+        single.report(
+            &format!("1 runner, {SINGLE_RUNS} runs × {SINGLE_STEPS} steps, {mode}"),
+            raw_rate,
+        );
+        let concurrent = measure_steps(
+            &binaries,
+            CONCURRENT_RUNNERS,
+            CONCURRENT_RUNNERS,
+            CONCURRENT_STEPS,
+            pipeline,
+        )?;
+        concurrent.report(
+            &format!("{CONCURRENT_RUNNERS} runners × {CONCURRENT_STEPS} steps, {mode}"),
+            raw_rate,
+        );
+    }
 
     let resumes = measure_crash_to_resume(&binaries, CRASHES)?;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -255,9 +268,10 @@ struct StepFigures {
 impl StepFigures {
     fn report(&self, label: &str, raw_rate: f64) {
         println!(
-            "{label:<40} p50 {:.3} ms  p99 {:.3} ms  {:>7.0} steps/s  ratio steps/raw = {:.2}  ({} steps, {:.1} s total)",
+            "{label:<48} latency p50 {:.3} ms  p99 {:.3} ms  per step {:.3} ms  {:>6.0} steps/s  ratio steps/raw = {:.2}  ({} steps, {:.1} s total)",
             self.p50_us as f64 / 1e3,
             self.p99_us as f64 / 1e3,
+            1e3 / self.steps_per_second,
             self.steps_per_second,
             self.steps_per_second / raw_rate,
             self.steps,
@@ -266,10 +280,19 @@ impl StepFigures {
     }
 }
 
-fn measure_steps(binaries: &Binaries, max_workers: usize, runs: usize, steps: u64) -> anyhow::Result<StepFigures> {
+fn measure_steps(
+    binaries: &Binaries,
+    max_workers: usize,
+    runs: usize,
+    steps: u64,
+    pipeline: usize,
+) -> anyhow::Result<StepFigures> {
     let dir = tempfile::Builder::new().prefix("piwbt").tempdir_in("/tmp")?;
     let timing_file = dir.path().join("steps");
-    let script = format!("steps={steps},timing-file={}", timing_file.display());
+    let script = format!(
+        "steps={steps},pipeline={pipeline},timing-file={}",
+        timing_file.display()
+    );
     let bench = Bench::new(binaries, runs, &script, max_workers)?;
     let started = Instant::now();
     bench.server(&["server", "start"])?;

@@ -350,3 +350,59 @@ fn the_server_renews_a_live_runs_claim_while_its_runner_is_silent() {
         "SELECT count(*) FROM runs WHERE status = 'completed'",
     );
 }
+
+#[test]
+fn pipelined_pure_results_are_each_committed_and_answered_in_order() {
+    let dir = Dir::new(&["run-pipe"]);
+    // Up to 8 node results in flight; the scripted runner exits if an answer comes out of
+    // order, so completion proves the order.
+    dir.start(&dir.script("steps=40,pipeline=8"));
+    wait_for_db(
+        dir.path(),
+        "the run completes",
+        "SELECT count(*) FROM runs WHERE status = 'completed'",
+    );
+    wait_for_db(
+        dir.path(),
+        "the runner exits",
+        "SELECT count(*) FROM run_workers WHERE status = 'exited'",
+    );
+    assert_eq!(
+        dir.count("SELECT count(DISTINCT node_id) FROM node_attempts WHERE status = 'completed'"),
+        40
+    );
+    // One receipt per message: ready, 40 results, run.finished, runner.exiting.
+    assert_eq!(
+        dir.count("SELECT count(*) FROM runner_messages WHERE outcome = 'accepted'"),
+        43
+    );
+}
+
+#[test]
+fn a_runner_that_crashes_with_results_in_flight_resumes_without_repeating_committed_nodes() {
+    let dir = Dir::new(&["run-pipe-crash"]);
+    // Crash right after writing the 20th message, with up to 8 results unanswered.
+    dir.start(&dir.script("steps=40,pipeline=8,crash-after=20,crash-first-only"));
+    wait_for_db(
+        dir.path(),
+        "the runner crashed",
+        "SELECT count(*) FROM run_workers WHERE status = 'crashed'",
+    );
+    let committed = dir.count("SELECT count(*) FROM node_attempts WHERE status = 'completed'");
+    assert!(
+        (1..=19).contains(&committed),
+        "{committed} results committed before the crash"
+    );
+    let resume = pi_workflows(dir.path(), &["run", "resume", "run-pipe-crash"], "");
+    assert!(resume.status.success(), "{}", String::from_utf8_lossy(&resume.stderr));
+    wait_for_db(
+        dir.path(),
+        "the run completes",
+        "SELECT count(*) FROM runs WHERE status = 'completed'",
+    );
+    assert_eq!(
+        dir.count("SELECT count(*) FROM node_attempts WHERE status = 'completed'"),
+        40,
+        "every node committed exactly once"
+    );
+}

@@ -26,6 +26,9 @@
 //! - `verdict=accept|reject` how to judge a `validating` submission in the run state
 //!   (`interaction.accepted` / `interaction.rejected`); a rejection ends the runner
 //! - `output-bytes=N`     every node output is a string of N bytes (large run states)
+//! - `pipeline=N`         send up to N pure-node results before reading their answers
+//!   (answers still arrive in order, each after its commit); timings then measure each
+//!   step from its send to its answer
 //! - `bad-reads`          before reading its run state, send bad `content.read` requests
 //!   (unknown digest, wrong media type, zero length, a part above 512 KiB, an offset past
 //!   the end) and log `read <case> <outcome> <code>` to the ack file
@@ -85,6 +88,7 @@ struct Script {
     output_bytes: usize,
     updates: bool,
     bad_reads: bool,
+    pipeline: usize,
     register_child: bool,
     register_foreign: bool,
 }
@@ -127,6 +131,7 @@ fn parse_script() -> Script {
             "output-bytes" => script.output_bytes = number() as usize,
             "updates" => script.updates = true,
             "bad-reads" => script.bad_reads = true,
+            "pipeline" => script.pipeline = number() as usize,
             "register-child" => script.register_child = true,
             "register-foreign" => script.register_foreign = true,
             _ => exit_with(EXIT_PROTOCOL, "unknown script directive"),
@@ -158,6 +163,12 @@ fn append_line(file: &mut Option<File>, line: String) {
     {
         exit_with(EXIT_PROTOCOL, "could not append to a script log file");
     }
+}
+
+/// A message written but not yet answered.
+struct Sent {
+    message_id: String,
+    kind: MessageKind,
 }
 
 struct Channel {
@@ -196,6 +207,13 @@ impl Channel {
     }
 
     fn send(&mut self, kind: MessageKind, attempt_id: Option<String>, payload: Value, script: &Script) -> Response {
+        let sent = self.send_only(kind, attempt_id, payload, script);
+        self.receive(sent)
+    }
+
+    /// Write one message without waiting for its answer (pipelining); `receive` it later,
+    /// in order.
+    fn send_only(&mut self, kind: MessageKind, attempt_id: Option<String>, payload: Value, script: &Script) -> Sent {
         self.next_id += 1;
         let message = Message {
             schema: MESSAGE_SCHEMA.to_string(),
@@ -218,13 +236,23 @@ impl Channel {
         if crash_allowed && script.crash_after == Some(self.sent) {
             exit_with(EXIT_CRASH, "crashing as scripted");
         }
+        Sent {
+            message_id: message.message_id,
+            kind,
+        }
+    }
+
+    fn receive(&mut self, sent: Sent) -> Response {
         let response: Response = serde_json::from_value(Value::Object(read_frame(&mut self.reader)))
             .unwrap_or_else(|_| exit_with(EXIT_PROTOCOL, "bad response"));
+        if response.message_id != sent.message_id {
+            exit_with(EXIT_PROTOCOL, "a response out of order");
+        }
         let ack = format!(
             "{} {} {} {}\n",
             self.launch.runner_epoch,
-            message.message_id,
-            kind.as_str(),
+            sent.message_id,
+            sent.kind.as_str(),
             response.outcome.as_str()
         );
         append_line(&mut self.acks, ack);
@@ -427,6 +455,20 @@ fn judge(channel: &mut Channel, state: &Value, script: &Script) -> bool {
     false
 }
 
+fn record_step(timings: &mut Option<File>, channel: &Channel, wall_start: SystemTime, started: Instant) {
+    if timings.is_none() {
+        return;
+    }
+    let elapsed = started.elapsed().as_micros();
+    let start_us = wall_start
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros());
+    append_line(
+        timings,
+        format!("{} {start_us} {elapsed}\n", channel.launch.runner_epoch),
+    );
+}
+
 /// Start `sleep 300` in its own process group and register it with the server.
 fn register_child(channel: &mut Channel, script: &Script) {
     use std::os::unix::process::CommandExt;
@@ -508,6 +550,7 @@ fn main() {
         register_child(&mut channel, &script);
     }
     let output = Value::String("o".repeat(script.output_bytes));
+    let mut in_flight = std::collections::VecDeque::new();
     for step in 1..=script.steps {
         let node_id = format!("step{step}");
         if done.contains(&node_id) {
@@ -521,6 +564,11 @@ fn main() {
         let node = json!({"nodeId": node_id, "nodePath": format!("root/{node_id}"), "visit": 1, "nodeType": "compute"});
         let (wall_start, started) = (SystemTime::now(), Instant::now());
         if script.checkpoint_at == Some(step) {
+            // Synchronous messages follow: answer everything in flight first.
+            while let Some((sent, wall_start, started)) = in_flight.pop_front() {
+                channel.receive(sent);
+                record_step(&mut timings, &channel, wall_start, started);
+            }
             match answered.as_ref() {
                 Some((Some(waiting), answer)) => {
                     let finished = json!({"output": answer});
@@ -558,15 +606,18 @@ fn main() {
         std::thread::sleep(Duration::from_millis(script.work_ms));
         let mut finished = if two_phase { json!({}) } else { node };
         finished["output"] = output.clone();
-        channel.send(MessageKind::NodeFinished, attempt, finished, &script);
-        if timings.is_some() {
-            let elapsed = started.elapsed().as_micros();
-            let start_us = wall_start
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |since| since.as_micros());
-            let line = format!("{} {start_us} {elapsed}\n", channel.launch.runner_epoch);
-            append_line(&mut timings, line);
+        let sent = channel.send_only(MessageKind::NodeFinished, attempt, finished, &script);
+        in_flight.push_back((sent, wall_start, started));
+        // Pure steps may run ahead of their answers, up to the pipeline window.
+        while in_flight.len() > script.pipeline.max(1) - 1 || (two_phase && !in_flight.is_empty()) {
+            let (sent, wall_start, started) = in_flight.pop_front().expect("in flight");
+            channel.receive(sent);
+            record_step(&mut timings, &channel, wall_start, started);
         }
+    }
+    while let Some((sent, wall_start, started)) = in_flight.pop_front() {
+        channel.receive(sent);
+        record_step(&mut timings, &channel, wall_start, started);
     }
     if script.updates {
         let attempt = format!("attempt-{}-{}-notify", channel.launch.run_id, channel.launch.generation);

@@ -17,6 +17,7 @@ pub mod run_commands;
 pub mod runner;
 pub mod runner_apply;
 pub mod runner_channel;
+pub mod runner_messages;
 pub mod scheduler;
 pub mod status;
 pub mod tree;

@@ -24,14 +24,11 @@ use tokio::task::AbortHandle;
 use super::blocking;
 use super::context::ServerContext;
 use super::frames::{LineRead, read_line};
-use super::runner_apply::{Applied, Checked, Registration, apply, invalid};
-use super::runner_channel;
+use super::runner_apply::invalid;
+use super::runner_messages;
 use crate::digest::sha256_hex;
-use crate::protocol::runner::{
-    LAUNCH_SCHEMA, Launch, Message, MessageKind, RUNNER_CHANNEL_FD, RUNNER_PROTOCOL_VERSION, Response, ResponseOutcome,
-    fencing_of,
-};
-use crate::protocol::{decode_frame, encode_frame};
+use crate::protocol::encode_frame;
+use crate::protocol::runner::{LAUNCH_SCHEMA, Launch, RUNNER_CHANNEL_FD, RUNNER_PROTOCOL_VERSION};
 use crate::store::claims::{ClaimAuthority, RUN_CLAIM_LEASE_MS};
 use crate::store::commands::{self, CommandOutcome, CommandReceipt, CommandRequest};
 use crate::store::effects;
@@ -87,8 +84,9 @@ pub enum RunControl {
 }
 
 pub enum RunnerMsg {
-    /// One line from the runner; the reply says whether to keep reading.
-    Frame(Vec<u8>, RpcReplyPort<bool>),
+    /// Lines from the runner, in order (more than one when it pipelines); the reply says
+    /// whether to keep reading.
+    Frames(Vec<Vec<u8>>, RpcReplyPort<bool>),
     /// Pause or cancel the run as a durable client command, then stop the runner's group.
     Control(
         RunControl,
@@ -107,21 +105,21 @@ pub enum RunnerMsg {
 const CLAIM_RENEW_MS: u64 = (RUN_CLAIM_LEASE_MS / 3) as u64;
 
 pub struct RunnerState {
-    args: RunnerArgs,
-    child: ProcessChild,
-    writer: OwnedWriteHalf,
-    ready: bool,
-    revision_at_ready: Option<i64>,
+    pub(super) args: RunnerArgs,
+    pub(super) child: ProcessChild,
+    pub(super) writer: OwnedWriteHalf,
+    pub(super) ready: bool,
+    pub(super) revision_at_ready: Option<i64>,
     /// The store refused our claim: another owner has the run; leave it alone.
-    claim_lost: bool,
+    pub(super) claim_lost: bool,
     /// The runner sent a stale or foreign stamp and was told `claimLost`.
-    runner_stale: bool,
-    timed_out: bool,
-    finished: bool,
+    pub(super) runner_stale: bool,
+    pub(super) timed_out: bool,
+    pub(super) finished: bool,
     /// Content offered to this runner (a run state above the frame limit): the only
     /// content `content.read` may return.
-    advertised: Vec<crate::store::blobs::BlobRef>,
-    tasks: Vec<AbortHandle>,
+    pub(super) advertised: Vec<crate::store::blobs::BlobRef>,
+    pub(super) tasks: Vec<AbortHandle>,
 }
 
 impl Actor for Runner {
@@ -204,8 +202,8 @@ impl Actor for Runner {
         state: &mut RunnerState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            RunnerMsg::Frame(line, reply) => {
-                let keep_reading = on_frame(state, &line).await;
+            RunnerMsg::Frames(lines, reply) => {
+                let keep_reading = runner_messages::on_frames(state, lines).await;
                 let _ = reply.send(keep_reading);
                 if !keep_reading {
                     // A protocol violation or a stale runner: stop its whole group now.
@@ -315,219 +313,32 @@ fn process_spec(args: &RunnerArgs, channel: std::os::fd::OwnedFd) -> std::io::Re
     Ok(spec)
 }
 
+/// Frames handed to the actor at once: a runner that pipelines proposals gets them applied
+/// in one group commit (bounded, so one runner cannot hold the writer for long).
+pub const PIPELINE_FRAMES_MAX: usize = 32;
+
 async fn read_frames(read_half: tokio::net::unix::OwnedReadHalf, runner: ActorRef<RunnerMsg>) {
-    let mut reader = BufReader::new(read_half);
+    let mut reader = BufReader::with_capacity(64 * 1024, read_half);
     let mut line = Vec::new();
     loop {
-        let frame = match read_line(&mut reader, &mut line).await {
-            Ok(LineRead::Line) => std::mem::take(&mut line),
-            // An oversized frame is a protocol violation: hand the runner a frame that fails.
-            Ok(LineRead::TooLarge) => b"oversized\n".to_vec(),
-            Ok(LineRead::Closed) | Err(_) => return,
-        };
-        match runner.call(|reply| RunnerMsg::Frame(frame, reply), None).await {
+        let mut frames = Vec::new();
+        // Wait for one frame, then take the complete frames already buffered behind it.
+        loop {
+            let frame = match read_line(&mut reader, &mut line).await {
+                Ok(LineRead::Line) => std::mem::take(&mut line),
+                // An oversized frame is a protocol violation: hand the runner a frame that fails.
+                Ok(LineRead::TooLarge) => b"oversized\n".to_vec(),
+                Ok(LineRead::Closed) | Err(_) if frames.is_empty() => return,
+                Ok(LineRead::Closed) | Err(_) => break,
+            };
+            frames.push(frame);
+            if frames.len() >= PIPELINE_FRAMES_MAX || !reader.buffer().contains(&b'\n') {
+                break;
+            }
+        }
+        match runner.call(|reply| RunnerMsg::Frames(frames, reply), None).await {
             Ok(ractor::rpc::CallResult::Success(true)) => continue,
             _ => return,
-        }
-    }
-}
-
-/// Check, apply and answer one frame; false closes the channel (and stops the runner).
-async fn on_frame(state: &mut RunnerState, line: &[u8]) -> bool {
-    let Ok(frame) = decode_frame(line) else {
-        tracing::warn!(run_id = %state.args.run.run_id, "runner sent a bad frame; stopping it");
-        return false;
-    };
-    let Some(fencing) = fencing_of(&frame) else {
-        tracing::warn!(run_id = %state.args.run.run_id, "runner message without fencing fields; stopping it");
-        return false;
-    };
-    let current = (
-        &state.args.run.run_id,
-        state.args.authority.generation as u64,
-        &state.args.runner_epoch,
-    );
-    if (&fencing.run_id, fencing.generation, &fencing.runner_epoch) != current {
-        tracing::warn!(run_id = %state.args.run.run_id, generation = fencing.generation, "stale runner message; claimLost");
-        state.runner_stale = true;
-        let _ = reply(state, Response::new(&fencing.message_id, ResponseOutcome::ClaimLost)).await;
-        return false;
-    }
-    let Ok(message) = serde_json::from_value::<Message>(Value::Object(frame)) else {
-        tracing::warn!(run_id = %state.args.run.run_id, "runner message does not match the protocol; stopping it");
-        return false;
-    };
-    if message.kind == MessageKind::ContentRead {
-        let response = match runner_channel::read_content(&state.args.ctx, &state.advertised, &message).await {
-            Ok(result) => {
-                let mut response = Response::new(&message.message_id, ResponseOutcome::Accepted);
-                response.result = Some(result);
-                response
-            }
-            Err(failure) => {
-                Response::new(&message.message_id, ResponseOutcome::Rejected).with_error(failure.code, &failure.message)
-            }
-        };
-        return reply(state, response).await.is_ok();
-    }
-    let response = answer(state, &message).await;
-    let claim_lost = response.outcome == ResponseOutcome::ClaimLost;
-    let written = reply(state, response).await.is_ok();
-    if written && message.kind == MessageKind::RunnerReady && state.ready {
-        return send_first_command(state).await;
-    }
-    written && !claim_lost
-}
-
-/// After `runner.ready`: the one explicit command, with the narrow run state.
-async fn send_first_command(state: &mut RunnerState) -> bool {
-    let frame = match runner_channel::first_command_frame(&state.args.ctx, &state.args.run.run_id).await {
-        Ok(frame) => frame,
-        Err(err) => {
-            tracing::warn!(run_id = %state.args.run.run_id, error = %err, "runner command could not be built; stopping the runner");
-            return false;
-        }
-    };
-    state.advertised.extend(frame.advertised);
-    state.writer.write_all(&frame.bytes).await.is_ok()
-}
-
-async fn reply(state: &mut RunnerState, response: Response) -> Result<(), ActorProcessingErr> {
-    send(state, &response).await
-}
-
-async fn send(state: &mut RunnerState, value: &impl serde::Serialize) -> Result<(), ActorProcessingErr> {
-    let bytes = encode_frame(value)?;
-    state.writer.write_all(&bytes).await?;
-    Ok(())
-}
-
-/// Apply one fenced message exactly once: a repeated message ID gets its stored answer.
-async fn answer(state: &mut RunnerState, message: &Message) -> Response {
-    if !state.ready && message.kind != MessageKind::RunnerReady {
-        return Response::new(&message.message_id, ResponseOutcome::Rejected)
-            .with_error("notReady", "send runner.ready first");
-    }
-    let checked = check_outside_store(state, message);
-    let (authority, epoch, owned) = (
-        state.args.authority.clone(),
-        state.args.runner_epoch.clone(),
-        message.clone(),
-    );
-    // The receipt lookup and the change share one writer job: one hand-off per message.
-    let applied = blocking::write(&state.args.ctx.store, move |tx| {
-        if let Some(stored) = workers::message_receipt(tx.conn(), &epoch, &owned.message_id)? {
-            return Ok(Answer::Stored(stored));
-        }
-        let (revision, result) = apply(tx, &authority, &owned, &checked)?;
-        let result_json = result.as_ref().map(Value::to_string);
-        let receipt = workers::MessageReceipt {
-            outcome: "accepted".to_string(),
-            revision,
-            result_json,
-        };
-        workers::store_message_receipt(tx, &epoch, &owned.message_id, owned.kind.as_str(), &receipt)?;
-        Ok(Answer::Applied((revision, result)))
-    })
-    .await;
-    match applied {
-        Ok(Answer::Stored(receipt)) => stored_response(message, receipt),
-        Ok(Answer::Applied(applied)) => respond(state, message, Ok(applied)).await,
-        Err(err) => respond(state, message, Err(err)).await,
-    }
-}
-
-/// A message ID seen before: its first answer, again.
-enum Answer {
-    Stored(workers::MessageReceipt),
-    Applied(Applied),
-}
-
-fn stored_response(message: &Message, receipt: workers::MessageReceipt) -> Response {
-    let outcome = if receipt.outcome == "accepted" {
-        ResponseOutcome::Adopted
-    } else {
-        ResponseOutcome::Rejected
-    };
-    let mut response = Response::new(&message.message_id, outcome);
-    response.revision = receipt.revision.map(|r| r as u64);
-    response.result = receipt.result_json.and_then(|json| serde_json::from_str(&json).ok());
-    response
-}
-
-/// Facts a message needs from outside the store: a registered process must be a direct
-/// child of this runner, recorded with its start identity while it runs.
-fn check_outside_store(state: &RunnerState, message: &Message) -> Checked {
-    let registering = message.kind == MessageKind::RunnerProgress
-        && message.payload.get("operation").and_then(Value::as_str) == Some("process.register");
-    let pid = message
-        .payload
-        .get("pid")
-        .and_then(Value::as_i64)
-        .and_then(|pid| i32::try_from(pid).ok())
-        .filter(|pid| *pid > 1);
-    let registration = match pid.filter(|_| registering) {
-        None => Registration::None,
-        Some(pid) => classify_registration(pid, state.child.pid()),
-    };
-    Checked { registration }
-}
-
-fn classify_registration(pid: i32, runner_pid: i32) -> Registration {
-    use supervisors::process::{identity_of, parent_of};
-    match parent_of(pid) {
-        // Exited and already reaped by the runner: nothing is left to supervise.
-        None => Registration::Exited { pid },
-        Some((parent, _)) if parent != runner_pid => Registration::Foreign,
-        Some((_, false)) => Registration::Exited { pid },
-        Some((_, true)) => match identity_of(pid) {
-            Some(identity) => Registration::Child {
-                pid,
-                identity: identity.to_string(),
-            },
-            None => Registration::Exited { pid },
-        },
-    }
-}
-
-async fn respond(state: &mut RunnerState, message: &Message, applied: StoreResult<Applied>) -> Response {
-    match applied {
-        Ok((revision, result)) => {
-            match message.kind {
-                MessageKind::RunnerReady => {
-                    state.ready = true;
-                    state.revision_at_ready = revision;
-                }
-                MessageKind::RunFinished => state.finished = true,
-                _ => {}
-            }
-            let mut response = Response::new(&message.message_id, ResponseOutcome::Accepted);
-            response.revision = revision.map(|r| r as u64);
-            response.result = result;
-            response
-        }
-        Err(StoreError::ClaimLost(lost)) => {
-            tracing::info!(run_id = %lost.resource_id, generation = lost.generation, reason = %lost.reason, "runner's claim lost");
-            state.claim_lost = true;
-            Response::new(&message.message_id, ResponseOutcome::ClaimLost)
-        }
-        Err(err) => {
-            let (epoch, id, kind) = (
-                state.args.runner_epoch.clone(),
-                message.message_id.clone(),
-                message.kind.as_str(),
-            );
-            let receipt = workers::MessageReceipt {
-                outcome: "rejected".to_string(),
-                revision: None,
-                result_json: None,
-            };
-            let _ = blocking::write(&state.args.ctx.store, move |tx| {
-                workers::store_message_receipt(tx, &epoch, &id, kind, &receipt)
-            })
-            .await;
-            Response::new(&message.message_id, ResponseOutcome::Rejected)
-                .with_error("protocolRejected", &err.to_string())
         }
     }
 }

@@ -107,14 +107,18 @@ impl Actor for Scheduler {
 
     async fn handle(
         &self,
-        _: ActorRef<SchedulerMsg>,
+        myself: ActorRef<SchedulerMsg>,
         message: SchedulerMsg,
         state: &mut SchedulerState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
             SchedulerMsg::Tick => {
                 renew_lease_when_due(state).await;
-                admit(state).await;
+                if admit(state).await == Admission::RetrySoon {
+                    // Queued work but the tree is still starting (no `runners` yet): try
+                    // again shortly instead of a whole tick later.
+                    myself.send_after(Duration::from_millis(ADMISSION_RETRY_MS), || SchedulerMsg::Tick);
+                }
                 check_idle(state).await;
             }
         }
@@ -137,26 +141,35 @@ async fn renew_lease_when_due(state: &mut SchedulerState) {
     }
 }
 
+/// How soon admission is retried while the supervision tree is still starting.
+const ADMISSION_RETRY_MS: u64 = 10;
+
+#[derive(Debug, PartialEq, Eq)]
+enum Admission {
+    Done,
+    RetrySoon,
+}
+
 /// Start queued runs while capacity allows (running and pending launches both count).
-async fn admit(state: &mut SchedulerState) {
+async fn admit(state: &mut SchedulerState) -> Admission {
     let ctx = Arc::clone(&state.ctx);
     let Some(program) = ctx.runner_settings.program.clone() else {
-        return;
+        return Admission::Done;
     };
     let running = ctx.runners.load(std::sync::atomic::Ordering::SeqCst);
     let free = ctx.runner_settings.max_workers.saturating_sub(running);
     if free == 0 || ctx.stop_requested().is_some() {
-        return;
+        return Admission::Done;
     }
     let now = ctx.store.now_ms();
     let Ok(queued) = blocking::read(&ctx.store, move |conn| workers::admissible_runs(conn, now, free)).await else {
-        return;
+        return Admission::Done;
     };
     if queued.is_empty() {
-        return;
+        return Admission::Done;
     }
     let Some(supervisor) = runners_supervisor(state).await else {
-        return;
+        return Admission::RetrySoon;
     };
     for run in queued {
         let (run_id, owner) = (run.run_id.clone(), ctx.server_id.clone());
@@ -202,6 +215,7 @@ async fn admit(state: &mut SchedulerState) {
             }
         }
     }
+    Admission::Done
 }
 
 async fn runners_supervisor(state: &mut SchedulerState) -> Option<ActorRef<SupervisorMsg>> {

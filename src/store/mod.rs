@@ -96,6 +96,15 @@ impl Store {
         self.writer.write_async(change).await
     }
 
+    /// Queue a write now; await its answer later (see `Writer::submit`).
+    pub fn submit_write<T, F>(&self, change: F) -> StoreResult<writer::PendingAnswer<T>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send + 'static,
+    {
+        self.writer.submit(change)
+    }
+
     /// Run `query` on a read-only connection inside one read transaction, so it sees one
     /// consistent snapshot.
     pub fn read<T>(&self, query: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {

@@ -144,30 +144,48 @@ impl Writer {
 
     /// `write` for async callers: the writer answers the awaiting task directly, without a
     /// blocking-pool thread in between (each thread hop costs about as much as a write's
-    /// statements on a small machine). A full queue is waited for off the async workers.
+    /// statements on a small machine).
     pub async fn write_async<T, F>(&self, change: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send + 'static,
     {
-        let (reply, reply_receiver) = tokio::sync::oneshot::channel::<StoreResult<T>>();
+        self.submit(change)?.wait().await
+    }
+
+    /// Queue `change` now and return its pending answer. Changes submitted back to back run
+    /// in submission order and usually share one commit (group commit): a runner's
+    /// pipelined proposals cost one fsync together, each still atomic in its own savepoint.
+    /// A full queue is waited for in place (must run on a multi-thread runtime).
+    pub fn submit<T, F>(&self, change: F) -> StoreResult<PendingAnswer<T>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send + 'static,
+    {
+        let (reply, receiver) = tokio::sync::oneshot::channel::<StoreResult<T>>();
         let job = PendingWrite {
             change: Some(change),
             result: None,
             reply: Reply::Async(reply),
         };
-        let sender = self.sender.as_ref().ok_or(StoreError::WriterStopped)?.clone();
+        let sender = self.sender.as_ref().ok_or(StoreError::WriterStopped)?;
         match sender.try_send(WriterMessage::Write(Box::new(job))) {
             Ok(()) => {}
             Err(std::sync::mpsc::TrySendError::Full(message)) => {
-                tokio::task::spawn_blocking(move || sender.send(message))
-                    .await
-                    .map_err(|_| StoreError::WriterStopped)?
-                    .map_err(|_| StoreError::WriterStopped)?;
+                tokio::task::block_in_place(|| sender.send(message)).map_err(|_| StoreError::WriterStopped)?;
             }
             Err(std::sync::mpsc::TrySendError::Disconnected(_)) => return Err(StoreError::WriterStopped),
         }
-        reply_receiver.await.map_err(|_| StoreError::WriterStopped)?
+        Ok(PendingAnswer(receiver))
+    }
+}
+
+/// The answer of a submitted write, delivered after its commit.
+pub struct PendingAnswer<T>(tokio::sync::oneshot::Receiver<StoreResult<T>>);
+
+impl<T> PendingAnswer<T> {
+    pub async fn wait(self) -> StoreResult<T> {
+        self.0.await.map_err(|_| StoreError::WriterStopped)?
     }
 }
 

@@ -64,7 +64,12 @@ test("claimLost makes the runner exit 75 at once", async (t) => {
     answer: (frame) => (frame.kind === "node.finished" ? { outcome: "claimLost" } : undefined),
   });
   assert.equal(result.code, 75);
-  assert.deepEqual(kinds(result.messages), ["runner.ready", "node.finished"]);
+  // Pure results may already be in flight (pipelined) when the answer arrives; nothing
+  // else is sent after it, and the run is never finished by this runner.
+  const sent = kinds(result.messages);
+  assert.equal(sent[0], "runner.ready");
+  assert.ok(sent.slice(1).every((kind) => kind === "node.finished"), sent.join(","));
+  assert.ok(!sent.includes("run.finished") && !sent.includes("runner.exiting"), sent.join(","));
 });
 
 test("a runStateRef is read with content.read in 512 KiB parts and verified", async (t) => {

@@ -8,9 +8,17 @@ export function channelHost(session: RunnerSession): Host {
   };
   return {
     nodeStarted: (attemptId, start) => send("node.started", { ...start }, attemptId),
-    nodeUpdate: (attemptId, update) => send("node.update", { ...update }, attemptId),
-    nodeFinished: (attemptId, { output, start }) => send("node.finished", { ...start, output }, attemptId),
-    nodeFailed: (attemptId, { error, start }) => send("node.failed", { ...start, error }, attemptId),
+    // Progress and the results of pure nodes started here go ahead without waiting: nothing
+    // the engine does next depends on their answers (an uncommitted pure node reruns).
+    nodeUpdate: (attemptId, update) => session.sendAhead("node.update", { ...update }, attemptId),
+    nodeFinished: (attemptId, { output, start }) =>
+      start?.nodeType === "compute"
+        ? session.sendAhead("node.finished", { ...start, output }, attemptId)
+        : send("node.finished", { ...start, output }, attemptId),
+    nodeFailed: (attemptId, { error, start }) =>
+      start?.nodeType === "compute"
+        ? session.sendAhead("node.failed", { ...start, error }, attemptId)
+        : send("node.failed", { ...start, error }, attemptId),
     runFinished: (result) => send("run.finished", { ...result }),
     runParked: (reason) => send("run.parked", { reason }),
     interactionAccepted: (attemptId, verdict) => send("interaction.accepted", { ...verdict }, attemptId),

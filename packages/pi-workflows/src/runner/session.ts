@@ -39,14 +39,31 @@ export function parseLaunch(frame: Record<string, unknown>): Launch {
   return launch;
 }
 
+/** Pure-node results a runner sends ahead of their answers (the server commits them together). */
+export const PIPELINE_WINDOW = 16;
+
+/** A proposal sent ahead was refused: the runner cannot tell what followed it, so it stops. */
+export class PipelineError extends Error {}
+
+interface Waiter {
+  messageId: string;
+  kind: string;
+  resolve(response: RunnerResponse): void;
+  reject(error: Error): void;
+}
+
 export class RunnerSession {
   private sequence = 0;
+  /** Messages written whose answers have not been read yet, in order. */
+  private readonly waiters: Waiter[] = [];
+  private pumping = false;
+  /** Answers of messages sent ahead, oldest first. */
+  private readonly ahead: Promise<RunnerResponse>[] = [];
 
   /** Whether any message was sent (before `runner.ready`, a goodbye would only be refused). */
   get hasSent(): boolean {
     return this.sequence > 0;
   }
-  private queue: Promise<unknown> = Promise.resolve();
 
   constructor(
     private readonly channel: FrameChannel,
@@ -55,39 +72,91 @@ export class RunnerSession {
     private readonly onClaimLost: () => never = () => process.exit(EXIT_CLAIM_LOST),
   ) {}
 
-  /** Send one message and wait for its response; a rejection throws HostRejectedError. */
-  send(kind: string, payload: Record<string, unknown>, attemptId?: string): Promise<RunnerResponse> {
-    const turn = this.queue.then(() => this.exchange(kind, payload, attemptId));
-    this.queue = turn.catch(() => undefined);
-    return turn;
+  /**
+   * Send one message and wait for its response (after every message sent ahead was
+   * answered); a rejection throws HostRejectedError.
+   */
+  async send(kind: string, payload: Record<string, unknown>, attemptId?: string): Promise<RunnerResponse> {
+    await this.flush();
+    return this.post(kind, payload, attemptId);
   }
 
-  private async exchange(kind: string, payload: Record<string, unknown>, attemptId?: string): Promise<RunnerResponse> {
+  /**
+   * Send a proposal nothing next depends on (a pure node's result, progress) without waiting
+   * for its answer, up to PIPELINE_WINDOW in flight. A refusal surfaces as PipelineError at
+   * the next send or flush.
+   */
+  async sendAhead(kind: string, payload: Record<string, unknown>, attemptId?: string): Promise<void> {
+    if (this.ahead.length >= PIPELINE_WINDOW) await this.settleOldest();
+    const answer = this.post(kind, payload, attemptId);
+    answer.catch(() => undefined); // observed by settleOldest
+    this.ahead.push(answer);
+  }
+
+  /** Wait until every message sent ahead was answered. */
+  async flush(): Promise<void> {
+    while (this.ahead.length > 0) await this.settleOldest();
+  }
+
+  private async settleOldest(): Promise<void> {
+    try {
+      await this.ahead.shift();
+    } catch (error) {
+      throw new PipelineError(`a result sent ahead was refused: ${(error as Error).message}`);
+    }
+  }
+
+  private post(kind: string, payload: Record<string, unknown>, attemptId?: string): Promise<RunnerResponse> {
     const { runId, generation, runnerEpoch } = this.launch;
     const messageId = `${runnerEpoch}:${++this.sequence}`;
-    await this.channel.writeFrame({
-      schema: MESSAGE_SCHEMA,
-      launchSchema: LAUNCH_SCHEMA,
-      messageId,
-      kind,
-      runId,
-      generation,
-      runnerEpoch,
-      ...(attemptId !== undefined ? { attemptId } : {}),
-      payload,
-    });
-    const response = (await this.channel.readFrame()) as unknown as RunnerResponse;
-    if (response.outcome === "claimLost") this.onClaimLost();
-    if (response.messageId !== messageId) {
-      throw new ProtocolError(`response for ${String(response.messageId)} while waiting for ${messageId}`);
+    const answer = new Promise<RunnerResponse>((resolve, reject) => this.waiters.push({ messageId, kind, resolve, reject }));
+    // Writes go out in call order; answers come back in the same order.
+    this.channel
+      .writeFrame({
+        schema: MESSAGE_SCHEMA,
+        launchSchema: LAUNCH_SCHEMA,
+        messageId,
+        kind,
+        runId,
+        generation,
+        runnerEpoch,
+        ...(attemptId !== undefined ? { attemptId } : {}),
+        payload,
+      })
+      .catch((error: Error) => this.failAll(error));
+    void this.pump();
+    return answer;
+  }
+
+  /** Read answers while any are awaited, matching each to the oldest waiter. */
+  private async pump(): Promise<void> {
+    if (this.pumping) return;
+    this.pumping = true;
+    try {
+      while (this.waiters.length > 0) {
+        const response = (await this.channel.readFrame()) as unknown as RunnerResponse;
+        const waiter = this.waiters.shift()!;
+        if (response.outcome === "claimLost") this.onClaimLost();
+        let checked: RunnerResponse;
+        try {
+          checked = checkResponse(waiter, response);
+        } catch (error) {
+          // A refusal answers its own message only; a protocol error ends the channel.
+          if (!(error instanceof HostRejectedError)) throw error;
+          waiter.reject(error);
+          continue;
+        }
+        waiter.resolve(checked);
+      }
+    } catch (error) {
+      this.failAll(error as Error);
+    } finally {
+      this.pumping = false;
     }
-    if (response.outcome === "rejected") {
-      throw new HostRejectedError(kind, response.error?.code ?? "rejected", response.error?.message ?? "no detail");
-    }
-    if (response.outcome !== "accepted" && response.outcome !== "adopted") {
-      throw new ProtocolError(`unknown response outcome ${JSON.stringify(response.outcome)}`);
-    }
-    return response;
+  }
+
+  private failAll(error: Error): void {
+    for (const waiter of this.waiters.splice(0)) waiter.reject(error);
   }
 
   /** The one command frame that follows the `runner.ready` response. */
@@ -96,4 +165,18 @@ export class RunnerSession {
     if (frame.schema !== COMMAND_SCHEMA) throw new ProtocolError(`expected a ${COMMAND_SCHEMA} frame`);
     return frame;
   }
+}
+
+/** Check one answer against the message it must answer; rejections become HostRejectedError. */
+function checkResponse(waiter: Waiter, response: RunnerResponse): RunnerResponse {
+  if (response.messageId !== waiter.messageId) {
+    throw new ProtocolError(`response for ${String(response.messageId)} while waiting for ${waiter.messageId}`);
+  }
+  if (response.outcome === "rejected") {
+    throw new HostRejectedError(waiter.kind, response.error?.code ?? "rejected", response.error?.message ?? "no detail");
+  }
+  if (response.outcome !== "accepted" && response.outcome !== "adopted") {
+    throw new ProtocolError(`unknown response outcome ${JSON.stringify(response.outcome)}`);
+  }
+  return response;
 }

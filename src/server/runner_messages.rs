@@ -1,0 +1,285 @@
+//! The runner channel's messages on the server side: decode and fence each frame, apply
+//! state-changing messages exactly once (receipt and change in one writer job), answer in
+//! order. Consecutive pipelinable proposals of one runner (pure node results, progress)
+//! are queued to the writer together and share one group commit; each stays atomic in its
+//! own savepoint and is answered only after that commit.
+//!
+//! Architecture Invariant: the generation and runner epoch of a frame are checked before its
+//! payload is read; a stale runner gets one `claimLost` answer and is stopped.
+
+use ractor::ActorProcessingErr;
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+
+use super::blocking;
+use super::runner::RunnerState;
+use super::runner_apply::{Applied, Checked, Registration, apply};
+use super::runner_channel;
+use crate::protocol::decode_frame;
+use crate::protocol::encode_frame;
+use crate::protocol::runner::{Message, MessageKind, Response, ResponseOutcome, fencing_of};
+use crate::store::writer::PendingAnswer;
+use crate::store::{StoreError, StoreResult, workers};
+
+/// Check, apply and answer frames that arrived together; false closes the channel (and
+/// stops the runner).
+pub(super) async fn on_frames(state: &mut RunnerState, lines: Vec<Vec<u8>>) -> bool {
+    let mut pipelined: Vec<(Message, Submitted)> = Vec::new();
+    for line in lines {
+        let Some(message) = parse(state, &line).await else {
+            flush(state, &mut pipelined).await;
+            return false;
+        };
+        if state.ready && pipelinable(message.kind) {
+            let submitted = submit(state, &message);
+            pipelined.push((message, submitted));
+            continue;
+        }
+        if !flush(state, &mut pipelined).await || !handle(state, message).await {
+            return false;
+        }
+    }
+    flush(state, &mut pipelined).await
+}
+
+/// Proposals a runner may send without waiting for the previous answer: nothing it does
+/// next depends on their results (a pure node reruns if its result was not committed).
+fn pipelinable(kind: MessageKind) -> bool {
+    matches!(
+        kind,
+        MessageKind::NodeFinished | MessageKind::NodeFailed | MessageKind::NodeUpdate
+    )
+}
+
+/// Answer the pipelined proposals in order, each after its commit.
+async fn flush(state: &mut RunnerState, pipelined: &mut Vec<(Message, Submitted)>) -> bool {
+    let mut keep_reading = true;
+    for (message, submitted) in pipelined.drain(..) {
+        let response = finish(state, &message, submitted).await;
+        let claim_lost = response.outcome == ResponseOutcome::ClaimLost;
+        keep_reading &= reply(state, response).await.is_ok() && !claim_lost;
+    }
+    keep_reading
+}
+
+/// Decode a frame and check its fencing before its payload is read.
+async fn parse(state: &mut RunnerState, line: &[u8]) -> Option<Message> {
+    let Ok(frame) = decode_frame(line) else {
+        tracing::warn!(run_id = %state.args.run.run_id, "runner sent a bad frame; stopping it");
+        return None;
+    };
+    let Some(fencing) = fencing_of(&frame) else {
+        tracing::warn!(run_id = %state.args.run.run_id, "runner message without fencing fields; stopping it");
+        return None;
+    };
+    let current = (
+        &state.args.run.run_id,
+        state.args.authority.generation as u64,
+        &state.args.runner_epoch,
+    );
+    if (&fencing.run_id, fencing.generation, &fencing.runner_epoch) != current {
+        tracing::warn!(run_id = %state.args.run.run_id, generation = fencing.generation, "stale runner message; claimLost");
+        state.runner_stale = true;
+        let _ = reply(state, Response::new(&fencing.message_id, ResponseOutcome::ClaimLost)).await;
+        return None;
+    }
+    let Ok(message) = serde_json::from_value::<Message>(Value::Object(frame)) else {
+        tracing::warn!(run_id = %state.args.run.run_id, "runner message does not match the protocol; stopping it");
+        return None;
+    };
+    Some(message)
+}
+
+/// One message on its own: a read, or a state change answered before the next frame.
+async fn handle(state: &mut RunnerState, message: Message) -> bool {
+    if message.kind == MessageKind::ContentRead {
+        let response = match runner_channel::read_content(&state.args.ctx, &state.advertised, &message).await {
+            Ok(result) => {
+                let mut response = Response::new(&message.message_id, ResponseOutcome::Accepted);
+                response.result = Some(result);
+                response
+            }
+            Err(failure) => {
+                Response::new(&message.message_id, ResponseOutcome::Rejected).with_error(failure.code, &failure.message)
+            }
+        };
+        return reply(state, response).await.is_ok();
+    }
+    let submitted = submit(state, &message);
+    let response = finish(state, &message, submitted).await;
+    let claim_lost = response.outcome == ResponseOutcome::ClaimLost;
+    let written = reply(state, response).await.is_ok();
+    if written && message.kind == MessageKind::RunnerReady && state.ready {
+        return send_first_command(state).await;
+    }
+    written && !claim_lost
+}
+
+/// After `runner.ready`: the one explicit command, with the narrow run state.
+pub(super) async fn send_first_command(state: &mut RunnerState) -> bool {
+    let frame = match runner_channel::first_command_frame(&state.args.ctx, &state.args.run.run_id).await {
+        Ok(frame) => frame,
+        Err(err) => {
+            tracing::warn!(run_id = %state.args.run.run_id, error = %err, "runner command could not be built; stopping the runner");
+            return false;
+        }
+    };
+    state.advertised.extend(frame.advertised);
+    state.writer.write_all(&frame.bytes).await.is_ok()
+}
+
+pub(super) async fn reply(state: &mut RunnerState, response: Response) -> Result<(), ActorProcessingErr> {
+    send(state, &response).await
+}
+
+async fn send(state: &mut RunnerState, value: &impl serde::Serialize) -> Result<(), ActorProcessingErr> {
+    let bytes = encode_frame(value)?;
+    state.writer.write_all(&bytes).await?;
+    Ok(())
+}
+
+/// A message on its way to the writer, or already answered (refused before any write).
+enum Submitted {
+    Answered(Response),
+    Queued(StoreResult<PendingAnswer<Answer>>),
+}
+
+/// Queue one fenced message to be applied exactly once: a repeated message ID gets its
+/// stored answer. The receipt lookup and the change share one writer job.
+fn submit(state: &RunnerState, message: &Message) -> Submitted {
+    if !state.ready && message.kind != MessageKind::RunnerReady {
+        return Submitted::Answered(
+            Response::new(&message.message_id, ResponseOutcome::Rejected)
+                .with_error("notReady", "send runner.ready first"),
+        );
+    }
+    let checked = check_outside_store(state, message);
+    let (authority, epoch, owned) = (
+        state.args.authority.clone(),
+        state.args.runner_epoch.clone(),
+        message.clone(),
+    );
+    Submitted::Queued(state.args.ctx.store.submit_write(move |tx| {
+        if let Some(stored) = workers::message_receipt(tx.conn(), &epoch, &owned.message_id)? {
+            return Ok(Answer::Stored(stored));
+        }
+        let (revision, result) = apply(tx, &authority, &owned, &checked)?;
+        let result_json = result.as_ref().map(Value::to_string);
+        let receipt = workers::MessageReceipt {
+            outcome: "accepted".to_string(),
+            revision,
+            result_json,
+        };
+        workers::store_message_receipt(tx, &epoch, &owned.message_id, owned.kind.as_str(), &receipt)?;
+        Ok(Answer::Applied((revision, result)))
+    }))
+}
+
+/// The answer to a submitted message, after its commit.
+async fn finish(state: &mut RunnerState, message: &Message, submitted: Submitted) -> Response {
+    let applied = match submitted {
+        Submitted::Answered(response) => return response,
+        Submitted::Queued(Ok(pending)) => pending.wait().await,
+        Submitted::Queued(Err(err)) => Err(err),
+    };
+    match applied {
+        Ok(Answer::Stored(receipt)) => stored_response(message, receipt),
+        Ok(Answer::Applied(applied)) => respond(state, message, Ok(applied)).await,
+        Err(err) => respond(state, message, Err(err)).await,
+    }
+}
+
+/// A message ID seen before: its first answer, again.
+enum Answer {
+    Stored(workers::MessageReceipt),
+    Applied(Applied),
+}
+
+fn stored_response(message: &Message, receipt: workers::MessageReceipt) -> Response {
+    let outcome = if receipt.outcome == "accepted" {
+        ResponseOutcome::Adopted
+    } else {
+        ResponseOutcome::Rejected
+    };
+    let mut response = Response::new(&message.message_id, outcome);
+    response.revision = receipt.revision.map(|r| r as u64);
+    response.result = receipt.result_json.and_then(|json| serde_json::from_str(&json).ok());
+    response
+}
+
+/// Facts a message needs from outside the store: a registered process must be a direct
+/// child of this runner, recorded with its start identity while it runs.
+fn check_outside_store(state: &RunnerState, message: &Message) -> Checked {
+    let registering = message.kind == MessageKind::RunnerProgress
+        && message.payload.get("operation").and_then(Value::as_str) == Some("process.register");
+    let pid = message
+        .payload
+        .get("pid")
+        .and_then(Value::as_i64)
+        .and_then(|pid| i32::try_from(pid).ok())
+        .filter(|pid| *pid > 1);
+    let registration = match pid.filter(|_| registering) {
+        None => Registration::None,
+        Some(pid) => classify_registration(pid, state.child.pid()),
+    };
+    Checked { registration }
+}
+
+fn classify_registration(pid: i32, runner_pid: i32) -> Registration {
+    use supervisors::process::{identity_of, parent_of};
+    match parent_of(pid) {
+        // Exited and already reaped by the runner: nothing is left to supervise.
+        None => Registration::Exited { pid },
+        Some((parent, _)) if parent != runner_pid => Registration::Foreign,
+        Some((_, false)) => Registration::Exited { pid },
+        Some((_, true)) => match identity_of(pid) {
+            Some(identity) => Registration::Child {
+                pid,
+                identity: identity.to_string(),
+            },
+            None => Registration::Exited { pid },
+        },
+    }
+}
+
+async fn respond(state: &mut RunnerState, message: &Message, applied: StoreResult<Applied>) -> Response {
+    match applied {
+        Ok((revision, result)) => {
+            match message.kind {
+                MessageKind::RunnerReady => {
+                    state.ready = true;
+                    state.revision_at_ready = revision;
+                }
+                MessageKind::RunFinished => state.finished = true,
+                _ => {}
+            }
+            let mut response = Response::new(&message.message_id, ResponseOutcome::Accepted);
+            response.revision = revision.map(|r| r as u64);
+            response.result = result;
+            response
+        }
+        Err(StoreError::ClaimLost(lost)) => {
+            tracing::info!(run_id = %lost.resource_id, generation = lost.generation, reason = %lost.reason, "runner's claim lost");
+            state.claim_lost = true;
+            Response::new(&message.message_id, ResponseOutcome::ClaimLost)
+        }
+        Err(err) => {
+            let (epoch, id, kind) = (
+                state.args.runner_epoch.clone(),
+                message.message_id.clone(),
+                message.kind.as_str(),
+            );
+            let receipt = workers::MessageReceipt {
+                outcome: "rejected".to_string(),
+                revision: None,
+                result_json: None,
+            };
+            let _ = blocking::write(&state.args.ctx.store, move |tx| {
+                workers::store_message_receipt(tx, &epoch, &id, kind, &receipt)
+            })
+            .await;
+            Response::new(&message.message_id, ResponseOutcome::Rejected)
+                .with_error("protocolRejected", &err.to_string())
+        }
+    }
+}
