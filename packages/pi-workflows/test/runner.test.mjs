@@ -131,3 +131,16 @@ test("an unchanged source that no longer loads fails the run clearly; a bad laun
   assert.equal(bad.code, 76);
   assert.deepEqual(bad.messages, []);
 });
+
+test("state-changing messages after ready carry an increasing expectedRevision", async (t) => {
+  const { project } = fixtureCopy(t);
+  const loaded = await loadWorkflow("greet", project, {});
+  const result = await runRunner({ launch: launchFor({ projectPath: project, loaded }), payload: { runState: runState({ input: { who: "z" } }) } });
+  assert.equal(result.code, 0, result.stderr);
+  const changes = result.messages.filter((m) => !["runner.ready", "runner.exiting", "runner.progress", "content.read"].includes(m.kind));
+  assert.ok(changes.length >= 3, changes.map((m) => m.kind).join(","));
+  const revisions = changes.map((m) => m.expectedRevision);
+  assert.ok(revisions.every((r) => Number.isInteger(r)), JSON.stringify(revisions));
+  assert.ok(revisions.every((r, i) => i === 0 || r > revisions[i - 1]), JSON.stringify(revisions));
+  assert.equal(result.messages[0].expectedRevision, undefined, "runner.ready comes before the runner knows a revision");
+});

@@ -48,6 +48,8 @@ export class PipelineError extends Error {}
 interface Waiter {
   messageId: string;
   kind: string;
+  /** What the message expected; a refused message changed nothing, so it still holds. */
+  expectedRevision?: number;
   resolve(response: RunnerResponse): void;
   reject(error: Error): void;
 }
@@ -59,6 +61,12 @@ export class RunnerSession {
   private pumping = false;
   /** Answers of messages sent ahead, oldest first. */
   private readonly ahead: Promise<RunnerResponse>[] = [];
+  /**
+   * The run revision the next state-changing message expects (fencing: a change made by
+   * anyone else in between makes the server refuse it). Known from the `runner.ready`
+   * answer on; each accepted change advances it by one, and every answer resynchronizes it.
+   */
+  private expectedRevision?: number;
 
   /** Whether any message was sent (before `runner.ready`, a goodbye would only be refused). */
   get hasSent(): boolean {
@@ -109,7 +117,11 @@ export class RunnerSession {
   private post(kind: string, payload: Record<string, unknown>, attemptId?: string): Promise<RunnerResponse> {
     const { runId, generation, runnerEpoch } = this.launch;
     const messageId = `${runnerEpoch}:${++this.sequence}`;
-    const answer = new Promise<RunnerResponse>((resolve, reject) => this.waiters.push({ messageId, kind, resolve, reject }));
+    const expectedRevision = CHANGES_NO_REVISION.has(kind) ? undefined : this.expectedRevision;
+    if (expectedRevision !== undefined) this.expectedRevision = expectedRevision + 1;
+    const answer = new Promise<RunnerResponse>((resolve, reject) =>
+      this.waiters.push({ messageId, kind, expectedRevision, resolve, reject }),
+    );
     // Writes go out in call order; answers come back in the same order.
     this.channel
       .writeFrame({
@@ -121,6 +133,7 @@ export class RunnerSession {
         generation,
         runnerEpoch,
         ...(attemptId !== undefined ? { attemptId } : {}),
+        ...(expectedRevision !== undefined ? { expectedRevision } : {}),
         payload,
       })
       .catch((error: Error) => this.failAll(error));
@@ -143,9 +156,13 @@ export class RunnerSession {
         } catch (error) {
           // A refusal answers its own message only; a protocol error ends the channel.
           if (!(error instanceof HostRejectedError)) throw error;
+          if (waiter.expectedRevision !== undefined && this.waiters.length === 0) this.expectedRevision = waiter.expectedRevision;
           waiter.reject(error);
           continue;
         }
+        // The server's revision after this answer; later answers of pipelined messages
+        // arrive in order, so the newest one wins once nothing is in flight.
+        if (typeof checked.revision === "number" && this.waiters.length === 0) this.expectedRevision = checked.revision;
         waiter.resolve(checked);
       }
     } catch (error) {
@@ -166,6 +183,9 @@ export class RunnerSession {
     return frame;
   }
 }
+
+/** Messages that never change the run's revision (reads, process registry, goodbye). */
+const CHANGES_NO_REVISION = new Set(["runner.ready", "runner.progress", "runner.exiting", "content.read"]);
 
 /** Check one answer against the message it must answer; rejections become HostRejectedError. */
 function checkResponse(waiter: Waiter, response: RunnerResponse): RunnerResponse {
