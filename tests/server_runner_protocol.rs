@@ -44,6 +44,24 @@ impl Dir {
         query_db(self.path(), sql)
     }
 
+    fn wait(&self, what: &str, sql: &str) {
+        wait_for_db(self.path(), what, sql);
+    }
+
+    fn wait_completed(&self) {
+        self.wait(
+            "the run completes",
+            "SELECT count(*) FROM runs WHERE status = 'completed'",
+        );
+    }
+
+    fn wait_crashed(&self) {
+        self.wait(
+            "the runner crashed",
+            "SELECT count(*) FROM run_workers WHERE status = 'crashed'",
+        );
+    }
+
     fn acks(&self) -> String {
         std::fs::read_to_string(self.path().join("acks")).unwrap_or_default()
     }
@@ -85,20 +103,12 @@ fn a_resumed_runner_gets_resume_with_its_run_state_and_skips_committed_nodes() {
     let dir = Dir::new(&["run-r"]);
     // ready, step1, step2, step3 → crash (step 3's commit may or may not land).
     dir.start(&dir.script("steps=5,crash-after=4,crash-first-only"));
-    wait_for_db(
-        dir.path(),
-        "the runner crashed",
-        "SELECT count(*) FROM run_workers WHERE status = 'crashed'",
-    );
+    dir.wait_crashed();
     let committed = dir.count("SELECT count(*) FROM node_attempts WHERE status = 'completed'");
     assert!(committed >= 2, "{committed} nodes committed before the crash");
     let resume = pi_workflows(dir.path(), &["run", "resume", "run-r"], "");
     assert!(resume.status.success(), "{}", String::from_utf8_lossy(&resume.stderr));
-    wait_for_db(
-        dir.path(),
-        "the run completes",
-        "SELECT count(*) FROM runs WHERE status = 'completed'",
-    );
+    dir.wait_completed();
     // Each node completed exactly once across both runners: the run state told the
     // second runner what was already committed.
     assert_eq!(
@@ -119,18 +129,10 @@ fn a_run_state_above_the_frame_limit_is_read_by_reference_in_parts() {
     let dir = Dir::new(&["run-big"]);
     // Six 200 KB outputs (1.2 MB of run state) before the crash.
     dir.start(&dir.script("steps=8,output-bytes=200000,crash-after=7,crash-first-only,bad-reads"));
-    wait_for_db(
-        dir.path(),
-        "the runner crashed",
-        "SELECT count(*) FROM run_workers WHERE status = 'crashed'",
-    );
+    dir.wait_crashed();
     let resume = pi_workflows(dir.path(), &["run", "resume", "run-big"], "");
     assert!(resume.status.success(), "{}", String::from_utf8_lossy(&resume.stderr));
-    wait_for_db(
-        dir.path(),
-        "the run completes",
-        "SELECT count(*) FROM runs WHERE status = 'completed'",
-    );
+    dir.wait_completed();
     let acks = dir.acks();
     assert!(acks.contains("command resume reference"), "{acks}");
     // Each bad read gets a bounded, named failure and the runner carries on.
@@ -171,13 +173,8 @@ fn a_checkpoint_waits_without_a_runner_and_its_answer_continues_the_run() {
     let dir = Dir::new(&["run-c"]);
     let script = dir.script("steps=3,checkpoint-at=2");
     dir.start(&script);
-    wait_for_db(
-        dir.path(),
-        "the run waits",
-        "SELECT count(*) FROM runs WHERE status = 'waiting'",
-    );
-    wait_for_db(
-        dir.path(),
+    dir.wait("the run waits", "SELECT count(*) FROM runs WHERE status = 'waiting'");
+    dir.wait(
         "the runner exits",
         "SELECT count(*) FROM run_workers WHERE status = 'exited'",
     );
@@ -205,8 +202,7 @@ fn a_checkpoint_waits_without_a_runner_and_its_answer_continues_the_run() {
         Submitted::Adopted { .. }
     ));
     dir.start(&script);
-    wait_for_db(
-        dir.path(),
+    dir.wait(
         "the answered run completes",
         "SELECT count(*) FROM runs WHERE status = 'completed'",
     );
@@ -261,11 +257,7 @@ fn a_validating_runner_accepts_or_rejects_a_submitted_answer() {
 fn progress_updates_and_notifications_are_recorded_as_events() {
     let dir = Dir::new(&["run-u"]);
     dir.start(&dir.script("steps=2,updates"));
-    wait_for_db(
-        dir.path(),
-        "the run completes",
-        "SELECT count(*) FROM runs WHERE status = 'completed'",
-    );
+    dir.wait_completed();
     assert_eq!(
         dir.count("SELECT count(*) FROM events WHERE event_type = 'node.updated' AND payload_hash IS NOT NULL"),
         1
@@ -281,18 +273,13 @@ fn a_registered_child_group_is_reaped_when_its_runner_dies_first() {
     let dir = Dir::new(&["run-p"]);
     // ready, register, step1 → crash with the registered `sleep` still running.
     dir.start(&dir.script("steps=3,register-child,crash-after=3"));
-    wait_for_db(
-        dir.path(),
-        "the runner crashed",
-        "SELECT count(*) FROM run_workers WHERE status = 'crashed'",
-    );
+    dir.wait_crashed();
     let acks = dir.acks();
     let pid: i32 = acks
         .lines()
         .find_map(|line| line.strip_prefix("register ")?.strip_suffix(" accepted")?.parse().ok())
         .unwrap_or_else(|| panic!("the registration was not accepted:\n{acks}"));
-    wait_for_db(
-        dir.path(),
+    dir.wait(
         "the registration is closed",
         "SELECT count(*) FROM runner_processes WHERE unregistered_at IS NOT NULL",
     );
@@ -310,11 +297,7 @@ fn a_registered_child_group_is_reaped_when_its_runner_dies_first() {
 fn a_process_that_is_not_a_direct_child_of_the_runner_cannot_register() {
     let dir = Dir::new(&["run-f"]);
     dir.start(&dir.script("steps=1,register-foreign"));
-    wait_for_db(
-        dir.path(),
-        "the run completes",
-        "SELECT count(*) FROM runs WHERE status = 'completed'",
-    );
+    dir.wait_completed();
     let acks = dir.acks();
     assert!(
         acks.lines()
@@ -330,25 +313,19 @@ fn the_server_renews_a_live_runs_claim_while_its_runner_is_silent() {
     // One node that works 12 s between node.started and node.finished: longer than the
     // renewal interval (a third of the 30 s claim), with no runner message in between.
     dir.start(&dir.script("steps=1,work-ms=12000"));
-    wait_for_db(
-        dir.path(),
+    dir.wait(
         "the node starts",
         "SELECT count(*) FROM node_attempts WHERE status = 'running'",
     );
     let started: i64 = dir.count("SELECT heartbeat_at FROM leases WHERE resource_type = 'run'");
-    wait_for_db(
-        dir.path(),
+    dir.wait(
         "the claim is renewed without a runner message",
         &format!(
             "SELECT count(*) FROM leases l JOIN node_attempts a ON a.run_id = l.resource_id
              WHERE l.resource_type = 'run' AND l.heartbeat_at > {started} AND a.status = 'running'"
         ),
     );
-    wait_for_db(
-        dir.path(),
-        "the run completes",
-        "SELECT count(*) FROM runs WHERE status = 'completed'",
-    );
+    dir.wait_completed();
 }
 
 #[test]
@@ -357,13 +334,8 @@ fn pipelined_pure_results_are_each_committed_and_answered_in_order() {
     // Up to 8 node results in flight; the scripted runner exits if an answer comes out of
     // order, so completion proves the order.
     dir.start(&dir.script("steps=40,pipeline=8"));
-    wait_for_db(
-        dir.path(),
-        "the run completes",
-        "SELECT count(*) FROM runs WHERE status = 'completed'",
-    );
-    wait_for_db(
-        dir.path(),
+    dir.wait_completed();
+    dir.wait(
         "the runner exits",
         "SELECT count(*) FROM run_workers WHERE status = 'exited'",
     );
@@ -383,11 +355,7 @@ fn a_runner_that_crashes_with_results_in_flight_resumes_without_repeating_commit
     let dir = Dir::new(&["run-pipe-crash"]);
     // Crash right after writing the 20th message, with up to 8 results unanswered.
     dir.start(&dir.script("steps=40,pipeline=8,crash-after=20,crash-first-only"));
-    wait_for_db(
-        dir.path(),
-        "the runner crashed",
-        "SELECT count(*) FROM run_workers WHERE status = 'crashed'",
-    );
+    dir.wait_crashed();
     let committed = dir.count("SELECT count(*) FROM node_attempts WHERE status = 'completed'");
     assert!(
         (1..=19).contains(&committed),
@@ -395,11 +363,7 @@ fn a_runner_that_crashes_with_results_in_flight_resumes_without_repeating_commit
     );
     let resume = pi_workflows(dir.path(), &["run", "resume", "run-pipe-crash"], "");
     assert!(resume.status.success(), "{}", String::from_utf8_lossy(&resume.stderr));
-    wait_for_db(
-        dir.path(),
-        "the run completes",
-        "SELECT count(*) FROM runs WHERE status = 'completed'",
-    );
+    dir.wait_completed();
     assert_eq!(
         dir.count("SELECT count(*) FROM node_attempts WHERE status = 'completed'"),
         40,

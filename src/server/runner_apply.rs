@@ -159,14 +159,27 @@ fn finish_node(
             error_hash: Some(error),
         }
     };
+    finish_attempt_of(tx, authority, expected, payload, &outcome, |_, _| Ok(()))
+}
+
+/// Settle the message's attempt (started here when the payload carries start fields) with
+/// `also` in the same protected write; `also` gets the attempt ID.
+fn finish_attempt_of(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    payload: &Payload<'_>,
+    outcome: &AttemptOutcome,
+    also: impl FnOnce(&WriteTx<'_>, &str) -> StoreResult<()>,
+) -> StoreResult<i64> {
     let started_here = payload.started_here()?;
     let attempt_id = payload.attempt_id()?;
     let finish = Finish {
         attempt_id: &attempt_id,
         started_here: started_here.as_ref(),
-        outcome: &outcome,
+        outcome,
     };
-    attempts::finish_attempt_with(tx, authority, expected, &finish, |_| Ok(()))
+    attempts::finish_attempt_with(tx, authority, expected, &finish, |tx| also(tx, &attempt_id))
 }
 
 fn finish_run(
@@ -252,15 +265,8 @@ fn notify(
     let outcome = AttemptOutcome::Completed {
         output_hash: Some(output),
     };
-    let started_here = payload.started_here()?;
-    let attempt_id = payload.attempt_id()?;
-    let finish = Finish {
-        attempt_id: &attempt_id,
-        started_here: started_here.as_ref(),
-        outcome: &outcome,
-    };
     let run_id = authority.resource_id.as_str();
-    attempts::finish_attempt_with(tx, authority, expected, &finish, |tx| {
+    finish_attempt_of(tx, authority, expected, payload, &outcome, |tx, attempt_id| {
         let Some(session) = messages::origin_session(tx, run_id)? else {
             return Ok(());
         };
@@ -268,7 +274,7 @@ fn notify(
             run_id,
             target_session_id: &session,
             kind: WorkflowMessageKind::Notification,
-            source_id: &attempt_id,
+            source_id: attempt_id,
             reason: None,
             content_hash: &notification,
         };

@@ -1,5 +1,6 @@
 // What the engine needs from its host (the runner channel, or an in-memory fake in tests),
 // and the narrow RunState it executes from. Both mirror docs/RUNNER-PROTOCOL.md.
+import type { AgentExecutor as PiAgentExecutor, AgentResult } from "../agent/executor.js";
 import type { NodeError } from "../types.js";
 
 export type AttemptStatus = "running" | "waiting" | "completed" | "failed" | "timed_out" | "cancelled";
@@ -114,17 +115,8 @@ export class HostRejectedError extends Error {
   }
 }
 
-export type AgentRunResult = { ok: true; text: string } | { ok: false; code: string; message: string };
+// One headless agent step: the contract is declared once, next to its implementation
+// (src/agent/executor.ts, loaded lazily by the runner); the engine needs only its types.
 
-/** Runs one headless agent step (implemented by src/agent/executor.ts). */
-export interface AgentExecutor {
-  runAgent(request: {
-    prompt: string;
-    expectedOutput?: string;
-    timeoutMs: number;
-    cwd: string;
-    signal: AbortSignal;
-    registerProcess(pid: number): Promise<void>;
-    unregisterProcess(pid: number): Promise<void>;
-  }): Promise<AgentRunResult>;
-}
+export type AgentRunResult = AgentResult;
+export type AgentExecutor = PiAgentExecutor;
