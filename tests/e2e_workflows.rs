@@ -318,6 +318,14 @@ fn live_with_env(entry: &str) -> Vec<i64> {
     })
 }
 
+/// An idle warm runner: a direct child of the server running the Node runner that no run
+/// has been assigned (no `run_workers` row names it; the caller checks after the run ended).
+fn is_warm_runner_of(pid: i64, server: i64) -> bool {
+    let parent = supervisors::process::parent_of(pid as i32).map(|(parent, _)| i64::from(parent));
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    parent == Some(server) && cmdline.windows(14).any(|window| window == b"runner-main.js")
+}
+
 fn line_count(path: &Path) -> usize {
     std::fs::read_to_string(path).map_or(0, |text| text.lines().count())
 }
@@ -1122,14 +1130,15 @@ fn a_headless_agent_step_runs_the_pinned_pi_against_the_mock_model() {
     );
     let pi_pid = env.count("SELECT pid FROM runner_processes");
     // Pi renames its process (`pi`), so look for anything with this test's agent directory
-    // in its environment: after the run only the server may have it.
+    // in its environment: after the run only the server may have it, and the server's idle
+    // warm runner (started ahead for the next run, holding no run).
     let server = i64::from(env.server_pid());
     env.wait_until("no pi process survives", || {
         !alive(pi_pid)
             && live_group_members(pi_pid).is_empty()
             && live_with_env(&format!("PI_CODING_AGENT_DIR={}", agent.display()))
                 .into_iter()
-                .all(|pid| pid == server)
+                .all(|pid| pid == server || is_warm_runner_of(pid, server))
     });
 }
 
@@ -1186,4 +1195,47 @@ fn bad_input_is_refused_before_any_run_exists() {
     env.expect_code(&by_name, 1, "run start bad-edge by name");
     assert!(stderr_of(&by_name).contains("nowhereNode"), "{}", stderr_of(&by_name));
     assert_no_run(&env);
+}
+
+// Warm runners ------------------------------------------------------------------------------
+
+fn warm_runners(server: i64) -> Vec<i64> {
+    live_processes(|pid, _, _| is_warm_runner_of(pid, server))
+}
+
+/// A warm runner (started ahead of the next run) holds no run and never outlives its
+/// server: a graceful stop stops it, and after a SIGKILL of the server it sees its channel
+/// close and exits on its own.
+#[test]
+fn warm_runners_hold_no_run_and_never_outlive_the_server() {
+    let env = Env::new();
+    let out = env.cli(&["run", "start", &example("repo-facts"), "--follow", "--json"]);
+    env.expect_code(&out, 0, "run start repo-facts --follow");
+    let server = i64::from(env.server_pid());
+    env.wait_until("a warm runner waits for the next run", || {
+        !warm_runners(server).is_empty()
+    });
+    let warm = warm_runners(server);
+    assert_eq!(warm.len(), 1, "one warm runner by default: {warm:?}");
+    let stop = env.cli(&["server", "stop"]);
+    env.expect_code(&stop, 0, "server stop");
+    env.wait_until("the graceful stop stops the warm runner", || {
+        warm.iter().all(|pid| !alive(*pid))
+    });
+
+    // Started again by the next run; now SIGKILL the server itself.
+    let out = env.cli(&["run", "start", &example("repo-facts"), "--follow", "--json"]);
+    env.expect_code(&out, 0, "second run start");
+    let server = i64::from(env.server_pid());
+    env.wait_until("a warm runner waits again", || !warm_runners(server).is_empty());
+    let warm = warm_runners(server);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9 the server");
+    env.wait_until("the orphaned warm runner exits on its own", || {
+        warm.iter().all(|pid| !alive(*pid))
+    });
+    assert_eq!(env.count("SELECT count(*) FROM runs WHERE status = 'completed'"), 2);
 }

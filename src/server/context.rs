@@ -50,6 +50,8 @@ pub struct RunnerSettings {
     pub logs_dir: std::path::PathBuf,
     /// The bundle cache runners share with the CLI's resolver (`PI_WORKFLOWS_CACHE_DIR`).
     pub cache_dir: std::path::PathBuf,
+    /// Runner processes kept started ahead of need (`PI_WORKFLOWS_WARM_RUNNERS`).
+    pub warm_runners: usize,
 }
 
 pub struct ServerContext {
@@ -68,6 +70,8 @@ pub struct ServerContext {
     pub root: OnceLock<ActorRef<SupervisorMsg>>,
     /// Wakes the scheduler when capacity frees up or work is queued.
     scheduler_wakes: Arc<tokio::sync::Notify>,
+    /// Runner processes started ahead of need.
+    pub runner_pool: super::runner_pool::RunnerPool,
     /// The live runner actor of each run that has one.
     runner_registry: Mutex<HashMap<String, ActorRef<RunnerMsg>>>,
     stop: watch::Sender<Option<StopReason>>,
@@ -87,6 +91,7 @@ impl ServerContext {
             runners: AtomicUsize::new(0),
             root: OnceLock::new(),
             runner_registry: Mutex::new(HashMap::new()),
+            runner_pool: Default::default(),
             scheduler_wakes: Arc::new(tokio::sync::Notify::new()),
             stop,
         })

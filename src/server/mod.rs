@@ -18,6 +18,7 @@ pub mod runner;
 pub mod runner_apply;
 pub mod runner_channel;
 pub mod runner_messages;
+pub mod runner_pool;
 pub mod scheduler;
 pub mod status;
 pub mod tree;
@@ -51,6 +52,7 @@ pub const MAX_WORKERS_DEFAULT: usize = 4;
 /// A generous bound on capacity: each runner is an OS process.
 pub const MAX_WORKERS_LIMIT: usize = 256;
 pub const RUNNER_READY_MS_DEFAULT: u64 = 10_000;
+pub const WARM_RUNNERS_ENV: &str = "PI_WORKFLOWS_WARM_RUNNERS";
 
 pub struct ServerConfig {
     pub paths: ServerPaths,
@@ -77,7 +79,18 @@ impl ServerConfig {
         if !(1..=MAX_WORKERS_LIMIT).contains(&max_workers) {
             anyhow::bail!("{MAX_WORKERS_ENV} must be between 1 and {MAX_WORKERS_LIMIT}, not {max_workers}");
         }
+        // One warm runner by default with the Node runner; a custom runner program (tests'
+        // scripted runner) starts on demand unless asked otherwise.
+        let custom_runner = std::env::var_os(RUNNER_ENV).is_some_and(|value| !value.is_empty());
+        let warm_runners = env_number(WARM_RUNNERS_ENV, u64::from(!custom_runner))? as usize;
+        if warm_runners > runner_pool::WARM_RUNNERS_MAX {
+            anyhow::bail!(
+                "{WARM_RUNNERS_ENV} must be between 0 and {}, not {warm_runners}",
+                runner_pool::WARM_RUNNERS_MAX
+            );
+        }
         let runner = context::RunnerSettings {
+            warm_runners,
             program: runner_program(),
             max_workers,
             ready_timeout: Duration::from_millis(env_number(RUNNER_READY_ENV, RUNNER_READY_MS_DEFAULT)?),
@@ -136,6 +149,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<StopReason> {
     let _ = ctx.root.set(root.clone());
     announce_ready(lease.epoch);
     tracing::info!(epoch = lease.epoch, "server ready");
+    runner_pool::refill_soon(&ctx);
 
     let reason = tokio::select! {
         reason = ctx.stopped() => reason,
@@ -144,6 +158,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<StopReason> {
     };
     ctx.request_stop(reason);
     tracing::info!(reason = reason.as_str(), "server stopping");
+    ctx.runner_pool.shutdown().await;
     let stopped = root
         .stop_and_wait(
             Some(reason.as_str().to_string()),

@@ -132,7 +132,6 @@ impl Actor for Runner {
         myself: ActorRef<RunnerMsg>,
         args: RunnerArgs,
     ) -> Result<RunnerState, ActorProcessingErr> {
-        let (parent_end, child_end) = StdUnixStream::pair()?;
         let launch = launch_envelope(&args);
         let launch_bytes = encode_frame(&launch)?;
         let worker = NewWorker {
@@ -143,7 +142,18 @@ impl Actor for Runner {
             launch_envelope_hash: sha256_hex(&launch_bytes),
         };
         blocking::write(&args.ctx.store, move |tx| workers::record_launch(tx, &worker)).await?;
-        let child = spawn(process_spec(&args, child_end.into())?)?;
+        // A warm runner (already started, waiting for its launch) saves a Node start-up.
+        let (child, parent_end) = match args.ctx.runner_pool.take() {
+            Some(warm) => warm.assign(&args.ctx.runner_settings.logs_dir, &args.runner_epoch),
+            None => {
+                let (parent_end, child_end) = StdUnixStream::pair()?;
+                let project = (!args.run.project_path.is_empty()).then(|| PathBuf::from(&args.run.project_path));
+                let settings = &args.ctx.runner_settings;
+                let spec = process_spec(settings, &args.program, &args.runner_epoch, project, child_end.into())?;
+                (spawn(spec)?, parent_end)
+            }
+        };
+        super::runner_pool::refill_soon(&args.ctx);
         let (epoch, pid, identity) = (args.runner_epoch.clone(), child.pid(), child.identity().to_string());
         blocking::write(&args.ctx.store, move |tx| {
             workers::record_process(tx, &epoch, pid, &identity)
@@ -278,25 +288,31 @@ fn launch_envelope(args: &RunnerArgs) -> Launch {
     }
 }
 
-fn process_spec(args: &RunnerArgs, channel: std::os::fd::OwnedFd) -> std::io::Result<ProcessSpec> {
-    let logs = &args.ctx.runner_settings.logs_dir;
-    let mut spec = ProcessSpec::new(&args.program.0)
-        .args(args.program.1.iter().cloned())
+/// The spec of a runner process: its own group, fd 3 channel, bounded captures named
+/// `<log_stem>.out|.err`, no core dumps, an allow-listed environment. `cwd` is the
+/// project when known (a warm runner changes there itself once launched).
+pub(super) fn process_spec(
+    settings: &super::context::RunnerSettings,
+    program: &(PathBuf, Vec<std::ffi::OsString>),
+    log_stem: &str,
+    cwd: Option<PathBuf>,
+    channel: std::os::fd::OwnedFd,
+) -> std::io::Result<ProcessSpec> {
+    let logs = &settings.logs_dir;
+    let mut spec = ProcessSpec::new(&program.0)
+        .args(program.1.iter().cloned())
         .env_clear(true)
-        .stdout_to(logs.join(format!("{}.out", args.runner_epoch)))
-        .stderr_to(logs.join(format!("{}.err", args.runner_epoch)))
+        .stdout_to(logs.join(format!("{log_stem}.out")))
+        .stderr_to(logs.join(format!("{log_stem}.err")))
         .capture_bytes_max(RUNNER_CAPTURE_BYTES_MAX)
         .grace(Duration::from_millis(RUNNER_GRACE_MS))
         // A core dump could hold workflow data: none, ever.
         .rlimit(RlimitResource::Core, Some(0), Some(0))
         .inherit_fd(channel, RUNNER_CHANNEL_FD);
-    if let Some(dir) = (!args.run.project_path.is_empty())
-        .then(|| PathBuf::from(&args.run.project_path))
-        .filter(|dir| dir.is_dir())
-    {
+    if let Some(dir) = cwd.filter(|dir| dir.is_dir()) {
         spec = spec.cwd(dir);
     }
-    spec = spec.env(crate::package::CACHE_DIR_ENV, &args.ctx.runner_settings.cache_dir);
+    spec = spec.env(crate::package::CACHE_DIR_ENV, &settings.cache_dir);
     for name in RUNNER_ENV_ALLOWED {
         if let Some(value) = std::env::var_os(name) {
             spec = spec.env(*name, value);

@@ -114,6 +114,12 @@ async function main(): Promise<number> {
   let session: RunnerSession | undefined;
   try {
     const launch = parseLaunch(await channel.readFrame());
+    // A warm runner was started before its run was known: move into the run's project.
+    try {
+      process.chdir(launch.projectPath);
+    } catch {
+      // No usable project directory: steps that need one fail with their own error.
+    }
     session = new RunnerSession(channel, launch);
     const verified = await loadVerified(launch);
     if ("changed" in verified) await parkSourceChanged(session, verified.changed);
