@@ -18,12 +18,18 @@ use crate::store::{StoreError, StoreResult, WriteTx, processes, workers};
 
 /// A node output, interaction answer or effect result, as canonical JSON.
 pub const VALUE_BYTES_MAX: usize = 256 * 1024;
+// Runners cut display texts by UTF-8 bytes (an error message to 4 KiB, an update to 1 KiB, a
+// notification to 16 KiB); canonical JSON escaping can grow a control character to six
+// bytes, so the stored bounds leave room for that and the envelope: a well-behaved runner's
+// value is never refused (a refusal would strand the run), and every value stays bounded.
 /// An error value (`{code, message}`).
-pub const ERROR_BYTES_MAX: usize = 4 * 1024;
+pub const ERROR_BYTES_MAX: usize = 6 * 4 * 1024 + 1024;
 /// A progress update of a running node.
-pub const UPDATE_BYTES_MAX: usize = 1024 + 256;
+pub const UPDATE_BYTES_MAX: usize = 6 * 1024 + 1024;
 /// A notification of a notify node.
-pub const NOTIFICATION_BYTES_MAX: usize = 16 * 1024 + 256;
+pub const NOTIFICATION_BYTES_MAX: usize = 6 * 16 * 1024 + 1024;
+/// An ID or node path in a runner payload.
+pub const PAYLOAD_ID_BYTES_MAX: usize = 1024;
 /// A presentation for the run's terminal message.
 pub const PRESENTATION_BYTES_MAX: usize = 64 * 1024;
 
@@ -108,8 +114,16 @@ impl Payload<'_> {
         self.0.payload.get(key).and_then(Value::as_str).map(str::to_string)
     }
 
+    /// A required ID-like field (IDs, node paths, types): present and bounded.
     fn required_text(&self, key: &'static str) -> StoreResult<String> {
-        self.text(key).ok_or_else(|| missing(key))
+        let text = self.text(key).ok_or_else(|| missing(key))?;
+        if text.is_empty() || text.len() > PAYLOAD_ID_BYTES_MAX {
+            return Err(StoreError::InvalidInput {
+                what: key,
+                detail: format!("must be 1 to {PAYLOAD_ID_BYTES_MAX} bytes"),
+            });
+        }
+        Ok(text)
     }
 
     fn value(&self, key: &'static str) -> StoreResult<&Value> {
@@ -117,7 +131,11 @@ impl Payload<'_> {
     }
 
     fn attempt_id(&self) -> StoreResult<String> {
-        self.0.attempt_id.clone().ok_or_else(|| missing("attemptId"))
+        let id = self.0.attempt_id.clone().ok_or_else(|| missing("attemptId"))?;
+        if id.is_empty() || id.len() > PAYLOAD_ID_BYTES_MAX {
+            return Err(invalid("attemptId must be 1 to 1024 bytes"));
+        }
+        Ok(id)
     }
 
     fn new_attempt(&self) -> StoreResult<NewAttempt> {
@@ -126,7 +144,10 @@ impl Payload<'_> {
             node_id: self.required_text("nodeId")?,
             node_path: self.required_text("nodePath")?,
             visit: self.0.payload.get("visit").and_then(Value::as_i64).unwrap_or(1),
-            node_type: self.text("nodeType").unwrap_or_else(|| "compute".to_string()),
+            node_type: match self.text("nodeType") {
+                Some(_) => self.required_text("nodeType")?,
+                None => "compute".to_string(),
+            },
             deadline_at: self.0.payload.get("deadlineAt").and_then(Value::as_i64),
             timeout_ms: self.0.payload.get("timeoutMs").and_then(Value::as_i64),
         })

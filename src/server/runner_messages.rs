@@ -26,9 +26,18 @@ use crate::store::{StoreError, StoreResult, workers};
 pub(super) async fn on_frames(state: &mut RunnerState, lines: Vec<Vec<u8>>) -> bool {
     let mut pipelined: Vec<(Message, Submitted)> = Vec::new();
     for line in lines {
-        let Some(message) = parse(state, &line).await else {
-            flush(state, &mut pipelined).await;
-            return false;
+        let message = match parse(state, &line) {
+            Parsed::Message(message) => message,
+            Parsed::Stale(message_id) => {
+                // Earlier frames are answered first: answers keep message order.
+                flush(state, &mut pipelined).await;
+                let _ = reply(state, Response::new(&message_id, ResponseOutcome::ClaimLost)).await;
+                return false;
+            }
+            Parsed::Bad => {
+                flush(state, &mut pipelined).await;
+                return false;
+            }
         };
         if state.ready && pipelinable(message.kind) {
             let submitted = submit(state, &message);
@@ -62,15 +71,29 @@ async fn flush(state: &mut RunnerState, pipelined: &mut Vec<(Message, Submitted)
     keep_reading
 }
 
+/// A frame after decoding and fencing.
+enum Parsed {
+    Message(Message),
+    /// Another generation or epoch: answered `claimLost` (after earlier frames), then stop.
+    Stale(String),
+    /// Not a protocol message: stop the runner.
+    Bad,
+}
+
+/// The longest message ID a runner may use (receipts are keyed by it).
+const MESSAGE_ID_BYTES_MAX: usize = 256;
+
 /// Decode a frame and check its fencing before its payload is read.
-async fn parse(state: &mut RunnerState, line: &[u8]) -> Option<Message> {
+fn parse(state: &mut RunnerState, line: &[u8]) -> Parsed {
     let Ok(frame) = decode_frame(line) else {
         tracing::warn!(run_id = %state.args.run.run_id, "runner sent a bad frame; stopping it");
-        return None;
+        return Parsed::Bad;
     };
-    let Some(fencing) = fencing_of(&frame) else {
-        tracing::warn!(run_id = %state.args.run.run_id, "runner message without fencing fields; stopping it");
-        return None;
+    let Some(fencing) =
+        fencing_of(&frame).filter(|f| !f.message_id.is_empty() && f.message_id.len() <= MESSAGE_ID_BYTES_MAX)
+    else {
+        tracing::warn!(run_id = %state.args.run.run_id, "runner message without valid fencing fields; stopping it");
+        return Parsed::Bad;
     };
     let current = (
         &state.args.run.run_id,
@@ -80,14 +103,13 @@ async fn parse(state: &mut RunnerState, line: &[u8]) -> Option<Message> {
     if (&fencing.run_id, fencing.generation, &fencing.runner_epoch) != current {
         tracing::warn!(run_id = %state.args.run.run_id, generation = fencing.generation, "stale runner message; claimLost");
         state.runner_stale = true;
-        let _ = reply(state, Response::new(&fencing.message_id, ResponseOutcome::ClaimLost)).await;
-        return None;
+        return Parsed::Stale(fencing.message_id);
     }
     let Ok(message) = serde_json::from_value::<Message>(Value::Object(frame)) else {
         tracing::warn!(run_id = %state.args.run.run_id, "runner message does not match the protocol; stopping it");
-        return None;
+        return Parsed::Bad;
     };
-    Some(message)
+    Parsed::Message(message)
 }
 
 /// One message on its own: a read, or a state change answered before the next frame.
@@ -250,7 +272,12 @@ async fn respond(state: &mut RunnerState, message: &Message, applied: StoreResul
                     state.ready = true;
                     state.revision_at_ready = revision;
                 }
-                MessageKind::RunFinished => state.finished = true,
+                // The run left this runner's hands (its claim is released): no more claim
+                // renewals, and its exit is not a crash to park.
+                MessageKind::RunFinished
+                | MessageKind::RunParked
+                | MessageKind::InteractionRequested
+                | MessageKind::InteractionRejected => state.finished = true,
                 _ => {}
             }
             let mut response = Response::new(&message.message_id, ResponseOutcome::Accepted);

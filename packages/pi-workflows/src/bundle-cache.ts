@@ -13,9 +13,15 @@ export const CACHE_DIR_ENV = "PI_WORKFLOWS_CACHE_DIR";
 const CACHED_CODE_BYTES_MAX = 16 * 1024 * 1024;
 
 export interface CachedBundle {
-  /** The bundled module file to import (0600). */
-  moduleFile: string;
+  /** The bundled code, already checked against the hash its entry recorded. */
+  code: string;
   source: WorkflowSource;
+}
+
+/** An entry: the sources it was built from and the hash of the code built from them. */
+interface Entry {
+  source: WorkflowSource;
+  codeHash: string;
 }
 
 function cacheDir(env: NodeJS.ProcessEnv): string | undefined {
@@ -23,23 +29,30 @@ function cacheDir(env: NodeJS.ProcessEnv): string | undefined {
   return dir && path.isAbsolute(dir) ? path.join(dir, "bundles") : undefined;
 }
 
-function entryPaths(dir: string, rootPath: string): { meta: string; module: string } {
-  const key = sha256Hex(Buffer.from(rootPath)).slice(0, 32);
-  return { meta: path.join(dir, `${key}.json`), module: path.join(dir, `${key}.mjs`) };
+function metaPath(dir: string, rootPath: string): string {
+  return path.join(dir, `${sha256Hex(Buffer.from(rootPath)).slice(0, 32)}.json`);
 }
 
-/** The cached bundle of `rootPath` if every recorded source still matches the disk. */
+/** Modules are content-addressed: a name never holds other code, whoever writes it. */
+function modulePath(dir: string, codeHash: string): string {
+  return path.join(dir, `${codeHash}.mjs`);
+}
+
+/**
+ * The cached bundle of `rootPath` if every recorded source still matches the disk and the
+ * stored code still has the hash the entry recorded; anything else is a miss.
+ */
 export async function lookup(rootPath: string, env: NodeJS.ProcessEnv = process.env): Promise<CachedBundle | undefined> {
   const dir = cacheDir(env);
   if (!dir) return undefined;
-  const paths = entryPaths(dir, rootPath);
-  let source: WorkflowSource;
+  let entry: Entry;
   try {
-    source = JSON.parse(await readFile(paths.meta, "utf8")) as WorkflowSource;
+    entry = JSON.parse(await readFile(metaPath(dir, rootPath), "utf8")) as Entry;
   } catch {
     return undefined;
   }
-  if (source?.root?.path !== rootPath || !Array.isArray(source.mounted)) return undefined;
+  const source = entry?.source;
+  if (source?.root?.path !== rootPath || !Array.isArray(source.mounted) || typeof entry.codeHash !== "string") return undefined;
   for (const file of [source.root, ...source.mounted]) {
     try {
       if ((await hashFile(file.path)) !== file.hash) return undefined;
@@ -47,25 +60,33 @@ export async function lookup(rootPath: string, env: NodeJS.ProcessEnv = process.
       return undefined;
     }
   }
-  return { moduleFile: paths.module, source };
-}
-
-/** Record a fresh bundle; a failure to cache never fails the load. Returns the module file. */
-export async function store(code: string, source: WorkflowSource, env: NodeJS.ProcessEnv = process.env): Promise<string | undefined> {
-  const dir = cacheDir(env);
-  if (!dir || Buffer.byteLength(code) > CACHED_CODE_BYTES_MAX) return undefined;
   try {
-    await mkdir(dir, { recursive: true, mode: 0o700 });
-    const paths = entryPaths(dir, source.root.path);
-    const suffix = `${process.pid}.${Date.now()}.tmp`;
-    // Module first, then the entry that vouches for it: a reader never sees an entry
-    // without its module. Renames keep concurrent writers from tearing files.
-    await writeFile(`${paths.module}.${suffix}`, code, { mode: 0o600 });
-    await rename(`${paths.module}.${suffix}`, paths.module);
-    await writeFile(`${paths.meta}.${suffix}`, JSON.stringify(source), { mode: 0o600 });
-    await rename(`${paths.meta}.${suffix}`, paths.meta);
-    return paths.module;
+    const code = await readFile(modulePath(dir, entry.codeHash), "utf8");
+    if (sha256Hex(Buffer.from(code)) !== entry.codeHash) return undefined;
+    return { code, source };
   } catch {
     return undefined;
+  }
+}
+
+/** Record a fresh bundle; a failure to cache never fails the load. */
+export async function store(code: string, source: WorkflowSource, env: NodeJS.ProcessEnv = process.env): Promise<void> {
+  const dir = cacheDir(env);
+  if (!dir || Buffer.byteLength(code) > CACHED_CODE_BYTES_MAX) return;
+  try {
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    const codeHash = sha256Hex(Buffer.from(code));
+    const suffix = `${process.pid}.${Date.now()}.tmp`;
+    // Module first, then the entry that names it by hash; renames keep readers from ever
+    // seeing a partial file, and a torn pair is only a miss (hashes disagree).
+    const module = modulePath(dir, codeHash);
+    await writeFile(`${module}.${suffix}`, code, { mode: 0o600 });
+    await rename(`${module}.${suffix}`, module);
+    const meta = metaPath(dir, source.root.path);
+    const entry: Entry = { source, codeHash };
+    await writeFile(`${meta}.${suffix}`, JSON.stringify(entry), { mode: 0o600 });
+    await rename(`${meta}.${suffix}`, meta);
+  } catch {
+    // Caching is an optimization only.
   }
 }

@@ -90,6 +90,9 @@ async function bundle(filePath: string): Promise<{ code: string; source: Workflo
     });
   } catch (error) {
     const errors = (error as { errors?: { text: string; location?: { file: string; line: number; column: number } | null }[] }).errors;
+    // Only build diagnostics say the definition is bad; anything else (the esbuild service
+    // could not start, no memory) is transient: the runner exits and the run parks.
+    if (!errors?.length) throw error;
     const detail = errors?.map((e) => (e.location ? `${e.location.file}:${e.location.line}:${e.location.column}: ${e.text}` : e.text)).join("; ");
     throw new WorkflowError("invalidDefinition", `cannot build ${filePath}: ${detail || (error as Error).message}`);
   }
@@ -120,12 +123,21 @@ async function importBundle(code: string): Promise<Record<string, unknown>> {
 async function loadModule(filePath: string): Promise<{ module: Record<string, unknown>; source: WorkflowSource }> {
   const cached = await bundleCache.lookup(filePath);
   if (cached) {
-    return { module: (await import(pathToFileURL(cached.moduleFile).href)) as Record<string, unknown>, source: cached.source };
+    try {
+      // Imported from the very bytes that were checked: nothing can swap them in between.
+      return { module: await importVerified(cached.code), source: cached.source };
+    } catch {
+      // A cached module that no longer imports is rebuilt from the sources below.
+    }
   }
   const { code, source } = await bundle(filePath);
-  const moduleFile = await bundleCache.store(code, source);
-  if (moduleFile) return { module: (await import(pathToFileURL(moduleFile).href)) as Record<string, unknown>, source };
+  await bundleCache.store(code, source);
   return { module: await importBundle(code), source };
+}
+
+/** Import code held in memory (a data: URL; its imports are absolute file URLs or builtins). */
+async function importVerified(code: string): Promise<Record<string, unknown>> {
+  return (await import(`data:text/javascript;base64,${Buffer.from(code).toString("base64")}`)) as Record<string, unknown>;
 }
 
 /** Load and compile one workflow file (an absolute, canonical path). */
@@ -136,6 +148,8 @@ export async function loadWorkflowFile(filePath: string, name?: string): Promise
     ({ module, source } = await loadModule(filePath));
   } catch (error) {
     if (error instanceof WorkflowError) throw error;
+    // A system call failed (disk full, too many files): transient, not a definition error.
+    if ((error as NodeJS.ErrnoException)?.syscall) throw error;
     throw new WorkflowError("invalidDefinition", `loading ${filePath} failed: ${(error as Error)?.message ?? error}`);
   }
   const definition = module.default as WorkflowDefinition | undefined;

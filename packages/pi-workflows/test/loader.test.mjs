@@ -82,3 +82,28 @@ test("the resolver reports workflowNotFound, invalidInput and invalidDefinition 
   const syntax = await resolver(["syntax", "--project", project], env);
   assert.deepEqual([syntax.code, syntax.out.error.code], [2, "invalidDefinition"]);
 });
+
+test("the bundle cache serves unchanged sources and never serves code that does not match its hash", async (t) => {
+  const { mkdtempSync, readdirSync, appendFileSync, rmSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  const pathModule = await import("node:path");
+  const { loadWorkflow: load } = await import("../dist/loader.js");
+  const cacheDir = mkdtempSync(pathModule.join(tmpdir(), "piw-cache-"));
+  const previous = process.env.PI_WORKFLOWS_CACHE_DIR;
+  process.env.PI_WORKFLOWS_CACHE_DIR = cacheDir;
+  t.after(() => {
+    if (previous === undefined) delete process.env.PI_WORKFLOWS_CACHE_DIR;
+    else process.env.PI_WORKFLOWS_CACHE_DIR = previous;
+    rmSync(cacheDir, { recursive: true, force: true });
+  });
+  const { project } = fixtureCopy(t);
+  const first = await load("greet", project, {});
+  const modules = readdirSync(pathModule.join(cacheDir, "bundles")).filter((name) => name.endsWith(".mjs"));
+  assert.equal(modules.length, 1, "one content-addressed module cached");
+  const second = await load("greet", project, {});
+  assert.equal(second.compiled.definitionDigest, first.compiled.definitionDigest);
+  // Tamper with the cached code: its hash no longer matches, so it is rebuilt, never run.
+  appendFileSync(pathModule.join(cacheDir, "bundles", modules[0]), "\nthrow new Error('tampered cache ran');\n");
+  const third = await load("greet", project, {});
+  assert.equal(third.compiled.definitionDigest, first.compiled.definitionDigest);
+});
