@@ -149,7 +149,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<StopReason> {
     let _ = ctx.root.set(root.clone());
     announce_ready(lease.epoch);
     tracing::info!(epoch = lease.epoch, "server ready");
-    runner_pool::refill_soon(&ctx);
+    runner_pool::refill_soon(&ctx, Duration::ZERO);
 
     let reason = tokio::select! {
         reason = ctx.stopped() => reason,

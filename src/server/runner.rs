@@ -153,7 +153,7 @@ impl Actor for Runner {
                 (spawn(spec)?, parent_end)
             }
         };
-        super::runner_pool::refill_soon(&args.ctx);
+        super::runner_pool::refill_soon(&args.ctx, Duration::from_millis(super::runner_pool::REFILL_DELAY_MS));
         let (epoch, pid, identity) = (args.runner_epoch.clone(), child.pid(), child.identity().to_string());
         blocking::write(&args.ctx.store, move |tx| {
             workers::record_process(tx, &epoch, pid, &identity)

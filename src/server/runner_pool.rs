@@ -124,11 +124,20 @@ impl RunnerPool {
     }
 }
 
-/// Refill the pool off the launch path (a spawn costs a fork and an exec).
-pub fn refill_soon(ctx: &Arc<ServerContext>) {
+/// After a warm runner was taken, its replacement starts this much later. Measured on 2
+/// cores: starting it at once costs the run that just began some CPU (a Node start-up takes
+/// a core for ~50–100 ms), but delaying it (250 ms) left back-to-back starts cold, which
+/// cost more; so at once.
+pub const REFILL_DELAY_MS: u64 = 0;
+
+/// Refill the pool off the launch path (a spawn costs a fork and an exec), after `delay`.
+pub fn refill_soon(ctx: &Arc<ServerContext>, delay: std::time::Duration) {
     if ctx.runner_settings.warm_runners == 0 {
         return;
     }
     let ctx = Arc::clone(ctx);
-    tokio::spawn(async move { ctx.runner_pool.refill(&ctx) });
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        ctx.runner_pool.refill(&ctx)
+    });
 }
