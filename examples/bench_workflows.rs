@@ -7,9 +7,10 @@
 //! Figures printed:
 //! - baseline: `node -e 0` process start to exit (what any Node child costs here);
 //! - `run start` → first node: from spawning `pi-workflows run start <file>` (server already
-//!   running) to the commit of the run's first node (its `node.finished` event; compute
-//!   nodes commit start and finish together). Includes the resolver child, the `run.start`
-//!   command, admission, the runner's start, source verification and loading;
+//!   running and idle, so its warm resolver and warm runner are ready) to the commit of the
+//!   run's first node (its `node.finished` event; compute nodes commit start and finish
+//!   together). Includes the CLI, the `run.start` command with the server's resolution of
+//!   the workflow, admission, the runner's launch, source verification and loading;
 //! - per-node overhead of a 10-step compute workflow: (last node commit − first node
 //!   commit) / 9, per run; each step is one durable commit answered before the next node;
 //! - the same for a 100-step workflow (finer resolution: event times are in ms).
@@ -22,6 +23,8 @@ use anyhow::{Context, bail};
 use rusqlite::{Connection, OpenFlags};
 
 const RUNS: usize = 20;
+/// Pause before each measured start (the server idles; its warm runner is ready).
+const IDLE_BETWEEN_RUNS_MS: u64 = 400;
 const BASELINE_STARTS: usize = 20;
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -44,6 +47,9 @@ fn main() -> anyhow::Result<()> {
     let mut first_node = Vec::new();
     let mut per_node_10 = Vec::new();
     for _ in 0..RUNS {
+        // Each start from an idle server, as a user starts a run: its warm runner and
+        // resolver are ready (the pool refills when the last runner ends).
+        std::thread::sleep(Duration::from_millis(IDLE_BETWEEN_RUNS_MS));
         let timing = start_and_wait(&exe, &state, &workflows, &ten)?;
         first_node.push(timing.to_first_node_ms);
         per_node_10.push(timing.per_node_ms);

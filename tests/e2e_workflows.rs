@@ -321,9 +321,24 @@ fn live_with_env(entry: &str) -> Vec<i64> {
 /// An idle warm runner: a direct child of the server running the Node runner that no run
 /// has been assigned (no `run_workers` row names it; the caller checks after the run ended).
 fn is_warm_runner_of(pid: i64, server: i64) -> bool {
+    is_child_running(pid, server, b"runner-main.js")
+}
+
+/// The server's warm source resolver (`resolver-main.js --serve`).
+fn is_warm_resolver_of(pid: i64, server: i64) -> bool {
+    is_child_running(pid, server, b"resolver-main.js")
+}
+
+/// The warm resolver or a child of it (its esbuild service).
+fn in_warm_resolver(pid: i64, server: i64) -> bool {
+    let parent = supervisors::process::parent_of(pid as i32).map(|(parent, _)| i64::from(parent));
+    is_warm_resolver_of(pid, server) || parent.is_some_and(|parent| is_warm_resolver_of(parent, server))
+}
+
+fn is_child_running(pid: i64, server: i64, script: &[u8]) -> bool {
     let parent = supervisors::process::parent_of(pid as i32).map(|(parent, _)| i64::from(parent));
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    parent == Some(server) && cmdline.windows(14).any(|window| window == b"runner-main.js")
+    parent == Some(server) && cmdline.windows(script.len()).any(|window| window == script)
 }
 
 fn line_count(path: &Path) -> usize {
@@ -1131,14 +1146,14 @@ fn a_headless_agent_step_runs_the_pinned_pi_against_the_mock_model() {
     let pi_pid = env.count("SELECT pid FROM runner_processes");
     // Pi renames its process (`pi`), so look for anything with this test's agent directory
     // in its environment: after the run only the server may have it, and the server's idle
-    // warm runner (started ahead for the next run, holding no run).
+    // warm runner and resolver (started ahead for the next run, holding no run).
     let server = i64::from(env.server_pid());
     env.wait_until("no pi process survives", || {
         !alive(pi_pid)
             && live_group_members(pi_pid).is_empty()
             && live_with_env(&format!("PI_CODING_AGENT_DIR={}", agent.display()))
                 .into_iter()
-                .all(|pid| pid == server || is_warm_runner_of(pid, server))
+                .all(|pid| pid == server || is_warm_runner_of(pid, server) || in_warm_resolver(pid, server))
     });
 }
 

@@ -22,10 +22,6 @@ pub const EXIT_RUN_WAITING: u8 = 5;
 pub const EXIT_RUN_PARKED: u8 = 6;
 /// How often `--follow` reads the run's status.
 const FOLLOW_POLL_MS: u64 = 100;
-/// How long the resolver child may take to load a workflow.
-const RESOLVE_TIMEOUT_MS: u64 = 60_000;
-/// The resolver's answer (one JSON line) is bounded like a protocol frame.
-const RESOLVER_OUTPUT_BYTES_MAX: usize = 1024 * 1024;
 
 /// Options of `run start`.
 pub struct StartOptions {
@@ -36,8 +32,8 @@ pub struct StartOptions {
     pub json: bool,
 }
 
-/// `run start`: resolve the workflow (source identity, definition, input) in a resolver
-/// child, then queue it as a headless run.
+/// `run start`: the server resolves the workflow (source identity, definition, input) with
+/// its warm resolver child and queues it as a headless run.
 pub fn start(state_dir: &Path, options: StartOptions) -> anyhow::Result<ExitCode> {
     let project = match options.project {
         Some(dir) => dir,
@@ -46,31 +42,34 @@ pub fn start(state_dir: &Path, options: StartOptions) -> anyhow::Result<ExitCode
     let project = project
         .canonicalize()
         .with_context(|| format!("the project directory {} does not exist", project.display()))?;
-    let cache_dir = ServerPaths::new(state_dir).cache_dir;
-    crate::paths::ensure_private_dir(&cache_dir)?;
     // A path is relative to where the user typed it, not to --project.
     let target = if looks_like_path(&options.target) {
         std::path::absolute(&options.target)?.to_string_lossy().into_owned()
     } else {
         options.target.clone()
     };
-    let resolved = resolve(&target, &project, options.input_json.as_deref(), &cache_dir)?;
+    if let Some(input) = options.input_json.as_deref() {
+        serde_json::from_str::<Value>(input).context("--input-json is not JSON")?;
+    }
     let run_id = new_run_id();
     let mut payload = JsonObject::new();
-    payload.insert("workflowName".into(), resolved["name"].clone());
+    payload.insert("workflow".into(), Value::String(target));
     payload.insert(
         "projectPath".into(),
         Value::String(project.to_string_lossy().into_owned()),
     );
-    payload.insert("workflowSource".into(), resolved["workflowSource"].clone());
-    payload.insert("definitionDigest".into(), resolved["definitionDigest"].clone());
-    payload.insert("definitionSnapshot".into(), resolved["snapshot"].clone());
-    payload.insert("input".into(), resolved["input"].clone());
+    if let Some(input) = options.input_json {
+        payload.insert("inputJson".into(), Value::String(input));
+    }
     payload.insert("executionMode".into(), Value::String("headless".into()));
     let mut client = connect(state_dir)?;
     let response = client.request_for(Operation::RunStart, Some(&run_id), payload)?;
-    let name = resolved["name"].as_str().unwrap_or("workflow").to_string();
-    accepted(&response)?;
+    let receipt = accepted(&response)?;
+    let name = receipt
+        .get("workflowName")
+        .and_then(Value::as_str)
+        .unwrap_or("workflow")
+        .to_string();
     if options.follow {
         return follow(&mut client, &run_id, options.json);
     }
@@ -96,65 +95,6 @@ fn new_run_id() -> String {
     format!("run-{seconds:x}-{random}")
 }
 
-/// Run the package's resolver child and read its one JSON answer.
-fn resolve(target: &str, project: &Path, input_json: Option<&str>, cache_dir: &Path) -> anyhow::Result<Value> {
-    let program = crate::package::node_program("resolver-main.js")?;
-    let mut command = std::process::Command::new(&program.node);
-    command
-        .args(program.args())
-        .arg(target)
-        .arg("--project")
-        .arg(project)
-        .current_dir(project)
-        .env(crate::package::CACHE_DIR_ENV, cache_dir)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit());
-    if let Some(input) = input_json {
-        command.arg("--input-json").arg(input);
-    }
-    let child = command
-        .spawn()
-        .context("could not start the workflow resolver (node)")?;
-    let output = wait_bounded(child, Duration::from_millis(RESOLVE_TIMEOUT_MS))?;
-    if output.len() > RESOLVER_OUTPUT_BYTES_MAX {
-        bail!("the workflow resolver answered more than {RESOLVER_OUTPUT_BYTES_MAX} bytes");
-    }
-    let line = String::from_utf8_lossy(&output);
-    let answer: Value = serde_json::from_str(line.trim()).context("the workflow resolver did not answer JSON")?;
-    if let Some(error) = answer.get("error") {
-        let code = error["code"].as_str().unwrap_or("invalidDefinition");
-        let message = error["message"].as_str().unwrap_or("the workflow could not be loaded");
-        bail!("{message} ({code})");
-    }
-    Ok(answer)
-}
-
-/// Wait for the resolver, killing it after `timeout`; returns its stdout.
-fn wait_bounded(mut child: std::process::Child, timeout: Duration) -> anyhow::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut stdout = child.stdout.take().context("resolver stdout")?;
-    let reader = std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = (&mut stdout)
-            .take(RESOLVER_OUTPUT_BYTES_MAX as u64 + 1)
-            .read_to_end(&mut bytes);
-        bytes
-    });
-    let deadline = Instant::now() + timeout;
-    while child.try_wait()?.is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("the workflow resolver did not finish within {} s", timeout.as_secs());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    reader
-        .join()
-        .map_err(|_| anyhow::anyhow!("resolver output could not be read"))
-}
-
 fn connect(state_dir: &Path) -> anyhow::Result<Client> {
     let paths = ServerPaths::new(state_dir);
     if let Some(epoch) = super::server::ensure_started(&paths, state_dir)? {
@@ -166,10 +106,10 @@ fn connect(state_dir: &Path) -> anyhow::Result<Client> {
 fn accepted(response: &Response) -> anyhow::Result<&JsonObject> {
     match (response.outcome, response.receipt.as_ref()) {
         (Outcome::Accepted | Outcome::Adopted, Some(receipt)) => Ok(receipt),
-        (outcome, _) => {
-            let message = response.error.as_ref().map_or("", |error| error.message.as_str());
-            bail!("the server answered {}: {message}", outcome.as_str())
-        }
+        (outcome, _) => match response.error.as_ref() {
+            Some(error) => bail!("{} ({})", error.message, error.code),
+            None => bail!("the server answered {}", outcome.as_str()),
+        },
     }
 }
 

@@ -52,6 +52,8 @@ pub struct RunnerSettings {
     pub cache_dir: std::path::PathBuf,
     /// Runner processes kept started ahead of need (`PI_WORKFLOWS_WARM_RUNNERS`).
     pub warm_runners: usize,
+    /// The served source resolver (`resolver-main.js --serve`), when the package is found.
+    pub resolver: Option<(std::path::PathBuf, Vec<std::ffi::OsString>)>,
 }
 
 pub struct ServerContext {
@@ -72,6 +74,8 @@ pub struct ServerContext {
     scheduler_wakes: Arc<tokio::sync::Notify>,
     /// Runner processes started ahead of need.
     pub runner_pool: super::runner_pool::RunnerPool,
+    /// The warm source resolver of `run.start`.
+    pub resolvers: super::resolver::ResolverPool,
     /// The live runner actor of each run that has one.
     runner_registry: Mutex<HashMap<String, ActorRef<RunnerMsg>>>,
     stop: watch::Sender<Option<StopReason>>,
@@ -92,6 +96,7 @@ impl ServerContext {
             root: OnceLock::new(),
             runner_registry: Mutex::new(HashMap::new()),
             runner_pool: Default::default(),
+            resolvers: Default::default(),
             scheduler_wakes: Arc::new(tokio::sync::Notify::new()),
             stop,
         })

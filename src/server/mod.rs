@@ -13,6 +13,7 @@ pub mod handlers;
 pub mod listener;
 pub mod logging;
 pub mod ownership;
+pub mod resolver;
 pub mod run_commands;
 pub mod runner;
 pub mod runner_apply;
@@ -89,7 +90,11 @@ impl ServerConfig {
                 runner_pool::WARM_RUNNERS_MAX
             );
         }
+        let resolver = crate::package::node_program("resolver-main.js")
+            .ok()
+            .map(|program| (program.node.clone(), [program.args(), vec!["--serve".into()]].concat()));
         let runner = context::RunnerSettings {
+            resolver,
             warm_runners,
             program: runner_program(),
             max_workers,
@@ -150,6 +155,8 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<StopReason> {
     announce_ready(lease.epoch);
     tracing::info!(epoch = lease.epoch, "server ready");
     runner_pool::refill_soon(&ctx, Duration::ZERO);
+    let warming = Arc::clone(&ctx);
+    tokio::spawn(async move { warming.resolvers.prewarm(&warming).await });
 
     let reason = tokio::select! {
         reason = ctx.stopped() => reason,
@@ -159,6 +166,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<StopReason> {
     ctx.request_stop(reason);
     tracing::info!(reason = reason.as_str(), "server stopping");
     ctx.runner_pool.shutdown().await;
+    ctx.resolvers.shutdown().await;
     let stopped = root
         .stop_and_wait(
             Some(reason.as_str().to_string()),

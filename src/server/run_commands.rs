@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::blocking;
 use super::context::ServerContext;
 use super::handlers::{Answer, answer_of, command_request, rejected, to_object};
+use super::resolver::ResolveFailure;
 use crate::protocol::{JsonObject, Outcome, Request, canonical_sha256_hex, to_canonical_vec};
 use crate::store::blobs::{self, put_json};
 use crate::store::commands::{self, Accepted};
@@ -27,16 +28,27 @@ pub const WORKFLOW_NAME_BYTES_MAX: usize = 128;
 /// The media type of stored definition snapshots (views draw the topology from them).
 pub const DEFINITION_MEDIA_TYPE: &str = "application/vnd.pi-workflows.definition+json";
 
-/// `run.start`: queue a new run with its source identity, definition and input.
+/// `run.start`: queue a new run with its source identity, definition and input. A request
+/// that names the workflow (`workflow`, `projectPath`, `inputJson`) is resolved first by the
+/// server's warm resolver; one that carries a resolution is checked as given.
 pub async fn run_start(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
     let command = command_request(request)?;
-    let start = StartRequest::parse(request)?;
+    let run_id = request
+        .run_id
+        .as_ref()
+        .map(|id| id.as_str().to_string())
+        .ok_or_else(|| rejected("missingRunId", "run.start needs the new run's runId"))?;
+    let payload = match request.payload.get("workflow") {
+        Some(_) => resolved_payload(ctx, &request.payload).await?,
+        None => request.payload.clone(),
+    };
+    let start = StartRequest::parse(run_id, &payload)?;
     let stored = blocking::write(&ctx.store, move |tx| {
         commands::run_command(tx, &command, |tx| {
             let revision = start.queue(tx)?;
             Ok(Accepted {
                 revision: Some(revision),
-                receipt: json!({"runId": start.run_id, "revision": revision}),
+                receipt: json!({"runId": start.run_id, "workflowName": start.workflow_name, "revision": revision}),
             })
         })
     })
@@ -58,15 +70,63 @@ struct StartRequest {
 
 type Refusal = (Outcome, crate::protocol::ResponseError);
 
+/// The longest workflow name or path a `run.start` may name, and its raw input.
+pub const WORKFLOW_TARGET_BYTES_MAX: usize = 4096;
+
+/// Resolve a named workflow with the warm resolver into a `run.start` payload.
+async fn resolved_payload(ctx: &Arc<ServerContext>, payload: &JsonObject) -> Result<JsonObject, Refusal> {
+    let text = |key: &str| payload.get(key).and_then(Value::as_str);
+    let target = text("workflow").filter(|t| !t.is_empty() && t.len() <= WORKFLOW_TARGET_BYTES_MAX);
+    let project = text("projectPath").filter(|p| p.starts_with('/') && p.len() <= WORKFLOW_TARGET_BYTES_MAX);
+    let (Some(target), Some(project)) = (target, project) else {
+        return Err(rejected(
+            "invalidRequest",
+            "run.start needs workflow (a name or path) and an absolute projectPath",
+        ));
+    };
+    let input_json = text("inputJson");
+    if input_json.is_some_and(|input| input.len() > INPUT_BYTES_MAX) {
+        return Err(rejected(
+            "tooLarge",
+            &format!("inputJson is above {INPUT_BYTES_MAX} bytes"),
+        ));
+    }
+    let answer = ctx
+        .resolvers
+        .resolve(ctx, target, project, input_json)
+        .await
+        .map_err(|failure| match failure {
+            ResolveFailure::Workflow { code, message } => rejected(&code, &message),
+            ResolveFailure::Unavailable(why) => rejected(
+                "resolverUnavailable",
+                &format!("the workflow could not be resolved: {why}; check Node 20 and the pi-workflows package"),
+            ),
+        })?;
+    let mut resolved = JsonObject::new();
+    resolved.insert(
+        "workflowName".into(),
+        answer.get("name").cloned().unwrap_or(Value::Null),
+    );
+    resolved.insert("projectPath".into(), Value::String(project.to_string()));
+    for (to, from) in [
+        ("workflowSource", "workflowSource"),
+        ("definitionDigest", "definitionDigest"),
+        ("definitionSnapshot", "snapshot"),
+        ("input", "input"),
+    ] {
+        resolved.insert(to.into(), answer.get(from).cloned().unwrap_or(Value::Null));
+    }
+    for key in ["executionMode", "originSessionId"] {
+        if let Some(value) = payload.get(key) {
+            resolved.insert(key.into(), value.clone());
+        }
+    }
+    Ok(resolved)
+}
+
 impl StartRequest {
-    fn parse(request: &Request) -> Result<Self, Refusal> {
-        let payload = &request.payload;
+    fn parse(run_id: String, payload: &JsonObject) -> Result<Self, Refusal> {
         let text = |key: &str| payload.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
-        let run_id = request
-            .run_id
-            .as_ref()
-            .map(|id| id.as_str().to_string())
-            .ok_or_else(|| rejected("missingRunId", "run.start needs the new run's runId"))?;
         let workflow_name = text("workflowName");
         if workflow_name.is_empty() || workflow_name.len() > WORKFLOW_NAME_BYTES_MAX {
             return Err(rejected(

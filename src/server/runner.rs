@@ -153,7 +153,6 @@ impl Actor for Runner {
                 (spawn(spec)?, parent_end)
             }
         };
-        super::runner_pool::refill_soon(&args.ctx, Duration::from_millis(super::runner_pool::REFILL_DELAY_MS));
         let (epoch, pid, identity) = (args.runner_epoch.clone(), child.pid(), child.identity().to_string());
         blocking::write(&args.ctx.store, move |tx| {
             workers::record_process(tx, &epoch, pid, &identity)
@@ -200,8 +199,12 @@ impl Actor for Runner {
             let outcome = termination.map(|t| t.outcome).ok();
             settle(state, outcome, Some(WorkerOutcome::Cancelled)).await;
         }
-        state.args.ctx.runners.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        let still_running = state.args.ctx.runners.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) - 1;
         state.args.ctx.wake_scheduler();
+        if still_running == 0 {
+            // Idle now: start the next warm runner while nothing competes for the CPU.
+            super::runner_pool::refill_soon(&state.args.ctx, Duration::ZERO);
+        }
         Ok(())
     }
 

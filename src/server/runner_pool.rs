@@ -1,6 +1,11 @@
 //! Warm runners: runner processes started ahead of need, each waiting (on its fd 3 channel)
 //! for a launch envelope, so a run's first node does not wait for a Node start-up.
 //!
+//! The pool refills when the server starts and when its last runner ends, not when a warm
+//! runner is taken: a Node start-up takes a core for ~50–100 ms, which on a small machine
+//! measurably slowed the run that had just begun (per-node overhead 0.4 → 1.0 ms on 2 cores).
+//! A warm runner still booting when taken is used as is (the start-up is already under way).
+//!
 //! Architecture Invariant: a warm runner holds nothing: no claim, no runner epoch, no
 //! workflow code. It becomes a run's runner only after that run's epoch is recorded; if the
 //! server dies first, the channel closes and the warm runner exits on its own (end of file
@@ -123,12 +128,6 @@ impl RunnerPool {
         }
     }
 }
-
-/// After a warm runner was taken, its replacement starts this much later. Measured on 2
-/// cores: starting it at once costs the run that just began some CPU (a Node start-up takes
-/// a core for ~50–100 ms), but delaying it (250 ms) left back-to-back starts cold, which
-/// cost more; so at once.
-pub const REFILL_DELAY_MS: u64 = 0;
 
 /// Refill the pool off the launch path (a spawn costs a fork and an exec), after `delay`.
 pub fn refill_soon(ctx: &Arc<ServerContext>, delay: std::time::Duration) {

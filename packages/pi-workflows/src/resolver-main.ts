@@ -1,10 +1,14 @@
-// Source resolver child: `node dist/resolver-main.js <name-or-path> --project <dir> [--input-json J]`.
-// Prints one JSON line: the workflow's source identity, definition digest, snapshot and normalized
-// input; or `{ "error": { code, message } }` with exit code 2.
+// Source resolver child. One-shot: `node dist/resolver-main.js <name-or-path> --project <dir>
+// [--input-json J]` prints one JSON line: the workflow's source identity, definition digest,
+// snapshot and normalized input; or `{ "error": { code, message } }` with exit code 2.
+// Served: `node dist/resolver-main.js --serve` answers the same requests
+// (`{id, target, project, inputJson?}` → `{id, answer}` or `{id, error}`) on the channel at
+// fd 3, so the server keeps one resolver warm and `run start` needs no Node start-up.
 import path from "node:path";
 import { canonicalDigest, canonicalJson, toJsonValue } from "./canonical.js";
 import { WorkflowError } from "./errors.js";
 import { loadWorkflow } from "./loader.js";
+import { FrameChannel } from "./runner/channel.js";
 
 function parseArgs(argv: string[]): { target: string; project: string; inputJson?: string } {
   let target: string | undefined;
@@ -27,8 +31,13 @@ function parseArgs(argv: string[]): { target: string; project: string; inputJson
   return { target, project: path.resolve(project ?? process.cwd()), inputJson };
 }
 
-async function resolve(argv: string[]): Promise<unknown> {
-  const args = parseArgs(argv);
+interface ResolveArgs {
+  target: string;
+  project: string;
+  inputJson?: string;
+}
+
+async function resolve(args: ResolveArgs): Promise<unknown> {
   let raw: unknown = {};
   if (args.inputJson !== undefined) {
     try {
@@ -59,19 +68,62 @@ function keepStdoutForTheAnswer() {
   for (const method of ["log", "info", "debug"] as const) console[method] = console.error;
 }
 
-async function main() {
-  keepStdoutForTheAnswer();
+function errorOf(error: unknown): { code: string; message: string } {
+  const code = error instanceof WorkflowError ? error.code : "invalidDefinition";
+  return { code, message: (error as Error)?.message ?? String(error) };
+}
+
+async function once(): Promise<void> {
   let line: string;
   let code = 0;
   try {
-    line = canonicalJson(await resolve(process.argv.slice(2)));
+    line = canonicalJson(await resolve(parseArgs(process.argv.slice(2))));
   } catch (error) {
-    const errorCode = error instanceof WorkflowError ? error.code : "invalidDefinition";
-    line = canonicalJson({ error: { code: errorCode, message: (error as Error)?.message ?? String(error) } });
+    line = canonicalJson({ error: errorOf(error) });
     code = 2;
   }
   // Exit explicitly: timers left by workflow code must not keep the resolver alive.
   process.stdout.write(line + "\n", () => process.exit(code));
 }
 
-await main();
+/** A served resolver exits after this many requests: every workflow version it imported stays
+ * in memory, so it is replaced before that grows. */
+const SERVED_REQUESTS_MAX = 64;
+
+async function serve(): Promise<void> {
+  const channel = FrameChannel.fromFd(3);
+  for (let served = 0; served < SERVED_REQUESTS_MAX; served += 1) {
+    let request: Record<string, unknown>;
+    try {
+      request = await channel.readFrame();
+    } catch {
+      break; // the server closed the channel (it stopped or replaced this resolver)
+    }
+    const id = request.id;
+    let reply: Record<string, unknown>;
+    try {
+      const args = servedArgs(request);
+      reply = { id, answer: await resolve(args) };
+    } catch (error) {
+      reply = { id, error: errorOf(error) };
+    }
+    await channel.writeFrame(reply);
+  }
+  channel.close();
+  process.exit(0);
+}
+
+function servedArgs(request: Record<string, unknown>): ResolveArgs {
+  const { target, project, inputJson } = request;
+  if (typeof target !== "string" || typeof project !== "string" || !path.isAbsolute(project)) {
+    throw new WorkflowError("invalidArguments", "a resolve request needs target and an absolute project");
+  }
+  if (inputJson !== undefined && typeof inputJson !== "string") {
+    throw new WorkflowError("invalidArguments", "inputJson must be a string of JSON");
+  }
+  return { target, project, inputJson };
+}
+
+keepStdoutForTheAnswer();
+if (process.argv.includes("--serve")) await serve();
+else await once();
