@@ -376,7 +376,7 @@ fn repo_facts_completes_with_its_summary_and_five_committed_nodes() {
     );
     assert_eq!(env.count("SELECT count(*) FROM node_attempts"), 5);
     assert_eq!(
-        env.texts("SELECT node_path FROM node_attempts ORDER BY started_at, node_path"),
+        env.texts("SELECT node_path FROM node_attempts ORDER BY rowid"),
         ["listFiles", "byExtension", "countLines", "recentCommits", "summary"]
     );
     // The three shell steps are managed effects, each applied once.
@@ -418,8 +418,7 @@ fn weekly_digest_runs_its_included_workflow_under_the_mount_path() {
         "the include asks for top 3: {result}"
     );
 
-    let paths =
-        env.texts("SELECT node_path FROM node_attempts WHERE status = 'completed' ORDER BY started_at, node_path");
+    let paths = env.texts("SELECT node_path FROM node_attempts WHERE status = 'completed' ORDER BY rowid");
     assert_eq!(
         paths,
         [
@@ -488,7 +487,7 @@ fn release_gate_waits_at_its_checkpoint_and_the_answer_writes_the_note_once() {
     let written = std::fs::read_to_string(&note).expect("the release note exists");
     assert!(written.contains("Approved by t."), "{written}");
     assert_eq!(
-        env.texts("SELECT node_path FROM node_attempts WHERE status = 'completed' ORDER BY started_at"),
+        env.texts("SELECT node_path FROM node_attempts WHERE status = 'completed' ORDER BY rowid"),
         ["runChecks", "approve", "writeNotes", "done"]
     );
     assert_eq!(
@@ -963,7 +962,7 @@ fn restart_creates_a_new_run_that_executes_every_node_again() {
     // Every node ran again in the new run, with its own attempts and effects.
     assert_eq!(
         env.texts(&format!(
-            "SELECT node_path FROM node_attempts WHERE run_id = '{new}' AND status = 'completed' ORDER BY started_at"
+            "SELECT node_path FROM node_attempts WHERE run_id = '{new}' AND status = 'completed' ORDER BY rowid"
         )),
         ["listFiles", "byExtension", "countLines", "recentCommits", "summary"],
         "{}",

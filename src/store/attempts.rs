@@ -87,8 +87,8 @@ pub struct Finish<'a> {
     pub outcome: &'a AttemptOutcome,
 }
 
-/// Settle an attempt and apply `also` (e.g. a notification message) in the same protected
-/// write. The attempt must be the run's unfinished one (running, or waiting for an answer
+/// Settle an attempt and apply `also` (e.g. a notification message, or the request it
+/// answers) in the same protected write, `also` first. The attempt must be the run's unfinished one (running, or waiting for an answer
 /// that has arrived), or be started here.
 pub fn finish_attempt_with(
     tx: &WriteTx<'_>,
@@ -104,8 +104,10 @@ pub fn finish_attempt_with(
             assert_eq!(attempt.attempt_id, finish.attempt_id, "one attempt per finish");
             insert_attempt(tx, authority, attempt)?;
         }
-        let event_type = settle_unfinished(tx, run_id, finish.attempt_id, finish.outcome)?;
+        // What settles with the attempt (a request it answered, a message) goes first, so
+        // the attempt's own checks see it.
         also(tx)?;
+        let event_type = settle_unfinished(tx, run_id, finish.attempt_id, finish.outcome)?;
         Ok(((), RunEvent::new(event_type, Actor::Host)))
     })?;
     Ok(committed.revision)
@@ -123,11 +125,16 @@ fn settle_unfinished(
         }
         AttemptOutcome::Failed { error_hash } => (AttemptStatus::Failed, None, error_hash.as_deref(), "node.failed"),
     };
+    // A waiting attempt finishes only once its request was answered: a runner cannot walk
+    // past a pending request (it would stay pending on a run that moved on).
     let updated = tx
         .conn()
         .prepare_cached(
             "UPDATE node_attempts SET status = ?1, output_hash = ?2, error_hash = ?3, finished_at = ?4
-             WHERE attempt_id = ?5 AND run_id = ?6 AND status IN ('running', 'waiting')",
+             WHERE attempt_id = ?5 AND run_id = ?6
+               AND (status = 'running'
+                    OR (status = 'waiting' AND NOT EXISTS (SELECT 1 FROM interactive_requests r
+                        WHERE r.attempt_id = node_attempts.attempt_id AND r.status = 'pending')))",
         )?
         .execute(params![status.as_str(), output, error, tx.now_ms(), attempt_id, run_id])?;
     if updated != 1 {

@@ -1,0 +1,144 @@
+//! Interactive requests in the store: a run waits only with its request recorded, a
+//! submitted candidate is judged by a runner under a new claim, and a waiting attempt can
+//! never be finished past a request that is still pending.
+
+mod common;
+
+use common::{new_run, open_store, snapshot};
+use pi_workflows::store::attempts::{self, AttemptOutcome, NewAttempt};
+use pi_workflows::store::blobs::put_json;
+use pi_workflows::store::claims::ClaimAuthority;
+use pi_workflows::store::interactions::{self, InteractionKind, Judged, NewInteraction, Submission, Submitted};
+use pi_workflows::store::runs;
+use pi_workflows::store::{Store, StoreError};
+
+const RUN: &str = "run-i";
+
+fn claim(store: &Store) -> ClaimAuthority {
+    let authority = store
+        .write(|tx| Ok(runs::start_run(tx, RUN, "server-1")?.value))
+        .expect("start");
+    let running = authority.clone();
+    store
+        .write(move |tx| runs::mark_running(tx, &running, None))
+        .expect("running");
+    authority
+}
+
+/// A run whose agent step waits on a pending request, and a submitted candidate that
+/// queued it again; returns the claim of the validating runner.
+fn validating_run(store: &Store) -> ClaimAuthority {
+    store.write(|tx| runs::queue_run(tx, &new_run(RUN))).expect("queue");
+    let authority = claim(store);
+    let owned = authority.clone();
+    store
+        .write(move |tx| {
+            let attempt = NewAttempt {
+                attempt_id: "a1".to_string(),
+                node_id: "ask".to_string(),
+                node_path: "ask".to_string(),
+                visit: 1,
+                node_type: "agent".to_string(),
+                deadline_at: None,
+                timeout_ms: None,
+            };
+            attempts::start_attempt(tx, &owned, None, &attempt)?;
+            let interaction = NewInteraction {
+                request_id: "req-1".to_string(),
+                attempt_id: "a1".to_string(),
+                kind: InteractionKind::Agent,
+                contract_hash: put_json(tx, &serde_json::json!({"prompt": "count"}), 1024)?,
+                deadline_at: None,
+            };
+            interactions::request(tx, &owned, None, &interaction)
+        })
+        .expect("request");
+    let submitted = store
+        .write(|tx| {
+            let payload_hash = put_json(tx, &serde_json::json!({"n": 2}), 1024)?;
+            let submission = Submission {
+                run_id: RUN,
+                request_id: "req-1",
+                submission_id: "sub-1",
+                idempotency_key: "key-1",
+                payload_hash: &payload_hash,
+            };
+            interactions::submit(tx, &submission, None)
+        })
+        .expect("submit");
+    assert!(matches!(submitted, Submitted::Recorded { .. }));
+    claim(store)
+}
+
+#[test]
+fn a_waiting_attempt_cannot_be_finished_past_its_pending_request() {
+    let test = open_store();
+    let authority = validating_run(&test.store);
+    let before = snapshot(&test.store);
+    let owned = authority.clone();
+    let refused = test.store.write(move |tx| {
+        let outcome = AttemptOutcome::Completed { output_hash: None };
+        attempts::finish_attempt(tx, &owned, None, "a1", &outcome)
+    });
+    assert!(
+        matches!(refused, Err(StoreError::AttemptNotActive { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(snapshot(&test.store), before, "a refused finish changes nothing");
+
+    // The runner's verdict settles the request and completes the attempt in one write.
+    test.store
+        .write(move |tx| {
+            let output = put_json(tx, &serde_json::json!({"n": 2}), 1024)?;
+            let judged = Judged {
+                request_id: "req-1",
+                submission_id: "sub-1",
+                receipt_hash: &output,
+            };
+            interactions::accept(tx, &authority, None, &judged)
+        })
+        .expect("accept");
+    let conn = rusqlite::Connection::open(test.dir.path().join("state.sqlite")).expect("db");
+    let row = |sql: &str| -> String { conn.query_row(sql, [], |row| row.get(0)).expect(sql) };
+    assert_eq!(
+        row("SELECT status FROM node_attempts WHERE attempt_id = 'a1'"),
+        "completed"
+    );
+    assert_eq!(row("SELECT status FROM interactive_requests"), "settled");
+    assert_eq!(row("SELECT outcome FROM interactive_submissions"), "accepted");
+}
+
+#[test]
+fn a_rejected_candidate_leaves_the_request_pending_and_the_run_waiting() {
+    let test = open_store();
+    let authority = validating_run(&test.store);
+    test.store
+        .write(move |tx| {
+            let error = put_json(
+                tx,
+                &serde_json::json!({"code": "invalid", "message": "n must be odd"}),
+                1024,
+            )?;
+            let judged = Judged {
+                request_id: "req-1",
+                submission_id: "sub-1",
+                receipt_hash: &error,
+            };
+            interactions::reject(tx, &authority, None, &judged)
+        })
+        .expect("reject");
+    let conn = rusqlite::Connection::open(test.dir.path().join("state.sqlite")).expect("db");
+    let row = |sql: &str| -> String { conn.query_row(sql, [], |row| row.get(0)).expect(sql) };
+    assert_eq!(row("SELECT status FROM runs"), "waiting");
+    assert_eq!(row("SELECT status FROM interactive_requests"), "pending");
+    assert_eq!(row("SELECT outcome FROM interactive_submissions"), "rejected");
+    assert_eq!(row("SELECT status FROM node_attempts"), "waiting");
+    let holders: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM leases WHERE resource_type = 'run' AND owner_type IS NOT NULL",
+            [],
+            |row| row.get(0),
+        )
+        .expect("leases");
+    assert_eq!(holders, 0, "a waiting run holds no claim");
+}
