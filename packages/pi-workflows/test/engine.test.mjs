@@ -215,3 +215,26 @@ test("notify commits its attempt with the notification", async () => {
   assert.deepEqual(host.kinds(), ["node.started", "notification.requested", "run.finished"]);
   assert.deepEqual(host.messages[1].payload.notification, { kind: "final", message: "done: 7" });
 });
+
+test("node code sees outputs read-only: a write fails that node, not the run's record", async () => {
+  const wf = defineWorkflow({
+    name: "readonly",
+    startAt: "a",
+    nodes: {
+      a: compute({ run: () => ({ n: 1 }) }),
+      b: compute({
+        run: ({ outputs }) => {
+          outputs.a = { n: 99 };
+          return "wrote";
+        },
+      }),
+      c: compute({ run: ({ outputs, results }) => ({ a: outputs.a.n, b: results.b.outcome }) }),
+    },
+    edges: [
+      { from: "a", to: "b" },
+      { from: "b", switch: { on: "$result.outcome", cases: { ok: "c", failed: "c" } } },
+    ],
+  });
+  const outcome = await run(wf, new FakeHost());
+  assert.deepEqual(outcome, { kind: "completed", output: { a: 1, b: "failed" } });
+});

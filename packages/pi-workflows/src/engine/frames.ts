@@ -19,7 +19,23 @@ export function rootFrame(scope: CompiledScope, input: unknown): Frame {
 }
 
 export function contextOf(frame: Frame, signal: AbortSignal): NodeContext {
-  return { input: frame.input, outputs: { ...frame.outputs }, results: { ...frame.results }, signal };
+  return { input: frame.input, outputs: readOnly(frame.outputs), results: readOnly(frame.results), signal };
+}
+
+/** Refuses writes through the view (a TypeError in strict code). */
+const READ_ONLY: ProxyHandler<Record<string, unknown>> = {
+  set: () => false,
+  deleteProperty: () => false,
+  defineProperty: () => false,
+  setPrototypeOf: () => false,
+};
+
+/**
+ * A read-only view of the engine's record: O(1) per node, where a copy cost O(nodes so far)
+ * and made long workflows quadratic. Node code cannot change what routing and later nodes see.
+ */
+function readOnly<T extends Record<string, unknown>>(record: T): T {
+  return new Proxy(record, READ_ONLY) as T;
 }
 
 /** Record a result under `name`: only `ok` keeps an output; a failure removes the old one. */
