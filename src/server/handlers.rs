@@ -88,11 +88,8 @@ async fn server_stop(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
 /// after the commit.
 async fn run_control(ctx: &Arc<ServerContext>, request: &Request, control: RunControl) -> Answer {
     let command = command_request(request)?;
-    let run_id = command
-        .run_id
-        .clone()
-        .ok_or_else(|| rejected("missingRunId", &format!("{} needs a runId", request.operation.as_str())))?;
-    let expected = request.expected_revision.map(|revision| revision.get() as i64);
+    let run_id = run_id_of(request)?;
+    let expected = expected_revision_of(request);
     // A run being launched holds a live claim before its runner actor is registered: wait
     // for the runner instead of refusing (a claim held elsewhere is not a durable refusal).
     let deadline = tokio::time::Instant::now() + Duration::from_millis(LAUNCH_WAIT_MS);
@@ -173,6 +170,20 @@ fn control_unclaimed(
             other => other,
         },
     }
+}
+
+/// The run a request addresses; a clear refusal when it names none.
+pub(super) fn run_id_of(request: &Request) -> Result<String, (Outcome, ResponseError)> {
+    request
+        .run_id
+        .as_ref()
+        .map(|id| id.as_str().to_string())
+        .ok_or_else(|| rejected("missingRunId", &format!("{} needs a runId", request.operation.as_str())))
+}
+
+/// The run revision a request expects, if it names one.
+pub(super) fn expected_revision_of(request: &Request) -> Option<i64> {
+    request.expected_revision.map(|revision| revision.get() as i64)
 }
 
 /// The durable identity of a state-changing request.

@@ -7,12 +7,11 @@
 //! Architecture Invariant: the resolver only reads workflow sources and answers; it never
 //! touches the store. Its answer is checked like any client payload (`run.start`).
 
-use std::os::unix::net::UnixStream as StdUnixStream;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
-use supervisors::process::{ProcessChild, spawn};
+use supervisors::process::ProcessChild;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
@@ -107,17 +106,13 @@ impl ResolverPool {
     fn start(&self, ctx: &Arc<ServerContext>) -> anyhow::Result<Warm> {
         let Some(program) = ctx.runner_settings.resolver.as_ref() else {
             anyhow::bail!(
-                "{}",
-                crate::package::node_program("resolver-main.js")
-                    .err()
-                    .map_or_else(|| "no resolver program".to_string(), |err| err.to_string())
+                "the pi-workflows package or node was not found when the server started (see the server log)"
             );
         };
         let number = self.started.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        let (parent_end, child_end) = StdUnixStream::pair()?;
         let log_stem = format!("resolver-e{}-{number}", ctx.epoch);
-        let spec = super::runner::process_spec(&ctx.runner_settings, program, &log_stem, None, child_end.into())?;
-        let child = spawn(spec)?;
+        let (child, parent_end) = super::runner::spawn_with_channel(&ctx.runner_settings, program, &log_stem, None)
+            .map_err(|err| anyhow::anyhow!("{err}"))?;
         parent_end.set_nonblocking(true)?;
         let (read_half, writer) = tokio::net::UnixStream::from_std(parent_end)?.into_split();
         Ok(Warm {

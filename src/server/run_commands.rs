@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::blocking;
 use super::context::ServerContext;
-use super::handlers::{Answer, answer_of, command_request, rejected, to_object};
+use super::handlers::{Answer, answer_of, command_request, expected_revision_of, rejected, run_id_of, to_object};
 use super::resolver::ResolveFailure;
 use crate::protocol::{JsonObject, Outcome, Request, canonical_sha256_hex, to_canonical_vec};
 use crate::store::blobs::{self, put_json};
@@ -33,11 +33,7 @@ pub const DEFINITION_MEDIA_TYPE: &str = "application/vnd.pi-workflows.definition
 /// server's warm resolver; one that carries a resolution is checked as given.
 pub async fn run_start(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
     let command = command_request(request)?;
-    let run_id = request
-        .run_id
-        .as_ref()
-        .map(|id| id.as_str().to_string())
-        .ok_or_else(|| rejected("missingRunId", "run.start needs the new run's runId"))?;
+    let run_id = run_id_of(request)?;
     let payload = match request.payload.get("workflow") {
         Some(_) => resolved_payload(ctx, &request.payload).await?,
         None => request.payload.clone(),
@@ -209,10 +205,7 @@ fn bounded(value: &Value, bytes_max: usize, what: &str) -> Result<Vec<u8>, Refus
 /// `run.restart`: a new run (`newRunId`) of a terminal run from the workflow start.
 pub async fn run_restart(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
     let command = command_request(request)?;
-    let old = command
-        .run_id
-        .clone()
-        .ok_or_else(|| rejected("missingRunId", "run.restart needs the runId of the run to restart"))?;
+    let old = run_id_of(request)?;
     let new = request
         .payload
         .get("newRunId")
@@ -220,7 +213,7 @@ pub async fn run_restart(ctx: &Arc<ServerContext>, request: &Request) -> Answer 
         .filter(|id| !id.is_empty() && id.len() <= 256)
         .ok_or_else(|| rejected("invalidRequest", "run.restart needs payload.newRunId (1 to 256 bytes)"))?
         .to_string();
-    let expected = request.expected_revision.map(|revision| revision.get() as i64);
+    let expected = expected_revision_of(request);
     let stored = blocking::write(&ctx.store, move |tx| {
         commands::run_command(tx, &command, |tx| {
             let revision = runs::restart_run(tx, &old, &new, expected)?;
@@ -238,10 +231,7 @@ pub async fn run_restart(ctx: &Arc<ServerContext>, request: &Request) -> Answer 
 /// `checkpoint.answer`: the answer to the run's pending checkpoint; the run continues.
 pub async fn checkpoint_answer(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
     let command = command_request(request)?;
-    let run_id = command
-        .run_id
-        .clone()
-        .ok_or_else(|| rejected("missingRunId", "checkpoint.answer needs a runId"))?;
+    let run_id = run_id_of(request)?;
     let answer = request.payload.get("answer").cloned().unwrap_or(Value::Null);
     bounded(&answer, INPUT_BYTES_MAX, "answer")?;
     let request_id = request
@@ -249,7 +239,7 @@ pub async fn checkpoint_answer(ctx: &Arc<ServerContext>, request: &Request) -> A
         .get("requestId")
         .and_then(Value::as_str)
         .map(str::to_string);
-    let expected = request.expected_revision.map(|revision| revision.get() as i64);
+    let expected = expected_revision_of(request);
     let stored = blocking::write(&ctx.store, move |tx| {
         commands::run_command(tx, &command, |tx| {
             let request_id = match request_id {
@@ -295,11 +285,7 @@ fn pending_request_of(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<String> {
 /// error, or a waiting run's pending request contract (explicit reads of the run's own
 /// content, never part of plain status).
 pub async fn run_status(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
-    let run_id = request
-        .run_id
-        .as_ref()
-        .map(|id| id.as_str().to_string())
-        .ok_or_else(|| rejected("missingRunId", "run.status needs a runId"))?;
+    let run_id = run_id_of(request)?;
     let include_result = request.payload.get("includeResult").and_then(Value::as_bool) == Some(true);
     let read = blocking::read(&ctx.store, move |conn| {
         let summary = run_summary::run_summary(conn, &run_id)?;

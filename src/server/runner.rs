@@ -146,11 +146,8 @@ impl Actor for Runner {
         let (child, parent_end) = match args.ctx.runner_pool.take() {
             Some(warm) => warm.assign(&args.ctx.runner_settings.logs_dir, &args.runner_epoch),
             None => {
-                let (parent_end, child_end) = StdUnixStream::pair()?;
                 let project = (!args.run.project_path.is_empty()).then(|| PathBuf::from(&args.run.project_path));
-                let settings = &args.ctx.runner_settings;
-                let spec = process_spec(settings, &args.program, &args.runner_epoch, project, child_end.into())?;
-                (spawn(spec)?, parent_end)
+                spawn_with_channel(&args.ctx.runner_settings, &args.program, &args.runner_epoch, project)?
             }
         };
         let (epoch, pid, identity) = (args.runner_epoch.clone(), child.pid(), child.identity().to_string());
@@ -291,10 +288,23 @@ fn launch_envelope(args: &RunnerArgs) -> Launch {
     }
 }
 
+/// Start a child (runner or resolver) with a private channel on its fd 3; returns the child
+/// and the server's end of the channel.
+pub(super) fn spawn_with_channel(
+    settings: &super::context::RunnerSettings,
+    program: &(PathBuf, Vec<std::ffi::OsString>),
+    log_stem: &str,
+    cwd: Option<PathBuf>,
+) -> Result<(ProcessChild, StdUnixStream), ActorProcessingErr> {
+    let (parent_end, child_end) = StdUnixStream::pair()?;
+    let spec = process_spec(settings, program, log_stem, cwd, child_end.into())?;
+    Ok((spawn(spec)?, parent_end))
+}
+
 /// The spec of a runner process: its own group, fd 3 channel, bounded captures named
 /// `<log_stem>.out|.err`, no core dumps, an allow-listed environment. `cwd` is the
 /// project when known (a warm runner changes there itself once launched).
-pub(super) fn process_spec(
+fn process_spec(
     settings: &super::context::RunnerSettings,
     program: &(PathBuf, Vec<std::ffi::OsString>),
     log_stem: &str,

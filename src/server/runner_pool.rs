@@ -16,7 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::Mutex;
 
-use supervisors::process::{ProcessChild, spawn};
+use supervisors::process::ProcessChild;
 
 use super::context::ServerContext;
 
@@ -107,11 +107,11 @@ impl RunnerPool {
     ) -> anyhow::Result<WarmRunner> {
         let number = self.started.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         let log_stem = format!("warm-e{}-{number}", ctx.epoch);
-        let (parent_end, child_end) = StdUnixStream::pair()?;
-        let spec = super::runner::process_spec(&ctx.runner_settings, program, &log_stem, None, child_end.into())?;
+        let (child, channel) = super::runner::spawn_with_channel(&ctx.runner_settings, program, &log_stem, None)
+            .map_err(|err| anyhow::anyhow!("{err}"))?;
         Ok(WarmRunner {
-            child: spawn(spec)?,
-            channel: parent_end,
+            child,
+            channel,
             log_stem,
         })
     }
