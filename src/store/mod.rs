@@ -24,6 +24,7 @@ pub mod interactions;
 pub mod messages;
 pub mod processes;
 pub mod recovery;
+mod run_endings;
 pub mod run_state;
 pub mod run_summary;
 pub mod runs;

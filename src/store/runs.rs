@@ -25,11 +25,11 @@
 
 use rusqlite::{OptionalExtension, params};
 
-use super::attempts::{self, AttemptStatus};
+use super::attempts;
 use super::claims::{self, ClaimAuthority, Committed, OwnerType, RUN_CLAIM_LEASE_MS, ResourceType};
-use super::effects;
 use super::error::{StoreError, StoreResult};
 use super::events::{self, Actor, RunEvent};
+use super::run_endings::{Ending, cancel_pending_messages, end_claimed, end_run};
 use super::writer::WriteTx;
 use crate::wire_enum::wire_enum;
 
@@ -221,7 +221,12 @@ impl RunRow {
 
 // Column writers ---------------------------------------------------------------------------
 
-fn set_run_status(tx: &WriteTx<'_>, run_id: &str, status: RunStatus, detail: Option<&str>) -> StoreResult<()> {
+pub(super) fn set_run_status(
+    tx: &WriteTx<'_>,
+    run_id: &str,
+    status: RunStatus,
+    detail: Option<&str>,
+) -> StoreResult<()> {
     let finished_at = status.is_terminal().then_some(tx.now_ms());
     tx.conn()
         .prepare_cached("UPDATE runs SET status = ?1, status_detail = ?2, finished_at = ?3 WHERE run_id = ?4")?
@@ -229,21 +234,26 @@ fn set_run_status(tx: &WriteTx<'_>, run_id: &str, status: RunStatus, detail: Opt
     Ok(())
 }
 
-fn set_queue_status(tx: &WriteTx<'_>, run_id: &str, status: QueueStatus) -> StoreResult<()> {
+pub(super) fn set_queue_status(tx: &WriteTx<'_>, run_id: &str, status: QueueStatus) -> StoreResult<()> {
     tx.conn()
         .prepare_cached("UPDATE run_queue SET status = ?1, updated_at = ?2 WHERE run_id = ?3")?
         .execute(params![status.as_str(), tx.now_ms(), run_id])?;
     Ok(())
 }
 
-fn set_paused(tx: &WriteTx<'_>, run_id: &str, paused: bool) -> StoreResult<()> {
+pub(super) fn set_paused(tx: &WriteTx<'_>, run_id: &str, paused: bool) -> StoreResult<()> {
     tx.conn()
         .prepare_cached("UPDATE runs SET paused = ?1 WHERE run_id = ?2")?
         .execute(params![paused, run_id])?;
     Ok(())
 }
 
-fn set_result_hashes(tx: &WriteTx<'_>, run_id: &str, output: Option<&str>, error: Option<&str>) -> StoreResult<()> {
+pub(super) fn set_result_hashes(
+    tx: &WriteTx<'_>,
+    run_id: &str,
+    output: Option<&str>,
+    error: Option<&str>,
+) -> StoreResult<()> {
     tx.conn()
         .prepare_cached("UPDATE runs SET output_hash = ?1, error_hash = ?2 WHERE run_id = ?3")?
         .execute(params![output, error, run_id])?;
@@ -768,94 +778,4 @@ fn unclaimed_transition(
     events::check_expected_revision(run_id, expected, run.revision)?;
     let event = change(tx)?;
     events::advance(tx, run_id, run.revision, &event, None)
-}
-
-/// How a run ends.
-enum Ending {
-    Completed,
-    Failed(FailureClass),
-    TimedOut,
-    Cancelled,
-}
-
-/// End a run whose claim the caller holds: the terminal facts, its result digests, and the
-/// release of the claim, all in the caller's protected write.
-fn end_claimed(
-    tx: &WriteTx<'_>,
-    authority: &ClaimAuthority,
-    ending: Ending,
-    output_hash: Option<&str>,
-    error_hash: Option<&str>,
-) -> StoreResult<()> {
-    let run_id = authority.resource_id.as_str();
-    end_run(tx, run_id, ending)?;
-    set_result_hashes(tx, run_id, output_hash, error_hash)?;
-    claims::release(tx, authority)
-}
-
-/// The terminal facts of every ending: run and queue status, the unfinished attempt,
-/// pending interactions and decisions, unsettled effects and pending messages.
-fn end_run(tx: &WriteTx<'_>, run_id: &str, ending: Ending) -> StoreResult<()> {
-    let (run_status, queue_status, attempt_status, detail) = match ending {
-        Ending::Completed => (RunStatus::Completed, QueueStatus::Done, AttemptStatus::Completed, None),
-        Ending::Failed(class) => (
-            RunStatus::Failed,
-            QueueStatus::Failed,
-            AttemptStatus::Failed,
-            Some(class.as_str()),
-        ),
-        Ending::TimedOut => (RunStatus::TimedOut, QueueStatus::Failed, AttemptStatus::TimedOut, None),
-        Ending::Cancelled => (
-            RunStatus::Cancelled,
-            QueueStatus::Cancelled,
-            AttemptStatus::Cancelled,
-            None,
-        ),
-    };
-    attempts::close_unfinished(tx, run_id, attempt_status)?;
-    set_run_status(tx, run_id, run_status, detail)?;
-    set_paused(tx, run_id, false)?;
-    set_queue_status(tx, run_id, queue_status)?;
-    close_open_work(tx, run_id)?;
-    let kinds: &[&str] = if run_status == RunStatus::Completed {
-        &["step", "decision"]
-    } else {
-        &["step", "decision", "followUp"]
-    };
-    cancel_pending_messages(tx, run_id, kinds)
-}
-
-/// Cancel pending interactions and unresolved decisions; a pending effect is cancelled and
-/// an applying one becomes ambiguous (its external outcome cannot be proved).
-fn close_open_work(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<()> {
-    let conn = tx.conn();
-    let now = tx.now_ms();
-    conn.prepare_cached(
-        "UPDATE interactive_requests SET status = 'cancelled', settled_at = ?1 WHERE run_id = ?2 AND status = 'pending'",
-    )?
-    .execute(params![now, run_id])?;
-    conn.prepare_cached(
-        "INSERT INTO human_decision_resolutions (decision_id, outcome, provenance, resolved_at)
-         SELECT d.decision_id, 'cancelled', 'run_ended', ?1 FROM human_decisions d
-         WHERE d.run_id = ?2 AND NOT EXISTS
-           (SELECT 1 FROM human_decision_resolutions r WHERE r.decision_id = d.decision_id)",
-    )?
-    .execute(params![now, run_id])?;
-    effects::mark_applying_ambiguous(tx, run_id)?;
-    conn.prepare_cached(
-        "UPDATE effects SET status = 'cancelled', updated_at = ?1 WHERE run_id = ?2 AND status = 'pending'",
-    )?
-    .execute(params![now, run_id])?;
-    Ok(())
-}
-
-fn cancel_pending_messages(tx: &WriteTx<'_>, run_id: &str, kinds: &[&str]) -> StoreResult<()> {
-    let mut statement = tx.conn().prepare_cached(
-        "UPDATE workflow_messages SET status = 'cancelled', updated_at = ?1
-         WHERE run_id = ?2 AND kind = ?3 AND status = 'pending'",
-    )?;
-    for kind in kinds {
-        statement.execute(params![tx.now_ms(), run_id, kind])?;
-    }
-    Ok(())
 }

@@ -1,0 +1,105 @@
+//! How a run ends: the terminal facts every ending writes in the same transaction (run and
+//! queue status, the unfinished attempt, pending interactions and decisions, unsettled
+//! effects, pending messages). Only `runs` transitions call these, inside their protected
+//! or unclaimed write.
+
+use rusqlite::params;
+
+use super::attempts::{self, AttemptStatus};
+use super::claims::{self, ClaimAuthority};
+use super::effects;
+use super::error::StoreResult;
+use super::runs::{
+    FailureClass, QueueStatus, RunStatus, set_paused, set_queue_status, set_result_hashes, set_run_status,
+};
+use super::writer::WriteTx;
+
+/// How a run ends.
+pub(super) enum Ending {
+    Completed,
+    Failed(FailureClass),
+    TimedOut,
+    Cancelled,
+}
+
+/// End a run whose claim the caller holds: the terminal facts, its result digests, and the
+/// release of the claim, all in the caller's protected write.
+pub(super) fn end_claimed(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    ending: Ending,
+    output_hash: Option<&str>,
+    error_hash: Option<&str>,
+) -> StoreResult<()> {
+    let run_id = authority.resource_id.as_str();
+    end_run(tx, run_id, ending)?;
+    set_result_hashes(tx, run_id, output_hash, error_hash)?;
+    claims::release(tx, authority)
+}
+
+/// The terminal facts of every ending: run and queue status, the unfinished attempt,
+/// pending interactions and decisions, unsettled effects and pending messages.
+pub(super) fn end_run(tx: &WriteTx<'_>, run_id: &str, ending: Ending) -> StoreResult<()> {
+    let (run_status, queue_status, attempt_status, detail) = match ending {
+        Ending::Completed => (RunStatus::Completed, QueueStatus::Done, AttemptStatus::Completed, None),
+        Ending::Failed(class) => (
+            RunStatus::Failed,
+            QueueStatus::Failed,
+            AttemptStatus::Failed,
+            Some(class.as_str()),
+        ),
+        Ending::TimedOut => (RunStatus::TimedOut, QueueStatus::Failed, AttemptStatus::TimedOut, None),
+        Ending::Cancelled => (
+            RunStatus::Cancelled,
+            QueueStatus::Cancelled,
+            AttemptStatus::Cancelled,
+            None,
+        ),
+    };
+    attempts::close_unfinished(tx, run_id, attempt_status)?;
+    set_run_status(tx, run_id, run_status, detail)?;
+    set_paused(tx, run_id, false)?;
+    set_queue_status(tx, run_id, queue_status)?;
+    close_open_work(tx, run_id)?;
+    let kinds: &[&str] = if run_status == RunStatus::Completed {
+        &["step", "decision"]
+    } else {
+        &["step", "decision", "followUp"]
+    };
+    cancel_pending_messages(tx, run_id, kinds)
+}
+
+/// Cancel pending interactions and unresolved decisions; a pending effect is cancelled and
+/// an applying one becomes ambiguous (its external outcome cannot be proved).
+fn close_open_work(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<()> {
+    let conn = tx.conn();
+    let now = tx.now_ms();
+    conn.prepare_cached(
+        "UPDATE interactive_requests SET status = 'cancelled', settled_at = ?1 WHERE run_id = ?2 AND status = 'pending'",
+    )?
+    .execute(params![now, run_id])?;
+    conn.prepare_cached(
+        "INSERT INTO human_decision_resolutions (decision_id, outcome, provenance, resolved_at)
+         SELECT d.decision_id, 'cancelled', 'run_ended', ?1 FROM human_decisions d
+         WHERE d.run_id = ?2 AND NOT EXISTS
+           (SELECT 1 FROM human_decision_resolutions r WHERE r.decision_id = d.decision_id)",
+    )?
+    .execute(params![now, run_id])?;
+    effects::mark_applying_ambiguous(tx, run_id)?;
+    conn.prepare_cached(
+        "UPDATE effects SET status = 'cancelled', updated_at = ?1 WHERE run_id = ?2 AND status = 'pending'",
+    )?
+    .execute(params![now, run_id])?;
+    Ok(())
+}
+
+pub(super) fn cancel_pending_messages(tx: &WriteTx<'_>, run_id: &str, kinds: &[&str]) -> StoreResult<()> {
+    let mut statement = tx.conn().prepare_cached(
+        "UPDATE workflow_messages SET status = 'cancelled', updated_at = ?1
+         WHERE run_id = ?2 AND kind = ?3 AND status = 'pending'",
+    )?;
+    for kind in kinds {
+        statement.execute(params![tx.now_ms(), run_id, kind])?;
+    }
+    Ok(())
+}
