@@ -13,7 +13,11 @@
 //!   the workflow, admission, the runner's launch, source verification and loading;
 //! - per-node overhead of a 10-step compute workflow: (last node commit − first node
 //!   commit) / 9, per run; each step is one durable commit answered before the next node;
-//! - the same for a 100-step workflow (finer resolution: event times are in ms).
+//! - the same for a 100-step workflow (finer resolution: event times are in ms). In both
+//!   chains each node returns its predecessor's whole output, so node k's output nests k
+//!   levels and the work per node grows with k (JSON encoding, hashing, storing);
+//! - a 100-step chain whose nodes return only their predecessor's number: the overhead per
+//!   node without the growing payload.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -34,8 +38,9 @@ fn main() -> anyhow::Result<()> {
     let state = dir.path().join("state");
     let workflows = dir.path().join("project");
     std::fs::create_dir_all(&workflows)?;
-    let ten = write_chain(&workflows, "chain10", 10)?;
-    let hundred = write_chain(&workflows, "chain100", 100)?;
+    let ten = write_chain(&workflows, "chain10", 10, Chained::WholeOutput)?;
+    let hundred = write_chain(&workflows, "chain100", 100, Chained::WholeOutput)?;
+    let hundred_flat = write_chain(&workflows, "flat100", 100, Chained::Number)?;
 
     let baseline = measure_node_start()?;
     println!("bench_workflows: {}", exe.display());
@@ -58,6 +63,10 @@ fn main() -> anyhow::Result<()> {
     for _ in 0..5 {
         per_node_100.push(start_and_wait(&exe, &state, &workflows, &hundred)?.per_node_ms);
     }
+    let mut per_node_100_flat = Vec::new();
+    for _ in 0..5 {
+        per_node_100_flat.push(start_and_wait(&exe, &state, &workflows, &hundred_flat)?.per_node_ms);
+    }
     run_cli(&exe, &state, &workflows, &["server", "stop"])?;
 
     report_ms("run start → first node committed", &first_node);
@@ -67,6 +76,7 @@ fn main() -> anyhow::Result<()> {
     );
     report_ms("per-node overhead, 10-step compute", &per_node_10);
     report_ms("per-node overhead, 100-step compute", &per_node_100);
+    report_ms("per-node overhead, 100-step, flat outputs", &per_node_100_flat);
     Ok(())
 }
 
@@ -81,11 +91,22 @@ fn locate_binary() -> anyhow::Result<PathBuf> {
 }
 
 /// A workflow of `steps` chained pure compute nodes.
-fn write_chain(dir: &Path, name: &str, steps: usize) -> anyhow::Result<PathBuf> {
+/// What each node of a chain takes from its predecessor's output.
+#[derive(Clone, Copy)]
+enum Chained {
+    WholeOutput,
+    Number,
+}
+
+fn write_chain(dir: &Path, name: &str, steps: usize, chained: Chained) -> anyhow::Result<PathBuf> {
+    let field = match chained {
+        Chained::WholeOutput => "",
+        Chained::Number => "?.i",
+    };
     let nodes: Vec<String> = (1..=steps)
         .map(|i| {
             format!(
-                "    n{i}: compute({{ run: ({{ outputs }}) => ({{ i: {i}, prev: outputs.n{} ?? null }}) }}),",
+                "    n{i}: compute({{ run: ({{ outputs }}) => ({{ i: {i}, prev: outputs.n{}{field} ?? null }}) }}),",
                 i - 1
             )
         })

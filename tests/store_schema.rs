@@ -89,6 +89,46 @@ fn every_table_is_strict() {
     assert!(non_strict.is_empty(), "non-STRICT tables: {non_strict:?}");
 }
 
+/// Per-run reads (status, run state) and the cascade of a pruned run must not scan other
+/// runs' rows: every column that references another table leads some index (or the key).
+#[test]
+fn every_reference_leads_an_index() {
+    let t = common::open_store();
+    let unindexed: Vec<String> = t
+        .store
+        .read(|conn| {
+            let references = conn
+                .prepare(
+                    "SELECT t.name, f.\"from\" FROM pragma_table_list t, pragma_foreign_key_list(t.name) f
+                     WHERE t.schema = 'main' AND t.type = 'table' AND t.name NOT LIKE 'sqlite_%'",
+                )?
+                .query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut unindexed = Vec::new();
+            for (table, column) in references {
+                // An index (a key's automatic index included) whose first column it is; a
+                // partial index does not count, since it leaves rows out.
+                let led: bool = conn.query_row(
+                    "SELECT count(*) > 0 FROM pragma_index_list(?1) l, pragma_index_info(l.name) i
+                     WHERE i.seqno = 0 AND i.name = ?2 AND l.partial = 0",
+                    [&table, &column],
+                    |row| row.get(0),
+                )?;
+                let rowid_key: bool = conn.query_row(
+                    "SELECT count(*) > 0 FROM pragma_table_info(?1) WHERE name = ?2 AND pk = 1",
+                    [&table, &column],
+                    |row| row.get(0),
+                )?;
+                if !led && !rowid_key {
+                    unindexed.push(format!("{table}.{column}"));
+                }
+            }
+            Ok(unindexed)
+        })
+        .expect("references");
+    assert!(unindexed.is_empty(), "references without an index: {unindexed:?}");
+}
+
 #[test]
 fn reopening_keeps_the_data() {
     let dir = tempfile::tempdir().expect("dir");

@@ -60,15 +60,29 @@ fn pipelinable(kind: MessageKind) -> bool {
     )
 }
 
-/// Answer the pipelined proposals in order, each after its commit.
+/// Answer the pipelined proposals in order, each after its commit, in one write: a runner
+/// woken by the first answer alone would send its next proposal alone, and the pipeline
+/// would shrink to one message per commit.
 async fn flush(state: &mut RunnerState, pipelined: &mut Vec<(Message, Submitted)>) -> bool {
+    if pipelined.is_empty() {
+        return true;
+    }
     let mut keep_reading = true;
+    let mut answers = Vec::new();
     for (message, submitted) in pipelined.drain(..) {
         let response = finish(state, &message, submitted).await;
-        let claim_lost = response.outcome == ResponseOutcome::ClaimLost;
-        keep_reading &= reply(state, response).await.is_ok() && !claim_lost;
+        keep_reading &= response.outcome != ResponseOutcome::ClaimLost;
+        match encode_frame(&response) {
+            Ok(bytes) => answers.extend_from_slice(&bytes),
+            Err(err) => {
+                tracing::warn!(run_id = %state.args.run.run_id, error = %err, "runner answer could not be encoded");
+                keep_reading = false;
+                break;
+            }
+        }
     }
-    keep_reading
+    let written = state.writer.write_all(&answers).await.is_ok();
+    keep_reading && written
 }
 
 /// A frame after decoding and fencing.

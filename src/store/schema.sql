@@ -61,6 +61,9 @@ CREATE TABLE runs (
 ) STRICT;
 
 CREATE INDEX runs_by_root ON runs (root_run_id);
+CREATE INDEX runs_by_parent ON runs (parent_run_id);
+-- The run list, newest first.
+CREATE INDEX runs_by_created ON runs (created_at, run_id);
 
 CREATE TABLE run_bindings (
   run_id TEXT PRIMARY KEY REFERENCES runs (run_id) ON DELETE CASCADE,
@@ -168,6 +171,10 @@ CREATE TABLE node_attempts (
 CREATE UNIQUE INDEX node_attempts_one_unfinished_per_run ON node_attempts (run_id)
   WHERE status IN ('running', 'waiting');
 
+-- Per-run reads (status, run state) and the cascade when a run is pruned: every child table
+-- of runs is indexed by run, so neither ever scans other runs' rows.
+CREATE INDEX node_attempts_by_run ON node_attempts (run_id, status);
+
 -- Human decisions ------------------------------------------------------------------------
 
 CREATE TABLE human_decisions (
@@ -181,6 +188,9 @@ CREATE TABLE human_decisions (
   created_at INTEGER NOT NULL,
   UNIQUE (run_id, request_digest)
 ) STRICT;
+
+CREATE INDEX human_decisions_by_run ON human_decisions (run_id);
+CREATE INDEX human_decisions_by_attempt ON human_decisions (attempt_id);
 
 -- At most one winner per decision (the primary key).
 CREATE TABLE human_decision_resolutions (
@@ -241,6 +251,8 @@ CREATE TABLE interactive_requests (
   CHECK ((settled_at IS NULL) = (status = 'pending'))
 ) STRICT;
 
+CREATE INDEX interactive_requests_by_run ON interactive_requests (run_id, status);
+
 CREATE TABLE interactive_submissions (
   submission_id TEXT PRIMARY KEY,
   request_id TEXT NOT NULL REFERENCES interactive_requests (request_id) ON DELETE CASCADE,
@@ -273,6 +285,8 @@ CREATE TABLE workflow_messages (
   CHECK ((status = 'sent') = (pi_session_entry_id IS NOT NULL)),
   CHECK ((kind = 'step') = (reason IS NOT NULL))
 ) STRICT;
+
+CREATE INDEX workflow_messages_by_run ON workflow_messages (run_id, status);
 
 -- At most one pending step message for one interactive request.
 CREATE UNIQUE INDEX workflow_messages_one_pending_step ON workflow_messages (source_id)
@@ -309,6 +323,8 @@ CREATE TABLE host_command_requests (
   received_at INTEGER NOT NULL
 ) STRICT;
 
+CREATE INDEX host_command_requests_by_command ON host_command_requests (command_request_id);
+
 -- Runner epochs --------------------------------------------------------------------------
 
 CREATE TABLE run_workers (
@@ -333,6 +349,7 @@ CREATE TABLE run_workers (
 
 CREATE UNIQUE INDEX run_workers_one_active_per_run ON run_workers (run_id)
   WHERE status IN ('starting', 'ready');
+CREATE INDEX run_workers_by_run ON run_workers (run_id);
 
 -- Receipts of accepted runner messages: a repeated message ID gets the same answer.
 CREATE TABLE runner_messages (
@@ -358,6 +375,9 @@ CREATE TABLE runner_processes (
   unregistered_at INTEGER,
   PRIMARY KEY (runner_epoch, pid)
 ) STRICT, WITHOUT ROWID;
+
+-- Groups still registered (reaped after a runner dies, and at startup).
+CREATE INDEX runner_processes_registered ON runner_processes (runner_epoch, pid) WHERE unregistered_at IS NULL;
 
 -- View content ---------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 // Protocol limits (docs/RUNNER-PROTOCOL.md) and the helpers that keep values inside them.
-import { canonicalByteLength, toJsonValue } from "../canonical.js";
+import { canonicalJson } from "../canonical.js";
 import type { NodeError } from "../types.js";
 
 export const VALUE_BYTES_MAX = 256 * 1024;
@@ -33,17 +33,17 @@ export class OutputError extends Error {
   }
 }
 
-/** The JSON value of a node output, checked against the 256 KiB limit. */
+/** The JSON value of a node output, checked against the 256 KiB limit (one encoding). */
 export function checkedOutput(value: unknown): unknown {
-  let json: unknown;
+  let text: string;
   try {
-    json = toJsonValue(value);
+    text = value === undefined ? "null" : canonicalJson(value);
   } catch (error) {
     throw new OutputError("invalidOutput", `output is not JSON: ${(error as Error).message}`);
   }
-  const size = canonicalByteLength(json);
+  const size = Buffer.byteLength(text, "utf8");
   if (size > VALUE_BYTES_MAX) {
     throw new OutputError("outputTooLarge", `output is ${size} bytes of JSON; the limit is ${VALUE_BYTES_MAX}`);
   }
-  return json;
+  return JSON.parse(text) as unknown;
 }

@@ -17,6 +17,8 @@ export class FrameChannel {
   private readonly frames: string[] = [];
   private waiter?: { resolve(line: string): void; reject(error: Error): void };
   private failure?: Error;
+  /** Whether writes of this tick are being gathered (see writeFrame). */
+  private corked = false;
 
   constructor(private readonly socket: net.Socket) {
     socket.on("data", (chunk: Buffer) => this.onData(chunk));
@@ -88,12 +90,38 @@ export class FrameChannel {
     return value as Record<string, unknown>;
   }
 
-  /** Write one frame; a frame above the limit is refused here, never sent. */
+  /**
+   * Write one frame; a frame above the limit is refused here, never sent. Frames written in
+   * the same tick leave in one `writev` (the socket is corked until the next tick), so the
+   * server reads a pipelined burst at once and commits it together. The promise waits only
+   * when the socket's buffer is full; a write error fails the channel (every reader sees it).
+   */
   async writeFrame(value: unknown): Promise<void> {
     const line = canonicalJson(value) + "\n";
     const size = Buffer.byteLength(line, "utf8");
     if (size > FRAME_BYTES_MAX) throw new ProtocolError(`a runner frame of ${size} bytes is above the 1 MiB limit`);
-    await new Promise<void>((resolve, reject) => this.socket.write(line, (error) => (error ? reject(error) : resolve())));
+    if (this.failure) throw this.failure;
+    if (!this.corked) {
+      this.corked = true;
+      this.socket.cork();
+      process.nextTick(() => {
+        this.corked = false;
+        this.socket.uncork();
+      });
+    }
+    if (this.socket.write(line)) return;
+    await new Promise<void>((resolve, reject) => {
+      const onDrain = () => {
+        this.socket.off("close", onClose);
+        resolve();
+      };
+      const onClose = () => {
+        this.socket.off("drain", onDrain);
+        reject(this.failure ?? new ProtocolError("the runner channel closed"));
+      };
+      this.socket.once("drain", onDrain);
+      this.socket.once("close", onClose);
+    });
   }
 
   close() {
