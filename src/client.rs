@@ -1,5 +1,6 @@
 //! A small blocking client of `pi-workflows.client.v1` for the CLI: connect, read `hello`,
-//! send one request at a time, read its response.
+//! send one request at a time, read its response. Subscription events that arrive before a
+//! response are kept (at most [`EVENTS_QUEUED_MAX`]) for `next_event`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -8,12 +9,15 @@ use std::time::Duration;
 
 use crate::digest::hex_lower;
 use crate::protocol::{
-    ClientMessage, ClientSchema, FRAME_BYTES_MAX, Hello, JsonObject, OpaqueId, Operation, Request, Response,
+    ClientMessage, ClientSchema, Event, FRAME_BYTES_MAX, Hello, JsonObject, OpaqueId, Operation, Request, Response,
     decode_client_message, encode_client_message,
 };
 
 /// How long one request may wait for its response.
 pub const RESPONSE_TIMEOUT_MS: u64 = 30_000;
+/// Events kept while a response is awaited; older ones are dropped (a subscriber only
+/// needs the newest view, and every event can be replaced by a snapshot).
+pub const EVENTS_QUEUED_MAX: usize = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -34,6 +38,9 @@ pub struct Client {
     reader: BufReader<UnixStream>,
     writer: UnixStream,
     client_id: OpaqueId,
+    events: std::collections::VecDeque<Event>,
+    /// The start of a message a read timeout cut.
+    partial: Vec<u8>,
     pub hello: Hello,
 }
 
@@ -56,7 +63,7 @@ impl Client {
         let writer = UnixStream::connect(socket).map_err(|err| ClientError::Unavailable(err.kind().to_string()))?;
         writer.set_read_timeout(Some(Duration::from_millis(RESPONSE_TIMEOUT_MS)))?;
         let mut reader = BufReader::new(writer.try_clone()?);
-        let hello = match read_message(&mut reader)? {
+        let hello = match read_message(&mut reader, &mut Vec::new())? {
             ClientMessage::Hello(hello) => hello,
             _ => return Err(ClientError::Protocol("the first message was not hello".to_string())),
         };
@@ -72,6 +79,8 @@ impl Client {
             reader,
             writer,
             client_id,
+            events: std::collections::VecDeque::new(),
+            partial: Vec::new(),
             hello,
         })
     }
@@ -111,20 +120,67 @@ impl Client {
         let bytes = encode_client_message(&ClientMessage::Request(request.clone()))
             .map_err(|err| ClientError::Protocol(err.to_string()))?;
         self.writer.write_all(&bytes)?;
-        match read_message(&mut self.reader)? {
-            ClientMessage::Response(response) if response.request_id == request.request_id => Ok(response),
-            _ => Err(ClientError::Protocol(
-                "expected the response to this request".to_string(),
-            )),
+        loop {
+            match read_message(&mut self.reader, &mut self.partial)? {
+                ClientMessage::Response(response) if response.request_id == request.request_id => return Ok(response),
+                ClientMessage::Event(event) => self.keep_event(event),
+                _ => {
+                    return Err(ClientError::Protocol(
+                        "expected the response to this request".to_string(),
+                    ));
+                }
+            }
+        }
+    }
+
+    fn keep_event(&mut self, event: Event) {
+        if self.events.len() >= EVENTS_QUEUED_MAX {
+            self.events.pop_front();
+        }
+        self.events.push_back(event);
+    }
+
+    /// The next subscription event; `Ok(None)` when none arrives within `timeout`.
+    pub fn next_event(&mut self, timeout: Duration) -> Result<Option<Event>, ClientError> {
+        if let Some(event) = self.events.pop_front() {
+            return Ok(Some(event));
+        }
+        self.writer
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+        let read = read_message(&mut self.reader, &mut self.partial);
+        self.writer
+            .set_read_timeout(Some(Duration::from_millis(RESPONSE_TIMEOUT_MS)))?;
+        match read {
+            Ok(ClientMessage::Event(event)) => Ok(Some(event)),
+            Ok(_) => Err(ClientError::Protocol("expected an event".to_string())),
+            Err(ClientError::Io(err))
+                if matches!(
+                    err.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(err) => Err(err),
         }
     }
 }
 
-fn read_message(reader: &mut BufReader<UnixStream>) -> Result<ClientMessage, ClientError> {
-    let mut line = Vec::new();
-    let read = std::io::Read::take(reader, FRAME_BYTES_MAX as u64).read_until(b'\n', &mut line)?;
-    if read == 0 {
-        return Err(ClientError::Protocol("the server closed the connection".to_string()));
+/// Read one message; bytes of a line cut by a read timeout stay in `partial` for the next
+/// call, so a timeout never loses part of a message.
+fn read_message(reader: &mut BufReader<UnixStream>, partial: &mut Vec<u8>) -> Result<ClientMessage, ClientError> {
+    loop {
+        let budget = FRAME_BYTES_MAX.saturating_sub(partial.len()) as u64;
+        let read = std::io::Read::take(&mut *reader, budget).read_until(b'\n', partial)?;
+        if partial.ends_with(b"\n") {
+            let line = std::mem::take(partial);
+            return decode_client_message(&line).map_err(|err| ClientError::Protocol(err.to_string()));
+        }
+        if read == 0 && budget > 0 {
+            return Err(ClientError::Protocol("the server closed the connection".to_string()));
+        }
+        if partial.len() >= FRAME_BYTES_MAX {
+            return Err(ClientError::Protocol("the server sent a frame above 1 MiB".to_string()));
+        }
     }
-    decode_client_message(&line).map_err(|err| ClientError::Protocol(err.to_string()))
 }

@@ -10,4 +10,5 @@ pub mod paths;
 pub mod protocol;
 pub mod server;
 pub mod store;
+pub mod view;
 mod wire_enum;

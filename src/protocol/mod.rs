@@ -37,6 +37,7 @@ pub mod runner;
 mod validate;
 mod vocabulary;
 
+pub(crate) use canonical::bounded_text;
 pub use canonical::{CanonicalError, canonical_sha256_hex, to_canonical_vec};
 pub use envelope::{
     ClientMessage, ClientSchema, Event, Hello, JsonObject, OpaqueId, Request, Response, ResponseError, Revision,

@@ -4,18 +4,18 @@
 //! connection only.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::io::BufReader;
 use tokio::net::UnixStream;
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::unix::OwnedReadHalf;
 use tokio::task::JoinHandle;
 
 use super::context::ServerContext;
 use super::frames::{LineRead, read_line};
 use super::handlers;
-use crate::protocol::{ClientMessage, ClientSchema, Hello, OpaqueId, decode_client_message, encode_client_message};
+use super::subscriptions::{SharedWriter, Subscriptions, is_subscription_operation, write_shared};
+use crate::protocol::{ClientMessage, ClientSchema, Hello, OpaqueId, decode_client_message};
 
 /// A client that does not take a response within this time is disconnected.
 pub const WRITE_TIMEOUT_MS: u64 = 10_000;
@@ -46,8 +46,11 @@ pub enum ConnectionMsg {
 
 pub struct ConnectionState {
     ctx: Arc<ServerContext>,
-    writer: OwnedWriteHalf,
+    /// Shared with this connection's subscription forwarders.
+    writer: SharedWriter,
     reader: Option<JoinHandle<()>>,
+    subscriptions: Subscriptions,
+    myself: ActorRef<ConnectionMsg>,
     number: u64,
 }
 
@@ -71,8 +74,10 @@ impl Actor for Connection {
         args.ctx.connection_opened();
         let mut state = ConnectionState {
             ctx: args.ctx,
-            writer,
+            writer: Arc::new(tokio::sync::Mutex::new(writer)),
             reader: None,
+            subscriptions: Subscriptions::new(),
+            myself: myself.clone(),
             number: args.number,
         };
         let hello = ClientMessage::Hello(Hello {
@@ -93,6 +98,7 @@ impl Actor for Connection {
         if let Some(reader) = state.reader.take() {
             reader.abort();
         }
+        state.subscriptions.clear();
         state.ctx.connection_closed();
         tracing::debug!(connection = state.number, "connection closed");
         Ok(())
@@ -131,6 +137,21 @@ async fn answer_line(state: &mut ConnectionState, line: &[u8]) -> bool {
             return false;
         }
     };
+    if is_subscription_operation(request.operation) {
+        let (answer, pending) = state.subscriptions.handle(&state.ctx, &request).await;
+        let handled = handlers::handled(&request, answer);
+        if write_message(state, &ClientMessage::Response(handled.response))
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        if let Some(pending) = pending {
+            let (writer, myself) = (Arc::clone(&state.writer), state.myself.clone());
+            state.subscriptions.start(pending, writer, myself);
+        }
+        return true;
+    }
     let handled = handlers::handle_request(&state.ctx, request).await;
     let written = write_message(state, &ClientMessage::Response(handled.response))
         .await
@@ -142,12 +163,9 @@ async fn answer_line(state: &mut ConnectionState, line: &[u8]) -> bool {
 }
 
 async fn write_message(state: &mut ConnectionState, message: &ClientMessage) -> Result<(), ActorProcessingErr> {
-    let bytes = encode_client_message(message)?;
-    let write = state.writer.write_all(&bytes);
-    tokio::time::timeout(Duration::from_millis(WRITE_TIMEOUT_MS), write)
+    write_shared(&state.writer, message)
         .await
-        .map_err(|_| "client write timed out")??;
-    Ok(())
+        .map_err(|()| "client write failed or timed out".into())
 }
 
 async fn read_lines(read_half: OwnedReadHalf, connection: ActorRef<ConnectionMsg>) {

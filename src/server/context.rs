@@ -76,6 +76,10 @@ pub struct ServerContext {
     pub runner_pool: super::runner_pool::RunnerPool,
     /// The warm source resolver of `run.start`.
     pub resolvers: super::resolver::ResolverPool,
+    /// Parsed definitions for run views.
+    pub views: super::views::ViewCache,
+    /// Live run and run-list feeds of subscribed clients.
+    pub feeds: super::feeds::Feeds,
     /// The live runner actor of each run that has one.
     runner_registry: Mutex<HashMap<String, ActorRef<RunnerMsg>>>,
     stop: watch::Sender<Option<StopReason>>,
@@ -97,6 +101,8 @@ impl ServerContext {
             runner_registry: Mutex::new(HashMap::new()),
             runner_pool: Default::default(),
             resolvers: Default::default(),
+            views: Default::default(),
+            feeds: Default::default(),
             scheduler_wakes: Arc::new(tokio::sync::Notify::new()),
             stop,
         })

@@ -13,6 +13,7 @@ use super::context::{ServerContext, StopReason};
 use super::run_commands;
 use super::runner::{RunControl, RunnerMsg};
 use super::status;
+use super::views;
 use crate::protocol::{
     ClientSchema, JsonObject, Operation, Outcome, Request, Response, ResponseError, request_fingerprint,
 };
@@ -38,18 +39,27 @@ pub async fn handle_request(ctx: &Arc<ServerContext>, request: Request) -> Handl
         Operation::CheckpointAnswer => run_commands::checkpoint_answer(ctx, &request).await,
         Operation::RunStatus => run_commands::run_status(ctx, &request).await,
         Operation::RunList => run_commands::run_list(ctx, &request).await,
+        Operation::ViewRunGet => views::view_run_get(ctx, &request).await,
+        Operation::ViewPage => views::view_page(ctx, &request).await,
+        Operation::ViewContent => views::view_content(ctx, &request).await,
+        Operation::ViewRunsPage => views::view_runs_page(ctx, &request).await,
         other => Err(rejected(
             "unsupportedOperation",
             &format!("{} is not available in this server version yet", other.as_str()),
         )),
     };
+    handled(&request, result)
+}
+
+/// The response to `request` for a handler's answer.
+pub fn handled(request: &Request, result: Answer) -> Handled {
     match result {
         Ok((outcome, receipt, stop_after)) => Handled {
-            response: response(&request, outcome, Some(receipt), None),
+            response: response(request, outcome, Some(receipt), None),
             stop_after,
         },
         Err((outcome, error)) => Handled {
-            response: response(&request, outcome, None, Some(error)),
+            response: response(request, outcome, None, Some(error)),
             stop_after: None,
         },
     }

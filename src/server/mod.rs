@@ -8,6 +8,7 @@
 pub mod blocking;
 pub mod connection;
 pub mod context;
+pub mod feeds;
 pub mod frames;
 pub mod handlers;
 pub mod listener;
@@ -22,7 +23,9 @@ pub mod runner_messages;
 pub mod runner_pool;
 pub mod scheduler;
 pub mod status;
+pub mod subscriptions;
 pub mod tree;
+pub mod views;
 
 use std::io::Write;
 use std::os::fd::{FromRawFd, RawFd};

@@ -26,7 +26,7 @@ pub const SNAPSHOT_BYTES_MAX: usize = 512 * 1024;
 pub const SOURCE_BYTES_MAX: usize = 64 * 1024;
 pub const WORKFLOW_NAME_BYTES_MAX: usize = 128;
 /// The media type of stored definition snapshots (views draw the topology from them).
-pub const DEFINITION_MEDIA_TYPE: &str = "application/vnd.pi-workflows.definition+json";
+pub use crate::view::document::DEFINITION_MEDIA_TYPE;
 
 /// `run.start`: queue a new run with its source identity, definition and input. A request
 /// that names the workflow (`workflow`, `projectPath`, `inputJson`) is resolved first by the

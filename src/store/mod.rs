@@ -27,6 +27,7 @@ pub mod recovery;
 mod run_endings;
 pub mod run_state;
 pub mod run_summary;
+pub mod run_view;
 pub mod runs;
 pub mod schema;
 pub mod server_lease;
@@ -104,6 +105,11 @@ impl Store {
         F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send + 'static,
     {
         self.writer.submit(change)
+    }
+
+    /// Changes after every committed write transaction (see `Writer::commits`).
+    pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.writer.commits()
     }
 
     /// Run `query` on a read-only connection inside one read transaction, so it sees one

@@ -108,18 +108,27 @@ enum WriterMessage {
 pub struct Writer {
     sender: Option<SyncSender<WriterMessage>>,
     thread: Option<JoinHandle<()>>,
+    /// Counts committed transactions; live views wait on it instead of polling.
+    commits: tokio::sync::watch::Receiver<u64>,
 }
 
 impl Writer {
     pub fn spawn(conn: Connection, clock: Arc<dyn Clock>) -> StoreResult<Self> {
         let (sender, receiver) = sync_channel(WRITER_QUEUE_LEN_MAX);
+        let (committed, commits) = tokio::sync::watch::channel(0);
         let thread = std::thread::Builder::new()
             .name("store-writer".to_string())
-            .spawn(move || run_writer(conn, clock, receiver))?;
+            .spawn(move || run_writer(conn, clock, receiver, committed))?;
         Ok(Self {
             sender: Some(sender),
             thread: Some(thread),
+            commits,
         })
+    }
+
+    /// The commit counter: it changes after every committed transaction (answers first).
+    pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.commits.clone()
     }
 
     /// Run `change` in a write transaction and return its result after the commit.
@@ -215,7 +224,12 @@ fn next_message(receiver: &Receiver<WriterMessage>) -> Option<WriterMessage> {
     receiver.recv().ok()
 }
 
-fn run_writer(conn: Connection, clock: Arc<dyn Clock>, receiver: Receiver<WriterMessage>) {
+fn run_writer(
+    conn: Connection,
+    clock: Arc<dyn Clock>,
+    receiver: Receiver<WriterMessage>,
+    committed: tokio::sync::watch::Sender<u64>,
+) {
     while let Some(WriterMessage::Write(first)) = next_message(&receiver) {
         let mut pending = VecDeque::from([first]);
         while pending.len() < GROUP_COMMIT_JOBS_MAX {
@@ -225,7 +239,9 @@ fn run_writer(conn: Connection, clock: Arc<dyn Clock>, receiver: Receiver<Writer
             }
         }
         while !pending.is_empty() {
-            commit_batch(&conn, clock.as_ref(), &mut pending);
+            if commit_batch(&conn, clock.as_ref(), &mut pending) {
+                committed.send_modify(|count| *count += 1);
+            }
         }
     }
 }
@@ -235,7 +251,8 @@ fn run_writer(conn: Connection, clock: Arc<dyn Clock>, receiver: Receiver<Writer
 /// SQLite may roll back a whole transaction on its own (disk full, I/O error). The writer
 /// notices after each job; the jobs that ran are answered with the failure and the rest stay
 /// in `pending` for a fresh transaction, so no job ever runs outside `BEGIN IMMEDIATE`.
-fn commit_batch(conn: &Connection, clock: &dyn Clock, pending: &mut VecDeque<Box<dyn WriteJob>>) {
+/// True when the transaction committed.
+fn commit_batch(conn: &Connection, clock: &dyn Clock, pending: &mut VecDeque<Box<dyn WriteJob>>) -> bool {
     if !conn.is_autocommit() {
         // Never expected: a transaction left open by an earlier failure.
         let _ = control(conn, "ROLLBACK");
@@ -245,7 +262,7 @@ fn commit_batch(conn: &Connection, clock: &dyn Clock, pending: &mut VecDeque<Box
         for job in pending.drain(..) {
             job.deliver(Err(err.to_string()));
         }
-        return;
+        return false;
     }
     let mut ran = Vec::with_capacity(pending.len());
     let mut aborted = false;
@@ -268,9 +285,11 @@ fn commit_batch(conn: &Connection, clock: &dyn Clock, pending: &mut VecDeque<Box
     if let Err(message) = &commit {
         tracing::error!(error = %message, jobs = ran.len(), "store write batch was not committed");
     }
+    let committed = commit.is_ok();
     for job in ran {
         job.deliver(commit.clone());
     }
+    committed
 }
 
 /// Transaction-control statements, prepared once.

@@ -1,0 +1,331 @@
+//! A connection's subscriptions: `view.run.watch`, `view.runs.watch`, `view.run.unwatch`
+//! and `view.unwatch`. Each subscription is one forwarder task that waits for its feed's
+//! newest value and writes it as an event, waiting for the socket each time: at most one
+//! event per subscription is in the socket buffer, and values in between are coalesced.
+//!
+//! Architecture Invariant: a forwarder only writes to its own connection; a write that
+//! fails or times out stops that connection, never a feed or another client.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::ActorRef;
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::task::JoinHandle;
+
+use super::blocking;
+use super::connection::{ConnectionMsg, WRITE_TIMEOUT_MS};
+use super::context::ServerContext;
+use super::feeds::{ListReceiver, RunFeed, Snapshot, SnapshotReceiver};
+use super::handlers::{Answer, rejected, run_id_of};
+use super::views::read_refusal;
+use crate::protocol::{
+    ClientMessage, ClientSchema, Event, EventKind, JsonObject, OpaqueId, Operation, Outcome, Request, Revision,
+    encode_client_message,
+};
+use crate::store::run_view;
+use crate::view::patch;
+
+/// Subscriptions one connection may hold at once.
+pub const SUBSCRIPTIONS_PER_CONNECTION_MAX: usize = 64;
+
+/// The write half every writer of one connection shares (responses and events).
+pub type SharedWriter = Arc<tokio::sync::Mutex<OwnedWriteHalf>>;
+
+pub struct Subscriptions {
+    tasks: HashMap<String, JoinHandle<()>>,
+    next: u64,
+}
+
+/// A subscription accepted by the handler; its forwarder starts after the response is written.
+pub struct Pending {
+    id: String,
+    target: Target,
+}
+
+enum Target {
+    Run {
+        run_id: String,
+        feed: Arc<RunFeed>,
+        receiver: SnapshotReceiver,
+        since: Option<i64>,
+    },
+    List(ListReceiver),
+}
+
+pub fn is_subscription_operation(operation: Operation) -> bool {
+    matches!(
+        operation,
+        Operation::ViewRunWatch | Operation::ViewRunsWatch | Operation::ViewRunUnwatch | Operation::ViewUnwatch
+    )
+}
+
+impl Subscriptions {
+    pub fn new() -> Self {
+        Self {
+            tasks: HashMap::new(),
+            next: 0,
+        }
+    }
+
+    /// Answer a subscription request; a new subscription's forwarder starts with `start`.
+    pub async fn handle(&mut self, ctx: &Arc<ServerContext>, request: &Request) -> (Answer, Option<Pending>) {
+        match request.operation {
+            Operation::ViewRunWatch => self.watch_run(ctx, request).await,
+            Operation::ViewRunsWatch => self.watch_list(ctx),
+            _ => (self.unwatch(request), None),
+        }
+    }
+
+    async fn watch_run(&mut self, ctx: &Arc<ServerContext>, request: &Request) -> (Answer, Option<Pending>) {
+        let run_id = match run_id_of(request).and_then(|run_id| self.room().map(|()| run_id)) {
+            Ok(run_id) => run_id,
+            Err(refusal) => return (Err(refusal), None),
+        };
+        let owned = run_id.clone();
+        match blocking::read(&ctx.store, move |conn| run_view::presentation_revision(conn, &owned)).await {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                let missing = crate::store::StoreError::RunNotFound { run_id };
+                return (Err(read_refusal(missing)), None);
+            }
+            Err(err) => return (Err(read_refusal(err)), None),
+        }
+        let since = request.payload.get("sinceRevision").and_then(Value::as_i64);
+        let (feed, receiver) = ctx.feeds.watch_run(ctx, &run_id);
+        let id = self.next_id("run");
+        let answer = subscribed(&id);
+        let target = Target::Run {
+            run_id,
+            feed,
+            receiver,
+            since,
+        };
+        (answer, Some(Pending { id, target }))
+    }
+
+    fn watch_list(&mut self, ctx: &Arc<ServerContext>) -> (Answer, Option<Pending>) {
+        if let Err(refusal) = self.room() {
+            return (Err(refusal), None);
+        }
+        let receiver = ctx.feeds.watch_list(ctx);
+        let id = self.next_id("runs");
+        (
+            subscribed(&id),
+            Some(Pending {
+                id,
+                target: Target::List(receiver),
+            }),
+        )
+    }
+
+    fn unwatch(&mut self, request: &Request) -> Answer {
+        let Some(id) = request.payload.get("subscriptionId").and_then(Value::as_str) else {
+            return Err(rejected("invalidRequest", "name the subscriptionId to remove"));
+        };
+        let removed = match self.tasks.remove(id) {
+            Some(task) => {
+                task.abort();
+                true
+            }
+            None => false,
+        };
+        let mut receipt = JsonObject::new();
+        receipt.insert("subscriptionId".into(), json!(id));
+        receipt.insert("removed".into(), json!(removed));
+        Ok((Outcome::Accepted, receipt, None))
+    }
+
+    /// Start the forwarder of a subscription whose response was written.
+    pub fn start(&mut self, pending: Pending, writer: SharedWriter, connection: ActorRef<ConnectionMsg>) {
+        let id = pending.id.clone();
+        let task = match pending.target {
+            Target::Run {
+                run_id,
+                feed,
+                receiver,
+                since,
+            } => {
+                let forwarder = RunForwarder {
+                    subscription_id: id.clone(),
+                    run_id,
+                    writer,
+                    connection,
+                };
+                let sent = since.and_then(|revision| feed.retained(revision));
+                tokio::spawn(forwarder.run(receiver, sent))
+            }
+            Target::List(receiver) => tokio::spawn(forward_list(id.clone(), receiver, writer, connection)),
+        };
+        self.tasks.insert(id, task);
+    }
+
+    /// Stop every forwarder (the connection closed).
+    pub fn clear(&mut self) {
+        for (_, task) in self.tasks.drain() {
+            task.abort();
+        }
+    }
+
+    fn room(&mut self) -> Result<(), (Outcome, crate::protocol::ResponseError)> {
+        self.tasks.retain(|_, task| !task.is_finished());
+        if self.tasks.len() >= SUBSCRIPTIONS_PER_CONNECTION_MAX {
+            return Err(rejected(
+                "tooManySubscriptions",
+                &format!(
+                    "a connection holds at most {SUBSCRIPTIONS_PER_CONNECTION_MAX} subscriptions; unwatch one first"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn next_id(&mut self, kind: &str) -> String {
+        self.next += 1;
+        format!("{kind}-{}", self.next)
+    }
+}
+
+impl Default for Subscriptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn subscribed(id: &str) -> Answer {
+    let mut receipt = JsonObject::new();
+    receipt.insert("subscriptionId".into(), json!(id));
+    Ok((Outcome::Accepted, receipt, None))
+}
+
+struct RunForwarder {
+    subscription_id: String,
+    run_id: String,
+    writer: SharedWriter,
+    connection: ActorRef<ConnectionMsg>,
+}
+
+impl RunForwarder {
+    /// Send the newest view whenever it changes: a patch from the last one sent when it can,
+    /// else a snapshot; `unavailable` once the run is gone.
+    async fn run(self, mut receiver: SnapshotReceiver, mut sent: Option<Arc<Snapshot>>) {
+        loop {
+            let Some(snapshot) = next_snapshot(&mut receiver, sent.as_ref().map(|s| s.revision)).await else {
+                return;
+            };
+            let Some(document) = snapshot.document.as_deref() else {
+                let _ = self
+                    .write(EventKind::Unavailable, snapshot.revision, JsonObject::new())
+                    .await;
+                return;
+            };
+            let previous = sent.as_ref().and_then(|sent| sent.document.as_deref());
+            let (kind, payload) = match previous.and_then(|previous| patch::diff(previous, document)) {
+                Some(patch) => (
+                    EventKind::RunPatch,
+                    object([
+                        ("fromRevision", json!(sent.as_ref().map(|s| s.revision))),
+                        ("patch", patch),
+                    ]),
+                ),
+                None => (EventKind::RunSnapshot, object([("view", document.clone())])),
+            };
+            if self.write(kind, snapshot.revision, payload).await.is_err() {
+                self.connection.stop(Some("subscriber write failed".into()));
+                return;
+            }
+            sent = Some(snapshot);
+        }
+    }
+
+    async fn write(&self, kind: EventKind, revision: i64, payload: JsonObject) -> Result<(), ()> {
+        let event = event(&self.subscription_id, kind, revision, Some(&self.run_id), payload)?;
+        write_shared(&self.writer, &event).await
+    }
+}
+
+/// Wait for a published snapshot of another revision than `sent`; `None` when the feed ended.
+async fn next_snapshot(receiver: &mut SnapshotReceiver, sent: Option<i64>) -> Option<Arc<Snapshot>> {
+    loop {
+        let current = receiver.borrow_and_update().clone();
+        if let Some(snapshot) = current
+            && (Some(snapshot.revision) != sent || snapshot.document.is_none())
+        {
+            return Some(snapshot);
+        }
+        receiver.changed().await.ok()?;
+    }
+}
+
+async fn forward_list(
+    subscription_id: String,
+    mut receiver: ListReceiver,
+    writer: SharedWriter,
+    connection: ActorRef<ConnectionMsg>,
+) {
+    loop {
+        let current = receiver.borrow_and_update().clone();
+        if let Some(snapshot) = current {
+            let written = match event(
+                &subscription_id,
+                EventKind::Runs,
+                snapshot.revision as i64,
+                None,
+                (*snapshot.page).clone(),
+            ) {
+                Ok(event) => write_shared(&writer, &event).await,
+                Err(()) => Err(()),
+            };
+            if written.is_err() {
+                connection.stop(Some("subscriber write failed".into()));
+                return;
+            }
+        }
+        if receiver.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+fn event(
+    subscription_id: &str,
+    kind: EventKind,
+    revision: i64,
+    run_id: Option<&str>,
+    payload: JsonObject,
+) -> Result<ClientMessage, ()> {
+    Ok(ClientMessage::Event(Event {
+        schema: ClientSchema::V1,
+        subscription_id: OpaqueId::new(subscription_id.to_string()).map_err(|_| ())?,
+        event: kind,
+        revision: Revision::new(revision.max(0) as u64).ok(),
+        run_id: match run_id {
+            Some(run_id) => Some(OpaqueId::new(run_id.to_string()).map_err(|_| ())?),
+            None => None,
+        },
+        payload,
+    }))
+}
+
+fn object<const N: usize>(entries: [(&str, Value); N]) -> JsonObject {
+    entries
+        .into_iter()
+        .map(|(key, value)| (key.to_string(), value))
+        .collect()
+}
+
+/// Write one message to a shared writer, giving up after [`WRITE_TIMEOUT_MS`].
+pub async fn write_shared(writer: &SharedWriter, message: &ClientMessage) -> Result<(), ()> {
+    let bytes = encode_client_message(message).map_err(|err| {
+        tracing::warn!(error = %err, "client message could not be encoded");
+    })?;
+    let mut writer = writer.lock().await;
+    let write = writer.write_all(&bytes);
+    match tokio::time::timeout(Duration::from_millis(WRITE_TIMEOUT_MS), write).await {
+        Ok(Ok(())) => Ok(()),
+        _ => Err(()),
+    }
+}

@@ -1,0 +1,385 @@
+//! The facts a live run view is drawn from, read in one snapshot: the run's lifecycle row,
+//! its runner epoch, the unfinished attempt (the one durable source of the current node),
+//! the pending request, effect review counts and a bounded window of attempts. Plus the
+//! generated content a view advertises (`run_view_content`) and run-list pages.
+//!
+//! Architecture Invariant: reads only, except `put_view_content`, which stores generated
+//! content before any view names it. Nothing here decides how a run is displayed; that is
+//! `crate::view`.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::error::{StoreError, StoreResult};
+use super::writer::WriteTx;
+use crate::digest::sha256_hex;
+
+/// One run-history page holds at most this many attempts (its byte budget is the caller's).
+pub const ATTEMPTS_PAGE_MAX: usize = 200;
+/// One run-list page holds at most this many runs.
+pub const RUNS_PAGE_MAX: usize = 200;
+/// A chunk of referenced content is at most this many bytes.
+pub const CONTENT_CHUNK_BYTES_MAX: usize = 512 * 1024;
+/// Referenced content is at most this many bytes (the largest stored value it can copy).
+pub const CONTENT_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunFacts {
+    pub run_id: String,
+    pub workflow_name: String,
+    pub status: String,
+    pub queue_status: String,
+    pub paused: bool,
+    pub detail: Option<String>,
+    pub revision: i64,
+    pub execution_mode: String,
+    pub origin: String,
+    pub parent_run_id: Option<String>,
+    pub definition_digest: String,
+    pub error_hash: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub finished_at: Option<i64>,
+}
+
+/// The run's live runner epoch, if one is starting or ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerFacts {
+    pub status: String,
+    pub started_at: i64,
+    pub ready_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptFacts {
+    /// Insertion order within the database: the history cursor.
+    pub seq: i64,
+    pub attempt_id: String,
+    pub node_id: String,
+    pub node_path: String,
+    pub node_type: String,
+    pub visit: i64,
+    pub status: String,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestFacts {
+    pub request_id: String,
+    pub kind: String,
+    pub created_at: i64,
+    /// The attempt that asked (waiting, or a completed checkpoint node).
+    pub attempt: Option<AttemptFacts>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunViewFacts {
+    pub run: RunFacts,
+    /// See [`presentation_revision`].
+    pub presentation_revision: i64,
+    pub worker: Option<WorkerFacts>,
+    pub unfinished: Option<AttemptFacts>,
+    pub pending_request: Option<RequestFacts>,
+    pub ambiguous_effects: i64,
+    pub attempt_count: i64,
+    pub completed_steps: i64,
+    /// The newest attempts, oldest first (at most the requested window).
+    pub recent_attempts: Vec<AttemptFacts>,
+}
+
+const RUN_SELECT: &str = "SELECT r.run_id, r.workflow_name, r.status, q.status, r.paused, r.status_detail,
+        r.revision, b.execution_mode, r.origin, r.parent_run_id, r.definition_digest, r.error_hash,
+        r.created_at, r.updated_at, r.finished_at
+     FROM runs r JOIN run_queue q ON q.run_id = r.run_id JOIN run_bindings b ON b.run_id = r.run_id";
+
+fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunFacts> {
+    Ok(RunFacts {
+        run_id: row.get(0)?,
+        workflow_name: row.get(1)?,
+        status: row.get(2)?,
+        queue_status: row.get(3)?,
+        paused: row.get(4)?,
+        detail: row.get(5)?,
+        revision: row.get(6)?,
+        execution_mode: row.get(7)?,
+        origin: row.get(8)?,
+        parent_run_id: row.get(9)?,
+        definition_digest: row.get(10)?,
+        error_hash: row.get(11)?,
+        created_at: row.get(12)?,
+        updated_at: row.get(13)?,
+        finished_at: row.get(14)?,
+    })
+}
+
+const ATTEMPT_COLUMNS: &str =
+    "rowid, attempt_id, node_id, node_path, node_type, visit, status, started_at, finished_at";
+
+fn attempt_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<AttemptFacts> {
+    Ok(AttemptFacts {
+        seq: row.get(0)?,
+        attempt_id: row.get(1)?,
+        node_id: row.get(2)?,
+        node_path: row.get(3)?,
+        node_type: row.get(4)?,
+        visit: row.get(5)?,
+        status: row.get(6)?,
+        started_at: row.get(7)?,
+        finished_at: row.get(8)?,
+    })
+}
+
+/// The run's presentation revision: its durable revision plus every state transition of
+/// its runner epochs (started, ready, finished). A view shows worker activity, which does
+/// not change the run's revision; this number changes with everything a view shows, only
+/// grows, and is the same for the same durable state (so it survives a server restart).
+pub fn presentation_revision(conn: &Connection, run_id: &str) -> StoreResult<Option<i64>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT r.revision + coalesce((SELECT sum(1 + (w.ready_at IS NOT NULL) + (w.finished_at IS NOT NULL))
+                                           FROM run_workers w WHERE w.run_id = r.run_id), 0)
+             FROM runs r WHERE r.run_id = ?1",
+        )?
+        .query_row([run_id], |row| row.get(0))
+        .optional()?)
+}
+
+/// Everything one run view needs, with the newest `window` attempts.
+pub fn run_view_facts(conn: &Connection, run_id: &str, window: usize) -> StoreResult<RunViewFacts> {
+    let run = conn
+        .prepare_cached(&format!("{RUN_SELECT} WHERE r.run_id = ?1"))?
+        .query_row([run_id], run_row)
+        .optional()?
+        .ok_or_else(|| StoreError::RunNotFound {
+            run_id: run_id.to_string(),
+        })?;
+    let (attempt_count, completed_steps) = conn
+        .prepare_cached(
+            "SELECT count(*), count(*) FILTER (WHERE status = 'completed') FROM node_attempts WHERE run_id = ?1",
+        )?
+        .query_row([run_id], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    Ok(RunViewFacts {
+        presentation_revision: presentation_revision(conn, run_id)?.unwrap_or(run.revision),
+        worker: live_worker(conn, run_id)?,
+        unfinished: unfinished_attempt(conn, run_id)?,
+        pending_request: pending_request(conn, run_id)?,
+        ambiguous_effects: ambiguous_effects(conn, run_id)?,
+        attempt_count,
+        completed_steps,
+        recent_attempts: recent_attempts(conn, run_id, window.min(ATTEMPTS_PAGE_MAX))?,
+        run,
+    })
+}
+
+fn live_worker(conn: &Connection, run_id: &str) -> StoreResult<Option<WorkerFacts>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT status, started_at, ready_at FROM run_workers
+             WHERE run_id = ?1 AND status IN ('starting', 'ready')",
+        )?
+        .query_row([run_id], |row| {
+            Ok(WorkerFacts {
+                status: row.get(0)?,
+                started_at: row.get(1)?,
+                ready_at: row.get(2)?,
+            })
+        })
+        .optional()?)
+}
+
+fn unfinished_attempt(conn: &Connection, run_id: &str) -> StoreResult<Option<AttemptFacts>> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT {ATTEMPT_COLUMNS} FROM node_attempts WHERE run_id = ?1 AND status IN ('running', 'waiting')"
+        ))?
+        .query_row([run_id], attempt_row)
+        .optional()?)
+}
+
+fn pending_request(conn: &Connection, run_id: &str) -> StoreResult<Option<RequestFacts>> {
+    let request: Option<(String, String, i64, String)> = conn
+        .prepare_cached(
+            "SELECT request_id, kind, created_at, attempt_id FROM interactive_requests
+             WHERE run_id = ?1 AND status = 'pending' ORDER BY created_at DESC, request_id DESC LIMIT 1",
+        )?
+        .query_row([run_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
+        .optional()?;
+    let Some((request_id, kind, created_at, attempt_id)) = request else {
+        return Ok(None);
+    };
+    let attempt = conn
+        .prepare_cached(&format!(
+            "SELECT {ATTEMPT_COLUMNS} FROM node_attempts WHERE attempt_id = ?1"
+        ))?
+        .query_row([&attempt_id], attempt_row)
+        .optional()?;
+    Ok(Some(RequestFacts {
+        request_id,
+        kind,
+        created_at,
+        attempt,
+    }))
+}
+
+fn ambiguous_effects(conn: &Connection, run_id: &str) -> StoreResult<i64> {
+    Ok(conn
+        .prepare_cached("SELECT count(*) FROM effects WHERE run_id = ?1 AND status = 'ambiguous'")?
+        .query_row([run_id], |row| row.get(0))?)
+}
+
+fn recent_attempts(conn: &Connection, run_id: &str, window: usize) -> StoreResult<Vec<AttemptFacts>> {
+    let mut newest_first = conn
+        .prepare_cached(&format!(
+            "SELECT {ATTEMPT_COLUMNS} FROM node_attempts WHERE run_id = ?1 ORDER BY rowid DESC LIMIT ?2"
+        ))?
+        .query_map(params![run_id, window as i64], attempt_row)?
+        .collect::<Result<Vec<_>, _>>()?;
+    newest_first.reverse();
+    Ok(newest_first)
+}
+
+/// Attempts after `after_seq` (oldest first), at most `limit` (≤ [`ATTEMPTS_PAGE_MAX`]).
+pub fn attempts_page(
+    conn: &Connection,
+    run_id: &str,
+    after_seq: Option<i64>,
+    limit: usize,
+) -> StoreResult<Vec<AttemptFacts>> {
+    assert!(limit <= ATTEMPTS_PAGE_MAX, "attempt pages are bounded");
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT {ATTEMPT_COLUMNS} FROM node_attempts WHERE run_id = ?1 AND rowid > ?2 ORDER BY rowid LIMIT ?3"
+        ))?
+        .query_map(params![run_id, after_seq.unwrap_or(0), limit as i64], attempt_row)?
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
+/// One run-list item: status facts only (never a history).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunListFacts {
+    pub run: RunFacts,
+    pub worker_active: bool,
+    pub pending_kind: Option<String>,
+    pub ambiguous_effects: i64,
+    pub current_node_id: Option<String>,
+}
+
+/// Runs newest first, strictly after the `(created_at, run_id)` cursor when given.
+pub fn runs_page(conn: &Connection, before: Option<(i64, &str)>, limit: usize) -> StoreResult<Vec<RunListFacts>> {
+    assert!(limit <= RUNS_PAGE_MAX, "run pages are bounded");
+    let runs = match before {
+        None => conn
+            .prepare_cached(&format!(
+                "{RUN_SELECT} ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?1"
+            ))?
+            .query_map(params![limit as i64], run_row)?
+            .collect::<Result<Vec<_>, _>>()?,
+        Some((created_at, run_id)) => conn
+            .prepare_cached(&format!(
+                "{RUN_SELECT} WHERE (r.created_at, r.run_id) < (?1, ?2)
+                 ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?3"
+            ))?
+            .query_map(params![created_at, run_id, limit as i64], run_row)?
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    runs.into_iter().map(|run| list_facts(conn, run)).collect()
+}
+
+fn list_facts(conn: &Connection, run: RunFacts) -> StoreResult<RunListFacts> {
+    let run_id = run.run_id.clone();
+    Ok(RunListFacts {
+        worker_active: live_worker(conn, &run_id)?.is_some(),
+        pending_kind: pending_request(conn, &run_id)?.map(|request| request.kind),
+        ambiguous_effects: ambiguous_effects(conn, &run_id)?,
+        current_node_id: unfinished_attempt(conn, &run_id)?.map(|attempt| attempt.node_id),
+        run,
+    })
+}
+
+/// A reference to content a view advertises.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContentRef {
+    /// Lowercase hex SHA-256 of the bytes.
+    pub digest: String,
+    pub media_type: String,
+    pub byte_length: usize,
+}
+
+/// Store generated view content under its exact run, digest and media type before a view
+/// names it (an identical one is kept as is).
+pub fn put_view_content(tx: &WriteTx<'_>, run_id: &str, media_type: &str, content: &[u8]) -> StoreResult<ContentRef> {
+    if content.len() > CONTENT_BYTES_MAX {
+        return Err(StoreError::TooLarge {
+            what: "view content",
+            bytes: content.len(),
+            max: CONTENT_BYTES_MAX,
+        });
+    }
+    let digest = sha256_hex(content);
+    tx.conn()
+        .prepare_cached(
+            "INSERT INTO run_view_content (run_id, content_hash, media_type, byte_length, content, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+        )?
+        .execute(params![
+            run_id,
+            digest,
+            media_type,
+            content.len() as i64,
+            content,
+            tx.now_ms()
+        ])?;
+    Ok(ContentRef {
+        digest,
+        media_type: media_type.to_string(),
+        byte_length: content.len(),
+    })
+}
+
+/// Whether the content exists for exactly this run, digest and media type.
+pub fn view_content_ref(
+    conn: &Connection,
+    run_id: &str,
+    digest: &str,
+    media_type: &str,
+) -> StoreResult<Option<ContentRef>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT byte_length FROM run_view_content WHERE run_id = ?1 AND content_hash = ?2 AND media_type = ?3",
+        )?
+        .query_row(params![run_id, digest, media_type], |row| row.get::<_, i64>(0))
+        .optional()?
+        .map(|length| ContentRef {
+            digest: digest.to_string(),
+            media_type: media_type.to_string(),
+            byte_length: length as usize,
+        }))
+}
+
+/// One chunk of view content (`length` ≤ [`CONTENT_CHUNK_BYTES_MAX`]); `None` when the run,
+/// digest and media type do not name stored content together.
+pub fn read_view_content(
+    conn: &Connection,
+    reference: &ContentRef,
+    run_id: &str,
+    offset: usize,
+    length: usize,
+) -> StoreResult<Option<Vec<u8>>> {
+    assert!(length <= CONTENT_CHUNK_BYTES_MAX, "content chunks are bounded");
+    Ok(conn
+        .prepare_cached(
+            "SELECT substr(content, ?4, ?5) FROM run_view_content
+             WHERE run_id = ?1 AND content_hash = ?2 AND media_type = ?3",
+        )?
+        .query_row(
+            params![
+                run_id,
+                reference.digest,
+                reference.media_type,
+                offset as i64 + 1,
+                length as i64
+            ],
+            |row| row.get(0),
+        )
+        .optional()?)
+}

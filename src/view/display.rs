@@ -1,0 +1,289 @@
+//! The `display` object: one effective status from the closed set, the activity, and the
+//! controls a renderer may offer. The spec's six ordering rules live here once; renderers
+//! never infer status from durable rows.
+
+use serde::Serialize;
+
+/// The closed `display.status` set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DisplayStatus {
+    Queued,
+    Running,
+    Waiting,
+    Paused,
+    Completed,
+    Failed,
+    TimedOut,
+    Cancelled,
+    Ambiguous,
+}
+
+impl DisplayStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Waiting => "waiting",
+            Self::Paused => "paused",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::TimedOut => "timed_out",
+            Self::Cancelled => "cancelled",
+            Self::Ambiguous => "ambiguous",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::TimedOut | Self::Cancelled)
+    }
+}
+
+/// What a renderer may offer; command handlers still check the exact state again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Control {
+    Pause,
+    Resume,
+    Cancel,
+    Restart,
+    /// Answer an ordinary checkpoint.
+    Answer,
+    /// Answer a protected decision.
+    HumanAnswer,
+    /// Submit an agent step's output.
+    Submit,
+    /// Update a pending agent step.
+    Update,
+    /// Review an external effect whose outcome is unknown.
+    Review,
+}
+
+/// Supervised worker activity, reported independently of the status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Activity {
+    /// `worker` while a runner epoch is starting or ready, else `none`.
+    pub kind: &'static str,
+    /// `starting` or `ready` for a worker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since: Option<i64>,
+}
+
+impl Activity {
+    pub fn none() -> Self {
+        Self {
+            kind: "none",
+            state: None,
+            since: None,
+        }
+    }
+}
+
+/// The durable facts the rules read (the same for a run view and a run-list item).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DisplayFacts<'a> {
+    /// `runs.status`.
+    pub run_status: &'a str,
+    /// `run_queue.status`.
+    pub queue_status: &'a str,
+    pub paused: bool,
+    /// The pending request's kind (`agent`, `assistant`, `checkpoint`, `decision`).
+    pub pending_kind: Option<&'a str>,
+    pub ambiguous_effects: i64,
+    /// A runner epoch of this run is starting or ready.
+    pub worker_active: bool,
+}
+
+/// The effective status by the spec's ordering rules, first match wins.
+pub fn display_status(facts: &DisplayFacts<'_>) -> DisplayStatus {
+    // 1. A durable terminal result keeps its label.
+    if let Some(terminal) = terminal_status(facts.run_status) {
+        return terminal;
+    }
+    // 2. An unresolved external effect needs review.
+    if facts.ambiguous_effects > 0 {
+        return DisplayStatus::Ambiguous;
+    }
+    // 3. A durable pause, even while its worker stops.
+    if facts.paused {
+        return DisplayStatus::Paused;
+    }
+    // 4. A pending request.
+    if facts.pending_kind.is_some() {
+        return DisplayStatus::Waiting;
+    }
+    // 5. Active execution: a claimed run or a live worker.
+    if facts.queue_status == "running" || facts.worker_active {
+        return DisplayStatus::Running;
+    }
+    // 6. Parked resumable work, or admitted work that has not started.
+    DisplayStatus::Queued
+}
+
+fn terminal_status(run_status: &str) -> Option<DisplayStatus> {
+    match run_status {
+        "completed" => Some(DisplayStatus::Completed),
+        "failed" => Some(DisplayStatus::Failed),
+        "timed_out" => Some(DisplayStatus::TimedOut),
+        "cancelled" => Some(DisplayStatus::Cancelled),
+        _ => None,
+    }
+}
+
+/// The controls of a status (sorted, no duplicates).
+pub fn controls(status: DisplayStatus, facts: &DisplayFacts<'_>) -> Vec<Control> {
+    let mut controls = match status {
+        s if s.is_terminal() => vec![Control::Restart],
+        DisplayStatus::Ambiguous => vec![Control::Cancel],
+        DisplayStatus::Paused => vec![Control::Resume, Control::Cancel],
+        DisplayStatus::Waiting => {
+            let mut waiting = vec![Control::Pause, Control::Cancel];
+            waiting.extend(answer_controls(facts.pending_kind.unwrap_or_default()));
+            waiting
+        }
+        _ => vec![Control::Pause, Control::Cancel],
+    };
+    if facts.ambiguous_effects > 0 {
+        controls.push(Control::Review);
+    }
+    controls.sort();
+    controls.dedup();
+    controls
+}
+
+/// The response action a pending request's kind permits; a visible-response request
+/// (`assistant`) has none.
+fn answer_controls(kind: &str) -> &'static [Control] {
+    match kind {
+        "agent" => &[Control::Submit, Control::Update],
+        "checkpoint" => &[Control::Answer],
+        "decision" => &[Control::HumanAnswer],
+        _ => &[],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts() -> DisplayFacts<'static> {
+        DisplayFacts {
+            run_status: "running",
+            queue_status: "running",
+            paused: false,
+            pending_kind: None,
+            ambiguous_effects: 0,
+            worker_active: true,
+        }
+    }
+
+    #[test]
+    fn a_terminal_result_keeps_its_label_and_still_offers_review() {
+        for (status, expected) in [
+            ("completed", DisplayStatus::Completed),
+            ("failed", DisplayStatus::Failed),
+            ("timed_out", DisplayStatus::TimedOut),
+            ("cancelled", DisplayStatus::Cancelled),
+        ] {
+            let f = DisplayFacts {
+                run_status: status,
+                queue_status: "done",
+                paused: true,
+                pending_kind: Some("agent"),
+                ambiguous_effects: 1,
+                worker_active: true,
+            };
+            assert_eq!(display_status(&f), expected);
+            assert_eq!(controls(expected, &f), vec![Control::Restart, Control::Review]);
+        }
+    }
+
+    #[test]
+    fn an_ambiguous_effect_outranks_pause_and_waiting() {
+        let f = DisplayFacts {
+            paused: true,
+            pending_kind: Some("checkpoint"),
+            ambiguous_effects: 2,
+            ..facts()
+        };
+        assert_eq!(display_status(&f), DisplayStatus::Ambiguous);
+        assert_eq!(
+            controls(DisplayStatus::Ambiguous, &f),
+            vec![Control::Cancel, Control::Review]
+        );
+    }
+
+    #[test]
+    fn a_pause_outranks_a_pending_request_and_a_live_worker() {
+        let f = DisplayFacts {
+            paused: true,
+            pending_kind: Some("agent"),
+            ..facts()
+        };
+        assert_eq!(display_status(&f), DisplayStatus::Paused);
+        assert_eq!(
+            controls(DisplayStatus::Paused, &f),
+            vec![Control::Resume, Control::Cancel]
+        );
+    }
+
+    #[test]
+    fn a_pending_request_waits_with_the_action_of_its_kind() {
+        for (kind, answer) in [
+            ("agent", vec![Control::Submit, Control::Update]),
+            ("checkpoint", vec![Control::Answer]),
+            ("decision", vec![Control::HumanAnswer]),
+            ("assistant", vec![]),
+        ] {
+            let f = DisplayFacts {
+                run_status: "waiting",
+                queue_status: "parked",
+                pending_kind: Some(kind),
+                worker_active: false,
+                ..facts()
+            };
+            assert_eq!(display_status(&f), DisplayStatus::Waiting);
+            let mut expected = vec![Control::Pause, Control::Cancel];
+            expected.extend(answer);
+            expected.sort();
+            assert_eq!(controls(DisplayStatus::Waiting, &f), expected, "{kind}");
+        }
+    }
+
+    #[test]
+    fn execution_is_running_and_parked_or_admitted_work_is_queued() {
+        assert_eq!(display_status(&facts()), DisplayStatus::Running);
+        let starting = DisplayFacts {
+            queue_status: "starting",
+            worker_active: true,
+            ..facts()
+        };
+        assert_eq!(display_status(&starting), DisplayStatus::Running);
+        for queue in ["queued", "parked", "starting"] {
+            let f = DisplayFacts {
+                run_status: "queued",
+                queue_status: queue,
+                worker_active: false,
+                ..facts()
+            };
+            assert_eq!(display_status(&f), DisplayStatus::Queued, "{queue}");
+            assert!(!controls(DisplayStatus::Queued, &f).contains(&Control::Resume));
+        }
+    }
+
+    #[test]
+    fn paused_is_never_inferred_from_a_parked_queue_or_missing_activity() {
+        let f = DisplayFacts {
+            run_status: "queued",
+            queue_status: "parked",
+            paused: false,
+            pending_kind: None,
+            ambiguous_effects: 0,
+            worker_active: false,
+        };
+        assert_ne!(display_status(&f), DisplayStatus::Paused);
+    }
+}

@@ -1,0 +1,306 @@
+//! `pi-workflows.run-view.v1`: the one document every renderer draws a run from. Built from
+//! facts read in one snapshot; values too large to inline become digest-bound references to
+//! generated content that the server stores before it sends the document.
+
+use serde_json::{Value, json};
+
+use super::display::{Activity, Control, DisplayFacts, DisplayStatus, controls, display_status};
+use crate::digest::sha256_hex;
+use crate::store::run_view::{AttemptFacts, RunViewFacts};
+
+pub const RUN_VIEW_SCHEMA: &str = "pi-workflows.run-view.v1";
+/// The shared inline-content threshold: a larger reason becomes a reference.
+pub const INLINE_CONTENT_BYTES_MAX: usize = 16 * 1024;
+/// How much of a referenced reason stays inline as its notice.
+pub const REASON_NOTICE_BYTES_MAX: usize = 512;
+/// Attempts inlined in a view (older ones are read with `view.page`).
+pub const HISTORY_WINDOW: usize = 50;
+/// Topology nodes inlined in a view (the complete definition is referenced content).
+pub const TOPOLOGY_NODES_INLINE_MAX: usize = 200;
+/// Encoded bytes of the inlined topology projection.
+pub const TOPOLOGY_INLINE_BYTES_MAX: usize = 64 * 1024;
+pub const REASON_MEDIA_TYPE: &str = "application/vnd.pi-workflows.reason+json";
+pub const DEFINITION_MEDIA_TYPE: &str = "application/vnd.pi-workflows.definition+json";
+
+/// Content a view names; the server stores it (run, digest, media type) before sending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GeneratedContent {
+    pub media_type: &'static str,
+    pub bytes: Vec<u8>,
+}
+
+impl GeneratedContent {
+    pub fn digest_hex(&self) -> String {
+        sha256_hex(&self.bytes)
+    }
+
+    /// The reference a document carries.
+    pub fn reference(&self) -> Value {
+        json!({
+            "digest": format!("sha256:{}", self.digest_hex()),
+            "mediaType": self.media_type,
+            "byteLength": self.bytes.len(),
+        })
+    }
+}
+
+/// The stored definition of a run: its canonical bytes and its parsed form.
+#[derive(Debug, Clone)]
+pub struct Definition {
+    pub canonical: Vec<u8>,
+    pub value: Value,
+}
+
+/// Why the run needs action, as stored (an error's code and message, or a park reason).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reason {
+    pub code: String,
+    pub message: String,
+}
+
+pub struct RunViewInput<'a> {
+    pub facts: &'a RunViewFacts,
+    pub definition: Option<&'a Definition>,
+    pub reason: Option<Reason>,
+}
+
+/// A built view: the document and the content it references.
+#[derive(Debug, Clone)]
+pub struct RunView {
+    /// The presentation revision (`store::run_view::presentation_revision`); the run's
+    /// durable revision is `run.revision` inside the document.
+    pub revision: i64,
+    pub document: Value,
+    pub contents: Vec<GeneratedContent>,
+}
+
+pub fn run_view(input: &RunViewInput<'_>) -> RunView {
+    let facts = input.facts;
+    let run = &facts.run;
+    let mut contents = Vec::new();
+    let display = display_object(facts, input.reason.as_ref(), &mut contents);
+    let mut document = json!({
+        "schema": RUN_VIEW_SCHEMA,
+        "runId": run.run_id,
+        "revision": facts.presentation_revision,
+        "workflow": workflow_object(facts, input.definition, &mut contents),
+        "run": run_object(facts),
+        "queue": { "status": run.queue_status },
+        "display": display,
+        "history": history_object(facts),
+    });
+    strip_nulls(&mut document);
+    RunView {
+        revision: facts.presentation_revision,
+        document,
+        contents,
+    }
+}
+
+pub fn display_facts(facts: &RunViewFacts) -> DisplayFacts<'_> {
+    DisplayFacts {
+        run_status: &facts.run.status,
+        queue_status: &facts.run.queue_status,
+        paused: facts.run.paused,
+        pending_kind: facts.pending_request.as_ref().map(|request| request.kind.as_str()),
+        ambiguous_effects: facts.ambiguous_effects,
+        worker_active: facts.worker.is_some(),
+    }
+}
+
+fn display_object(facts: &RunViewFacts, reason: Option<&Reason>, contents: &mut Vec<GeneratedContent>) -> Value {
+    let display_facts = display_facts(facts);
+    let status = display_status(&display_facts);
+    let controls: Vec<Control> = controls(status, &display_facts);
+    let mut display = json!({
+        "status": status,
+        "activity": activity(facts),
+        "controls": controls,
+    });
+    let object = display.as_object_mut().expect("a JSON object");
+    if let Some(node) = current_node(facts, status) {
+        object.insert("currentNode".into(), node_object(node));
+    }
+    if let Some(node) = waiting_on(facts, status) {
+        object.insert("waitingOn".into(), node_object(node));
+    }
+    if let Some(request) = &facts.pending_request {
+        object.insert(
+            "request".into(),
+            json!({ "requestId": request.request_id, "kind": request.kind, "since": request.created_at }),
+        );
+    }
+    if let Some(reason) = reason {
+        insert_reason(object, reason, contents);
+    }
+    display
+}
+
+fn activity(facts: &RunViewFacts) -> Activity {
+    match &facts.worker {
+        Some(worker) => Activity {
+            kind: "worker",
+            state: Some(worker.status.clone()),
+            since: Some(worker.ready_at.unwrap_or(worker.started_at)),
+        },
+        None => Activity::none(),
+    }
+}
+
+/// A running run shows its unfinished attempt as the current node.
+fn current_node(facts: &RunViewFacts, status: DisplayStatus) -> Option<&AttemptFacts> {
+    if status.is_terminal() || facts.pending_request.is_some() {
+        return None;
+    }
+    facts.unfinished.as_ref()
+}
+
+/// A waiting run shows the node its pending request came from: the unfinished attempt, or
+/// (a checkpoint, which has none) the completed checkpoint node.
+fn waiting_on(facts: &RunViewFacts, status: DisplayStatus) -> Option<&AttemptFacts> {
+    if status.is_terminal() {
+        return None;
+    }
+    let request = facts.pending_request.as_ref()?;
+    request.attempt.as_ref().or(facts.unfinished.as_ref())
+}
+
+fn insert_reason(display: &mut serde_json::Map<String, Value>, reason: &Reason, contents: &mut Vec<GeneratedContent>) {
+    if reason.message.len() <= INLINE_CONTENT_BYTES_MAX {
+        display.insert(
+            "reason".into(),
+            json!({ "code": reason.code, "message": reason.message }),
+        );
+        return;
+    }
+    let complete = json!({ "code": reason.code, "message": reason.message });
+    let content = GeneratedContent {
+        media_type: REASON_MEDIA_TYPE,
+        bytes: serde_json_canonicalizer::to_vec(&complete).expect("a JSON value encodes"),
+    };
+    let notice = crate::protocol::bounded_text(&reason.message, REASON_NOTICE_BYTES_MAX);
+    display.insert(
+        "reason".into(),
+        json!({ "code": reason.code, "message": notice, "truncated": true }),
+    );
+    display.insert("reasonContent".into(), content.reference());
+    contents.push(content);
+}
+
+fn node_object(attempt: &AttemptFacts) -> Value {
+    json!({
+        "attemptId": attempt.attempt_id,
+        "nodeId": attempt.node_id,
+        "nodePath": attempt.node_path,
+        "nodeType": attempt.node_type,
+        "visit": attempt.visit,
+        "status": attempt.status,
+        "startedAt": attempt.started_at,
+    })
+}
+
+/// One history item: the attempt with its timing (no outputs, errors or prompts).
+pub fn attempt_item(attempt: &AttemptFacts) -> Value {
+    json!({
+        "seq": attempt.seq,
+        "attemptId": attempt.attempt_id,
+        "nodeId": attempt.node_id,
+        "nodePath": attempt.node_path,
+        "nodeType": attempt.node_type,
+        "visit": attempt.visit,
+        "status": attempt.status,
+        "startedAt": attempt.started_at,
+        "finishedAt": attempt.finished_at,
+        "durationMs": attempt.finished_at.map(|end| (end - attempt.started_at).max(0)),
+    })
+}
+
+fn run_object(facts: &RunViewFacts) -> Value {
+    let run = &facts.run;
+    json!({
+        "status": run.status,
+        "revision": run.revision,
+        "paused": run.paused,
+        "executionMode": run.execution_mode,
+        "origin": run.origin,
+        "parentRunId": run.parent_run_id,
+        "createdAt": run.created_at,
+        "updatedAt": run.updated_at,
+        "finishedAt": run.finished_at,
+        "completedSteps": facts.completed_steps,
+        "attemptCount": facts.attempt_count,
+    })
+}
+
+fn history_object(facts: &RunViewFacts) -> Value {
+    let items: Vec<Value> = facts.recent_attempts.iter().map(attempt_item).collect();
+    let first_seq = facts.recent_attempts.first().map(|attempt| attempt.seq);
+    let complete = facts.recent_attempts.len() as i64 >= facts.attempt_count;
+    json!({
+        "items": items,
+        "total": facts.attempt_count,
+        // Older attempts: `view.page` with kind `attempts` from the start, up to this cursor.
+        "olderBefore": if complete { None } else { first_seq },
+    })
+}
+
+/// The workflow's name, digest, a bounded node projection and the complete definition as
+/// referenced content.
+fn workflow_object(
+    facts: &RunViewFacts,
+    definition: Option<&Definition>,
+    contents: &mut Vec<GeneratedContent>,
+) -> Value {
+    let mut workflow = json!({
+        "name": facts.run.workflow_name,
+        "definitionDigest": facts.run.definition_digest,
+    });
+    let Some(definition) = definition else {
+        return workflow;
+    };
+    let object = workflow.as_object_mut().expect("a JSON object");
+    object.insert("nodes".into(), topology_projection(&definition.value));
+    let content = GeneratedContent {
+        media_type: DEFINITION_MEDIA_TYPE,
+        bytes: definition.canonical.clone(),
+    };
+    object.insert("definition".into(), content.reference());
+    contents.push(content);
+    workflow
+}
+
+/// Node path, type and title of the first nodes, within both the item and byte budgets.
+fn topology_projection(definition: &Value) -> Value {
+    let nodes = definition
+        .get("nodes")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut items = Vec::new();
+    let mut bytes = 0;
+    for node in nodes.iter().take(TOPOLOGY_NODES_INLINE_MAX) {
+        let item = json!({
+            "path": node.get("path").cloned().unwrap_or(Value::Null),
+            "type": node.get("type").cloned().unwrap_or(Value::Null),
+            "title": node.get("title").cloned().unwrap_or(Value::Null),
+        });
+        bytes += item.to_string().len();
+        if bytes > TOPOLOGY_INLINE_BYTES_MAX {
+            break;
+        }
+        items.push(item);
+    }
+    json!({ "items": items, "total": nodes.len() })
+}
+
+/// Absent and null mean the same in a view; dropping nulls keeps JSON merge patches exact.
+fn strip_nulls(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(strip_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_nulls),
+        _ => {}
+    }
+}

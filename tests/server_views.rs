@@ -1,0 +1,412 @@
+//! Live views on the real server with the scripted runner: `view.run.get`, history pages,
+//! referenced content, and subscriptions (snapshots, patches, reconnects, unsubscribe, slow
+//! subscribers).
+
+mod common;
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pi_workflows::client::Client;
+use pi_workflows::protocol::{EventKind, JsonObject, Operation, Outcome, Response};
+use pi_workflows::store::{Store, SystemClock, blobs};
+use pi_workflows::view::patch;
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+struct Server {
+    dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// Queue `runs` runs (each with a stored definition of `nodes` nodes), then start a
+    /// server whose runners follow `script`.
+    fn start(runs: usize, nodes: usize, script: &str) -> Self {
+        let dir = tempfile::Builder::new().prefix("piwv").tempdir_in("/tmp").expect("dir");
+        queue_with_definition(dir.path(), runs, nodes);
+        let out = Command::new(env!("CARGO_BIN_EXE_pi-workflows"))
+            .arg("--state-dir")
+            .arg(dir.path())
+            .args(["server", "start"])
+            .env("PI_WORKFLOWS_RUNNER", env!("CARGO_BIN_EXE_pi-workflows-test-runner"))
+            .env("PI_WORKFLOWS_TEST_SCRIPT", script)
+            .output()
+            .expect("server start");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        Self { dir }
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(&self.dir.path().join("server").join("server.sock")).expect("connect")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new(env!("CARGO_BIN_EXE_pi-workflows"))
+            .arg("--state-dir")
+            .arg(self.dir.path())
+            .args(["server", "stop"])
+            .output();
+    }
+}
+
+/// A definition snapshot like the resolver's, with `nodes` compute nodes.
+fn definition(nodes: usize) -> Value {
+    let items: Vec<Value> = (1..=nodes)
+        .map(|i| json!({"path": format!("root/step{i}"), "type": "compute", "title": format!("Step {i}")}))
+        .collect();
+    json!({"schema": "pi-workflows.definition-snapshot.v1", "name": "example", "startAt": "n1",
+           "maxSteps": 1000, "nodes": items, "includes": [], "edges": []})
+}
+
+fn queue_with_definition(dir: &std::path::Path, runs: usize, nodes: usize) {
+    std::fs::create_dir_all(dir).expect("state dir");
+    let store = Store::open(&dir.join("state.sqlite"), Arc::new(SystemClock)).expect("store");
+    let bytes = serde_json_canonicalizer::to_vec(&definition(nodes)).expect("canonical");
+    for index in 0..runs {
+        let bytes = bytes.clone();
+        let run = pi_workflows::store::runs::NewRun {
+            project_path: String::new(),
+            definition_digest: format!("sha256:{}", pi_workflows::digest::sha256_hex(&bytes)),
+            ..common::new_run(&format!("run-{index}"))
+        };
+        store
+            .write(move |tx| {
+                blobs::put_blob(tx, &bytes, pi_workflows::view::document::DEFINITION_MEDIA_TYPE)?;
+                pi_workflows::store::runs::queue_run(tx, &run)
+            })
+            .expect("queue");
+    }
+}
+
+fn request(client: &mut Client, operation: Operation, run_id: Option<&str>, payload: Value) -> Response {
+    let payload: JsonObject = serde_json::from_value(payload).expect("object");
+    client.request_for(operation, run_id, payload).expect("request")
+}
+
+fn receipt(response: Response) -> JsonObject {
+    assert_eq!(response.outcome, Outcome::Accepted, "{:?}", response.error);
+    response.receipt.expect("receipt")
+}
+
+fn view_of(client: &mut Client, run_id: &str) -> Value {
+    receipt(request(client, Operation::ViewRunGet, Some(run_id), json!({})))["view"].clone()
+}
+
+fn wait_for_status(client: &mut Client, run_id: &str, status: &str) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let view = view_of(client, run_id);
+        if view["display"]["status"] == status {
+            return view;
+        }
+        assert!(Instant::now() < deadline, "run never became {status}: {view}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+fn watch(client: &mut Client, run_id: &str, payload: Value) -> String {
+    let receipt = receipt(request(client, Operation::ViewRunWatch, Some(run_id), payload));
+    receipt["subscriptionId"].as_str().expect("subscription ID").to_string()
+}
+
+/// Apply events of `subscription` to `view` until `done(view)`; returns the events' kinds
+/// and revisions.
+fn follow(
+    client: &mut Client,
+    subscription: &str,
+    view: &mut Value,
+    done: impl Fn(&Value) -> bool,
+) -> Vec<(EventKind, u64)> {
+    let deadline = Instant::now() + WAIT;
+    let mut seen = Vec::new();
+    while !done(view) {
+        assert!(
+            Instant::now() < deadline,
+            "view never reached the expected state: {view}"
+        );
+        let Some(event) = client.next_event(Duration::from_millis(200)).expect("event") else {
+            continue;
+        };
+        assert_eq!(event.subscription_id.as_str(), subscription);
+        let revision = event.revision.expect("revisioned").get();
+        match event.event {
+            EventKind::RunSnapshot => *view = event.payload["view"].clone(),
+            EventKind::RunPatch => {
+                assert_eq!(
+                    event.payload["fromRevision"], view["revision"],
+                    "a patch applies to the view held"
+                );
+                patch::apply(view, &event.payload["patch"]);
+            }
+            other => panic!("unexpected event {other:?}"),
+        }
+        assert_eq!(view["revision"], revision, "the event's revision is the view's");
+        seen.push((event.event, revision));
+    }
+    seen
+}
+
+#[test]
+fn a_watcher_gets_one_snapshot_then_patches_that_rebuild_the_final_view() {
+    let server = Server::start(1, 30, "steps=30,step-delay-ms=15");
+    let mut client = server.client();
+    let subscription = watch(&mut client, "run-0", json!({}));
+    let mut view = Value::Null;
+    // Completed, and its runner gone: worker activity is part of the view too.
+    let seen = follow(&mut client, &subscription, &mut view, |view| {
+        view["display"]["status"] == "completed" && view["display"]["activity"]["kind"] == "none"
+    });
+    assert_eq!(seen[0].0, EventKind::RunSnapshot, "the first event is a snapshot");
+    assert!(
+        seen[1..].iter().all(|(kind, _)| *kind == EventKind::RunPatch),
+        "{seen:?}"
+    );
+    assert!(seen.len() > 2, "the run's progress arrived as patches: {seen:?}");
+    assert!(
+        seen.windows(2).all(|pair| pair[0].1 < pair[1].1),
+        "revisions only grow: {seen:?}"
+    );
+    let fresh = view_of(&mut client, "run-0");
+    assert_eq!(view, fresh, "patched view equals a fresh read");
+    assert_eq!(fresh["run"]["completedSteps"], 30);
+    assert_eq!(fresh["display"]["controls"], json!(["restart"]));
+    assert_eq!(fresh["workflow"]["nodes"]["total"], 30);
+}
+
+#[test]
+fn a_reconnect_from_a_retained_revision_gets_a_patch_and_a_stale_one_a_snapshot() {
+    let server = Server::start(1, 400, "steps=400,step-delay-ms=5");
+    let mut first = server.client();
+    let subscription = watch(&mut first, "run-0", json!({}));
+    let mut view = Value::Null;
+    follow(&mut first, &subscription, &mut view, |view| {
+        view["run"]["completedSteps"].as_i64().unwrap_or(0) >= 3
+    });
+    let held = view["revision"].as_i64().expect("revision");
+    drop(first);
+
+    let mut second = server.client();
+    let subscription = watch(&mut second, "run-0", json!({"sinceRevision": held}));
+    let event = second.next_event(WAIT).expect("event").expect("an event");
+    assert_eq!(event.subscription_id.as_str(), subscription);
+    // The feed of this run may have ended with the first connection; then the revision is
+    // no longer retained and a snapshot is the documented answer.
+    match event.event {
+        EventKind::RunPatch => {
+            assert_eq!(event.payload["fromRevision"], json!(held));
+            patch::apply(&mut view, &event.payload["patch"]);
+        }
+        EventKind::RunSnapshot => view = event.payload["view"].clone(),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(view["revision"], json!(event.revision.expect("revision").get()));
+
+    // Revisions that were never published (0, and one from the future) are not retained.
+    for stale in [0, 1_000_000_000] {
+        let mut third = server.client();
+        let subscription = watch(&mut third, "run-0", json!({"sinceRevision": stale}));
+        let event = third.next_event(WAIT).expect("event").expect("an event");
+        assert_eq!(event.subscription_id.as_str(), subscription);
+        assert_eq!(event.event, EventKind::RunSnapshot, "revision {stale} is not retained");
+    }
+}
+
+#[test]
+fn a_live_second_watcher_from_a_retained_revision_gets_a_patch() {
+    let server = Server::start(1, 400, "steps=400,step-delay-ms=5");
+    let mut keeper = server.client();
+    let kept = watch(&mut keeper, "run-0", json!({}));
+    let mut view = Value::Null;
+    follow(&mut keeper, &kept, &mut view, |view| {
+        view["run"]["completedSteps"].as_i64().unwrap_or(0) >= 2
+    });
+    let held = view["revision"].as_i64().expect("revision");
+    // The keeper still watches, so the feed retains recent revisions.
+    let mut second = server.client();
+    watch(&mut second, "run-0", json!({"sinceRevision": held}));
+    let event = second.next_event(WAIT).expect("event").expect("an event");
+    assert_eq!(event.event, EventKind::RunPatch, "{:?}", event.payload);
+    assert_eq!(event.payload["fromRevision"], json!(held));
+}
+
+#[test]
+fn unwatch_stops_the_events_and_an_unknown_run_is_not_found() {
+    let server = Server::start(1, 200, "steps=200,step-delay-ms=10");
+    let mut client = server.client();
+    let subscription = watch(&mut client, "run-0", json!({}));
+    assert!(client.next_event(WAIT).expect("event").is_some());
+    let removed = receipt(request(
+        &mut client,
+        Operation::ViewRunUnwatch,
+        None,
+        json!({"subscriptionId": subscription}),
+    ));
+    assert_eq!(removed["removed"], true);
+    // Events written before the unwatch answer may still be queued; none may follow.
+    while client.next_event(Duration::from_millis(1)).expect("event").is_some() {}
+    assert!(
+        client.next_event(Duration::from_millis(400)).expect("read").is_none(),
+        "no event after unwatch"
+    );
+    let unknown = request(&mut client, Operation::ViewRunWatch, Some("run-missing"), json!({}));
+    assert_eq!(unknown.outcome, Outcome::NotFound);
+}
+
+#[test]
+fn history_pages_walk_every_attempt_once_and_content_reads_verify() {
+    let server = Server::start(1, 120, "steps=120");
+    let mut client = server.client();
+    let view = wait_for_status(&mut client, "run-0", "completed");
+    assert_eq!(view["history"]["total"], 120);
+    assert_eq!(
+        view["history"]["items"].as_array().expect("items").len(),
+        50,
+        "a bounded window"
+    );
+
+    let mut after: Option<i64> = None;
+    let mut nodes = Vec::new();
+    loop {
+        let mut payload = json!({"kind": "attempts", "limit": 7});
+        if let Some(after) = after {
+            payload["after"] = json!(after);
+        }
+        let page = receipt(request(&mut client, Operation::ViewPage, Some("run-0"), payload));
+        let items = page["items"].as_array().expect("items");
+        assert!(items.len() <= 7);
+        nodes.extend(
+            items
+                .iter()
+                .map(|item| item["nodeId"].as_str().expect("node").to_string()),
+        );
+        match page.get("nextAfter") {
+            Some(next) => after = next.as_i64(),
+            None => break,
+        }
+    }
+    let expected: Vec<String> = (1..=120).map(|i| format!("step{i}")).collect();
+    assert_eq!(nodes, expected, "every attempt once, in order");
+
+    let reference = view["workflow"]["definition"].clone();
+    let bytes = read_content(&mut client, "run-0", &reference, 1000);
+    assert_eq!(bytes.len() as u64, reference["byteLength"].as_u64().expect("length"));
+    let value: Value = serde_json::from_slice(&bytes).expect("JSON");
+    assert_eq!(value, definition(120));
+
+    let mut wrong_media = reference.clone();
+    wrong_media["mediaType"] = json!("application/json");
+    let refused = request(
+        &mut client,
+        Operation::ViewContent,
+        Some("run-0"),
+        content_payload(&wrong_media, 0, 10),
+    );
+    assert_eq!(
+        refused.outcome,
+        Outcome::NotFound,
+        "media type is part of the reference"
+    );
+    let other_run = request(
+        &mut client,
+        Operation::ViewContent,
+        Some("run-x"),
+        content_payload(&reference, 0, 10),
+    );
+    assert_eq!(other_run.outcome, Outcome::NotFound, "the run is part of the reference");
+    let too_long = request(
+        &mut client,
+        Operation::ViewContent,
+        Some("run-0"),
+        content_payload(&reference, 0, 512 * 1024 + 1),
+    );
+    assert_eq!(too_long.error.expect("error").code, "badRange");
+}
+
+fn content_payload(reference: &Value, offset: u64, length: u64) -> Value {
+    json!({"digest": reference["digest"], "mediaType": reference["mediaType"], "offset": offset, "length": length})
+}
+
+/// Read referenced content in `chunk`-byte parts and verify it against the reference.
+fn read_content(client: &mut Client, run_id: &str, reference: &Value, chunk: u64) -> Vec<u8> {
+    use base64::Engine as _;
+    let total = reference["byteLength"].as_u64().expect("length");
+    let mut bytes = Vec::new();
+    while (bytes.len() as u64) < total {
+        let part = receipt(request(
+            client,
+            Operation::ViewContent,
+            Some(run_id),
+            content_payload(reference, bytes.len() as u64, chunk),
+        ));
+        assert_eq!(part["digest"], reference["digest"]);
+        let data = base64::engine::general_purpose::STANDARD
+            .decode(part["data"].as_str().expect("data"))
+            .expect("base64");
+        assert!(!data.is_empty() && data.len() as u64 <= chunk);
+        bytes.extend(data);
+    }
+    let digest = format!("sha256:{}", pi_workflows::digest::sha256_hex(&bytes));
+    assert_eq!(
+        json!(digest),
+        reference["digest"],
+        "assembled bytes match the reference"
+    );
+    bytes
+}
+
+#[test]
+fn a_waiting_run_shows_its_checkpoint_and_the_answer_control() {
+    let server = Server::start(1, 3, "steps=3,checkpoint-at=2");
+    let mut client = server.client();
+    let view = wait_for_status(&mut client, "run-0", "waiting");
+    let display = &view["display"];
+    assert_eq!(display["controls"], json!(["pause", "cancel", "answer"]));
+    assert_eq!(display["request"]["kind"], "checkpoint");
+    assert!(
+        display.get("currentNode").is_none(),
+        "a waiting run has no running node"
+    );
+    assert_eq!(display["waitingOn"]["nodeId"], "step2");
+    assert_eq!(
+        view["queue"],
+        json!({"status": "parked"}),
+        "the queue carries display metadata only"
+    );
+}
+
+#[test]
+fn a_subscriber_that_never_reads_does_not_delay_another_client() {
+    let server = Server::start(2, 300, "steps=300,output-bytes=2000");
+    // This client subscribes to both runs and the run list, then never reads a byte.
+    let mut stuck = server.client();
+    watch(&mut stuck, "run-0", json!({}));
+    watch(&mut stuck, "run-1", json!({}));
+    receipt(request(&mut stuck, Operation::ViewRunsWatch, None, json!({})));
+    // Another client keeps working while both runs change hundreds of times.
+    let mut other = server.client();
+    wait_for_status(&mut other, "run-0", "completed");
+    wait_for_status(&mut other, "run-1", "completed");
+    let page = receipt(request(&mut other, Operation::ViewRunsPage, None, json!({"limit": 1})));
+    assert_eq!(page["items"].as_array().expect("items").len(), 1);
+    assert!(page.contains_key("nextBefore"), "a cursor to the next page");
+    let rest = receipt(request(
+        &mut other,
+        Operation::ViewRunsPage,
+        None,
+        json!({"limit": 5, "before": page["nextBefore"]}),
+    ));
+    let ids: Vec<&str> = page["items"]
+        .as_array()
+        .into_iter()
+        .chain(rest["items"].as_array())
+        .flatten()
+        .map(|item| item["runId"].as_str().expect("run ID"))
+        .collect();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(sorted, vec!["run-0", "run-1"], "each run once across pages");
+}
