@@ -263,7 +263,7 @@ fn history_pages_walk_every_attempt_once_and_content_reads_verify() {
     let view = wait_for_status(&mut client, "run-0", "completed");
     assert_eq!(view["history"]["total"], 120);
     assert_eq!(
-        view["history"]["items"].as_array().expect("items").len(),
+        view["history"]["items"].as_object().expect("items").len(),
         50,
         "a bounded window"
     );
@@ -409,4 +409,61 @@ fn a_subscriber_that_never_reads_does_not_delay_another_client() {
     let mut sorted = ids.clone();
     sorted.sort();
     assert_eq!(sorted, vec!["run-0", "run-1"], "each run once across pages");
+}
+
+fn cli(server: &Server, args: &[&str]) -> std::process::Output {
+    common::pi_workflows(server.dir.path(), args, "steps=40,step-delay-ms=5")
+}
+
+#[test]
+fn cli_view_follows_a_run_to_its_end_and_once_prints_one_view() {
+    let server = Server::start(1, 40, "steps=40,step-delay-ms=5");
+    let out = cli(&server, &["view", "run-0"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text.rsplit("run run-0").next().expect("a drawn view");
+    assert!(last.contains("completed") && last.contains("40 of 40 steps"), "{text}");
+    assert!(
+        last.contains("✓ root/step40"),
+        "the history shows the last node: {last}"
+    );
+    assert!(last.contains("controls: restart"), "{last}");
+
+    let once = cli(&server, &["view", "run-0", "--once", "--json"]);
+    assert!(once.status.success());
+    let lines: Vec<&str> = std::str::from_utf8(&once.stdout).expect("UTF-8").lines().collect();
+    assert_eq!(lines.len(), 1, "one JSON document");
+    let view: Value = serde_json::from_str(lines[0]).expect("JSON");
+    assert_eq!(view["schema"], "pi-workflows.run-view.v1");
+    assert_eq!(view["display"]["status"], "completed");
+
+    let missing = cli(&server, &["view", "run-nope", "--once"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no run run-nope"));
+}
+
+#[test]
+fn cli_runs_watch_prints_the_run_list_as_it_changes() {
+    use std::io::BufRead;
+    let server = Server::start(1, 40, "steps=40,step-delay-ms=5");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pi-workflows"))
+        .arg("--state-dir")
+        .arg(server.dir.path())
+        .args(["runs", "--watch", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let deadline = Instant::now() + WAIT;
+    let mut completed = false;
+    while !completed {
+        assert!(Instant::now() < deadline, "the list never showed the run completed");
+        let line = lines.next().expect("a line").expect("read");
+        let page: Value = serde_json::from_str(&line).expect("JSON");
+        assert_eq!(page["schema"], "pi-workflows.run-list.v1");
+        completed = page["items"][0]["display"]["status"] == "completed";
+    }
+    child.kill().expect("kill");
+    let _ = child.wait();
 }

@@ -6,6 +6,7 @@ mod protocol_check;
 mod run;
 mod server;
 mod state;
+mod view;
 mod workflow;
 
 use std::path::PathBuf;
@@ -43,6 +44,19 @@ pub enum Command {
         /// How many runs (at most 200).
         #[arg(long, default_value_t = 20)]
         limit: u64,
+        /// Keep the list on screen and redraw it whenever a run changes (until Ctrl-C).
+        #[arg(long)]
+        watch: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one run live (nodes, status, current node, timing) until it ends.
+    View {
+        run_id: String,
+        /// Print the view once and exit.
+        #[arg(long)]
+        once: bool,
+        /// Print each view as one JSON document per line.
         #[arg(long)]
         json: bool,
     },
@@ -87,7 +101,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::State(command) => state::run(resolve_state_dir(cli.state_dir)?, command),
         Command::Server(command) => server::run(resolve_state_dir(cli.state_dir)?, command),
         Command::Run(command) => run::run(resolve_state_dir(cli.state_dir)?, command),
-        Command::Runs { limit, json } => workflow::list(&resolve_state_dir(cli.state_dir)?, limit, json),
+        Command::Runs { watch: true, json, .. } => view::watch_runs(&resolve_state_dir(cli.state_dir)?, json),
+        Command::Runs { limit, json, .. } => workflow::list(&resolve_state_dir(cli.state_dir)?, limit, json),
+        Command::View { run_id, once, json } => view::view(&resolve_state_dir(cli.state_dir)?, &run_id, once, json),
         Command::Checkpoint(CheckpointCommand::Answer {
             run_id,
             answer,

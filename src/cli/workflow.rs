@@ -95,7 +95,7 @@ fn new_run_id() -> String {
     format!("run-{seconds:x}-{random}")
 }
 
-fn connect(state_dir: &Path) -> anyhow::Result<Client> {
+pub(super) fn connect(state_dir: &Path) -> anyhow::Result<Client> {
     let paths = ServerPaths::new(state_dir);
     if let Some(epoch) = super::server::ensure_started(&paths, state_dir)? {
         eprintln!("pi-workflows server started (epoch {epoch})");
@@ -103,7 +103,7 @@ fn connect(state_dir: &Path) -> anyhow::Result<Client> {
     Ok(Client::connect(&paths.socket)?)
 }
 
-fn accepted(response: &Response) -> anyhow::Result<&JsonObject> {
+pub(super) fn accepted(response: &Response) -> anyhow::Result<&JsonObject> {
     match (response.outcome, response.receipt.as_ref()) {
         (Outcome::Accepted | Outcome::Adopted, Some(receipt)) => Ok(receipt),
         (outcome, _) => match response.error.as_ref() {

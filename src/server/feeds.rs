@@ -22,7 +22,7 @@ use crate::store::run_view;
 /// Views a run feed keeps for reconnecting subscribers (a retained revision gets a patch).
 pub const RETAINED_REVISIONS_MAX: usize = 16;
 /// A feed rebuilds at most this often; commits in between are coalesced.
-pub const RUN_FEED_INTERVAL_MS: u64 = 10;
+pub const RUN_FEED_INTERVAL_MS: u64 = 50;
 /// The run list is rebuilt at most this often.
 pub const LIST_FEED_INTERVAL_MS: u64 = 100;
 /// Items of the watched run list (its first page).
@@ -33,6 +33,9 @@ pub const LIST_FEED_ITEMS: usize = 50;
 pub struct Snapshot {
     pub revision: i64,
     pub document: Option<Arc<Value>>,
+    /// The merge patch from the previously published view (revision, patch), computed once
+    /// for every subscriber that holds that view.
+    pub patch_from_previous: Option<(i64, Arc<Value>)>,
 }
 
 pub type SnapshotReceiver = watch::Receiver<Option<Arc<Snapshot>>>;
@@ -49,7 +52,14 @@ impl RunFeed {
         retained.iter().find(|snapshot| snapshot.revision == revision).cloned()
     }
 
-    fn publish(&self, snapshot: Snapshot) {
+    fn publish(&self, mut snapshot: Snapshot) {
+        let previous = self.latest.borrow().clone();
+        if let Some(previous) = previous
+            && let (Some(from), Some(to)) = (previous.document.as_deref(), snapshot.document.as_deref())
+        {
+            snapshot.patch_from_previous =
+                crate::view::patch::diff(from, to).map(|patch| (previous.revision, Arc::new(patch)));
+        }
         let snapshot = Arc::new(snapshot);
         {
             let mut retained = self.retained.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -146,6 +156,7 @@ async fn run_feed(ctx: Arc<ServerContext>, run_id: String, feed: Arc<RunFeed>) {
                 feed.publish(Snapshot {
                     revision: published.unwrap_or(0),
                     document: None,
+                    patch_from_previous: None,
                 });
             }
         }
@@ -186,6 +197,7 @@ async fn refresh_run(
         Ok(view) => Refresh::Published(Snapshot {
             revision: view.revision,
             document: Some(Arc::new(view.document)),
+            patch_from_previous: None,
         }),
         Err(crate::store::StoreError::RunNotFound { .. }) => Refresh::Gone,
         Err(err) => {

@@ -222,14 +222,10 @@ impl RunForwarder {
                     .await;
                 return;
             };
-            let previous = sent.as_ref().and_then(|sent| sent.document.as_deref());
-            let (kind, payload) = match previous.and_then(|previous| patch::diff(previous, document)) {
-                Some(patch) => (
+            let (kind, payload) = match patch_for(sent.as_deref(), &snapshot, document) {
+                Some((from, patch)) => (
                     EventKind::RunPatch,
-                    object([
-                        ("fromRevision", json!(sent.as_ref().map(|s| s.revision))),
-                        ("patch", patch),
-                    ]),
+                    object([("fromRevision", json!(from)), ("patch", patch)]),
                 ),
                 None => (EventKind::RunSnapshot, object([("view", document.clone())])),
             };
@@ -245,6 +241,19 @@ impl RunForwarder {
         let event = event(&self.subscription_id, kind, revision, Some(&self.run_id), payload)?;
         write_shared(&self.writer, &event).await
     }
+}
+
+/// The patch from the view a subscriber holds to `snapshot`: the feed's shared one when it
+/// starts there, else computed for this subscriber; `None` means send a snapshot.
+fn patch_for(sent: Option<&Snapshot>, snapshot: &Snapshot, document: &Value) -> Option<(i64, Value)> {
+    let sent = sent?;
+    if let Some((from, patch)) = &snapshot.patch_from_previous
+        && *from == sent.revision
+    {
+        return Some((*from, Value::clone(patch)));
+    }
+    let previous = sent.document.as_deref()?;
+    patch::diff(previous, document).map(|patch| (sent.revision, patch))
 }
 
 /// Wait for a published snapshot of another revision than `sent`; `None` when the feed ended.

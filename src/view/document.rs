@@ -232,8 +232,15 @@ fn run_object(facts: &RunViewFacts) -> Value {
     })
 }
 
+/// The newest attempts keyed by their decimal `seq` (renderers order them by it): a new
+/// attempt then changes one key of the view, so a merge patch stays small where a replaced
+/// array would resend the whole window.
 fn history_object(facts: &RunViewFacts) -> Value {
-    let items: Vec<Value> = facts.recent_attempts.iter().map(attempt_item).collect();
+    let items: serde_json::Map<String, Value> = facts
+        .recent_attempts
+        .iter()
+        .map(|attempt| (attempt.seq.to_string(), attempt_item(attempt)))
+        .collect();
     let first_seq = facts.recent_attempts.first().map(|attempt| attempt.seq);
     let complete = facts.recent_attempts.len() as i64 >= facts.attempt_count;
     json!({
