@@ -12,10 +12,20 @@ fn pi_workflows(state_dir: &std::path::Path, args: &[&str]) -> Output {
         .expect("run pi-workflows")
 }
 
+/// `state` commands start the server on demand; stop it (the test may write the file next).
+struct StopsServer<'a>(&'a std::path::Path);
+
+impl Drop for StopsServer<'_> {
+    fn drop(&mut self) {
+        let _ = pi_workflows(self.0, &["server", "stop"]);
+    }
+}
+
 #[test]
 fn init_creates_private_state_and_status_prints_no_path() {
     let root = tempfile::tempdir().expect("dir");
     let state_dir = root.path().join("workflows");
+    let _server = StopsServer(&state_dir);
     let init = pi_workflows(&state_dir, &["state", "init"]);
     assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
     let dir_mode = std::fs::metadata(&state_dir).expect("dir").permissions().mode() & 0o777;
@@ -40,7 +50,10 @@ fn init_creates_private_state_and_status_prints_no_path() {
 #[test]
 fn verify_reports_a_broken_invariant_with_exit_code_3() {
     let root = tempfile::tempdir().expect("dir");
+    let _server = StopsServer(root.path());
     assert!(pi_workflows(root.path(), &["state", "verify"]).status.success());
+    // Break an invariant with no server running (only the server opens the live database).
+    assert!(pi_workflows(root.path(), &["server", "stop"]).status.success());
     let conn = rusqlite::Connection::open(root.path().join("state.sqlite")).expect("open");
     conn.execute_batch(
         "INSERT INTO runs (run_id, workflow_name, project_path, root_run_id, definition_digest, input_hash, status,

@@ -1,15 +1,15 @@
-//! `pi-workflows state …`: create, verify and count the state database.
+//! `pi-workflows state …`: create, verify and count the state database, through the
+//! server's `state.*` operations.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
-use anyhow::Context;
 use clap::Subcommand;
-use serde_json::json;
+use serde_json::{Value, json};
 
-use crate::paths::{DATABASE_FILE, ensure_private_dir};
-use crate::store::{Store, SystemClock, schema, verify};
+use super::workflow::{accepted, connect};
+use crate::client::Client;
+use crate::protocol::{JsonObject, Operation};
 
 #[derive(Debug, Subcommand)]
 pub enum StateCommand {
@@ -31,49 +31,44 @@ pub enum StateCommand {
     },
 }
 
-fn open_store(dir: PathBuf) -> anyhow::Result<Store> {
-    ensure_private_dir(&dir)?;
-    let path = dir.join(DATABASE_FILE);
-    Store::open(&path, Arc::new(SystemClock)).context("could not open the state database")
-}
-
+/// Every state command goes through the server (started on demand): no CLI command opens
+/// the live database.
 pub fn run(state_dir: PathBuf, command: StateCommand) -> anyhow::Result<ExitCode> {
-    let store = open_store(state_dir)?;
+    let mut client = connect(&state_dir)?;
     match command {
         StateCommand::Init { json } => {
-            let digest = schema::schema_digest();
+            let status = read(&mut client, Operation::StateStatus)?;
+            let schema = status.get("schema").cloned().unwrap_or_default();
             if json {
-                println!(
-                    "{}",
-                    json!({"schema": schema::SCHEMA_NAME, "version": schema::SCHEMA_VERSION, "digest": digest})
-                );
+                println!("{schema}");
             } else {
                 println!(
-                    "state database ready: {} v{} ({digest})",
-                    schema::SCHEMA_NAME,
-                    schema::SCHEMA_VERSION
+                    "state database ready: {} v{} ({})",
+                    schema["name"].as_str().unwrap_or("-"),
+                    schema["version"],
+                    schema["digest"].as_str().unwrap_or("-")
                 );
             }
             Ok(ExitCode::SUCCESS)
         }
         StateCommand::Status { json } => {
-            let now = store.now_ms();
-            let counts = store.read(|conn| verify::state_counts(conn, now))?;
+            let mut counts = read(&mut client, Operation::StateStatus)?;
+            counts.remove("schema");
             if json {
-                println!("{}", serde_json::to_string(&counts)?);
+                println!("{}", Value::Object(counts));
             } else {
                 print_counts(&counts);
             }
             Ok(ExitCode::SUCCESS)
         }
         StateCommand::Verify { json } => {
-            let report = store.read(verify::verify)?;
+            let report = read(&mut client, Operation::StateVerify)?;
             if json {
-                println!("{}", serde_json::to_string(&report)?);
+                println!("{}", Value::Object(report.clone()));
             } else {
                 print_report(&report);
             }
-            Ok(if report.is_clean() {
+            Ok(if is_clean(&report) {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(super::EXIT_PROBLEMS_FOUND)
@@ -82,36 +77,66 @@ pub fn run(state_dir: PathBuf, command: StateCommand) -> anyhow::Result<ExitCode
     }
 }
 
-fn print_counts(counts: &verify::StateCounts) {
+fn read(client: &mut Client, operation: Operation) -> anyhow::Result<JsonObject> {
+    let response = client.request(operation, JsonObject::new())?;
+    Ok(accepted(&response)?.clone())
+}
+
+fn is_clean(report: &JsonObject) -> bool {
+    report.get("integrity") == Some(&json!(["ok"]))
+        && report.get("foreignKeyViolations") == Some(&json!(0))
+        && report
+            .get("violations")
+            .and_then(Value::as_array)
+            .is_some_and(Vec::is_empty)
+}
+
+fn print_counts(counts: &JsonObject) {
     let rows = [
-        ("queued", counts.queued),
-        ("running", counts.running),
-        ("parked", counts.parked),
-        ("waiting", counts.waiting),
-        ("paused", counts.paused),
-        ("finished", counts.terminal),
-        ("expired claims", counts.expired_claims),
-        ("pending interactions", counts.pending_interactions),
-        ("ambiguous effects", counts.ambiguous_effects),
+        ("queued", "queued"),
+        ("running", "running"),
+        ("parked", "parked"),
+        ("waiting", "waiting"),
+        ("paused", "paused"),
+        ("finished", "terminal"),
+        ("expired claims", "expiredClaims"),
+        ("pending interactions", "pendingInteractions"),
+        ("ambiguous effects", "ambiguousEffects"),
     ];
-    for (label, value) in rows {
-        println!("{label:>21}: {value}");
+    for (label, key) in rows {
+        println!("{label:>21}: {}", counts.get(key).and_then(Value::as_i64).unwrap_or(0));
     }
 }
 
-fn print_report(report: &verify::VerifyReport) {
-    println!("integrity: {}", report.integrity.join("; "));
-    println!("foreign key violations: {}", report.foreign_key_violations);
-    if report.violations.is_empty() {
+fn print_report(report: &JsonObject) {
+    let integrity: Vec<&str> = report
+        .get("integrity")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    println!("integrity: {}", integrity.join("; "));
+    println!(
+        "foreign key violations: {}",
+        report.get("foreignKeyViolations").and_then(Value::as_i64).unwrap_or(0)
+    );
+    let violations = report
+        .get("violations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if violations.is_empty() {
         println!("lifecycle invariants: all hold");
     }
-    for violation in &report.violations {
+    for violation in &violations {
         println!(
             "lifecycle invariant broken ({} rows): {}",
-            violation.rows, violation.invariant
+            violation["rows"],
+            violation["invariant"].as_str().unwrap_or("-")
         );
     }
-    if !report.is_clean() {
+    if !is_clean(report) {
         println!("nothing was repaired; back up the database before any manual change");
     }
 }

@@ -12,6 +12,7 @@ use super::blocking;
 use super::context::{ServerContext, StopReason};
 use super::run_commands;
 use super::runner::{RunControl, RunnerMsg};
+use super::state_ops;
 use super::status;
 use super::views;
 use crate::protocol::{
@@ -43,6 +44,8 @@ pub async fn handle_request(ctx: &Arc<ServerContext>, request: Request) -> Handl
         Operation::ViewPage => views::view_page(ctx, &request).await,
         Operation::ViewContent => views::view_content(ctx, &request).await,
         Operation::ViewRunsPage => views::view_runs_page(ctx, &request).await,
+        Operation::StateStatus => state_ops::state_status(ctx, &request).await,
+        Operation::StateVerify => state_ops::state_verify(ctx, &request).await,
         other => Err(rejected(
             "unsupportedOperation",
             &format!("{} is not available in this server version yet", other.as_str()),

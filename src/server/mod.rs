@@ -22,6 +22,7 @@ pub mod runner_channel;
 pub mod runner_messages;
 pub mod runner_pool;
 pub mod scheduler;
+pub mod state_ops;
 pub mod status;
 pub mod subscriptions;
 pub mod tree;
