@@ -247,3 +247,25 @@ fn schema_bounds_match_the_rust_constants() {
     let description = schema["description"].as_str().expect("schema has a description");
     assert!(description.contains(&FRAME_BYTES_MAX.to_string()));
 }
+
+/// The TypeScript client's operation list (between its `operations:begin` / `:end` markers).
+fn typescript_operations() -> Vec<String> {
+    let source = std::fs::read_to_string("packages/pi-workflows/src/client/protocol.ts").expect("TypeScript protocol");
+    let begin = source.find("// operations:begin").expect("begin marker");
+    let end = source.find("// operations:end").expect("end marker");
+    source[begin..end]
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix('"'))
+        .map(|line| line.split('"').next().expect("a quoted name").to_owned())
+        .collect()
+}
+
+#[test]
+fn operation_lists_of_rust_typescript_and_the_schema_agree() {
+    let schema = schema_enum(&read_json(SCHEMA), "operation");
+    let rust: Vec<String> = Operation::ALL.iter().map(|o| o.as_str().to_owned()).collect();
+    let typescript = typescript_operations();
+    assert!(typescript.len() > 40, "the TypeScript list was read: {typescript:?}");
+    assert_eq!(rust, schema, "Rust and the schema");
+    assert_eq!(typescript, schema, "TypeScript and the schema");
+}

@@ -1,0 +1,91 @@
+// The TypeScript client against the real server (the Rust binary built by `cargo test` or
+// `cargo build`): start a real workflow, watch it to the end from snapshot + patches, read
+// referenced content, and see a retry with the same idempotency key adopted.
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { WorkflowClient } from "../../dist/client/index.js";
+
+const packageDir = fileURLToPath(new URL("../../", import.meta.url));
+const binary = process.env.PI_WORKFLOWS_BIN ?? path.resolve(packageDir, "../../target/debug/pi-workflows");
+const state = mkdtempSync("/tmp/piwts-");
+const agentDir = mkdtempSync("/tmp/piwtsa-");
+const env = { ...process.env, PI_WORKFLOWS_PACKAGE_DIR: packageDir, PI_CODING_AGENT_DIR: agentDir };
+delete env.PI_WORKFLOWS_RUNNER;
+
+function cli(...args) {
+  const result = spawnSync(binary, ["--state-dir", state, ...args], { env, encoding: "utf8" });
+  assert.equal(result.status, 0, `pi-workflows ${args.join(" ")}: ${result.stderr}`);
+  return result.stdout;
+}
+
+const workflow = path.join(state, "chain.workflow.ts");
+let client;
+
+before(async () => {
+  assert.ok(existsSync(binary), `${binary} is missing: build the Rust binary first (cargo build)`);
+  const nodes = Array.from({ length: 12 }, (_, i) => `    n${i + 1}: compute({ run: ({ outputs }) => ({ i: ${i + 1}, prev: outputs.n${i}?.i ?? 0 }) }),`);
+  const edges = Array.from({ length: 11 }, (_, i) => `{ from: "n${i + 1}", to: "n${i + 2}" }`);
+  writeFileSync(
+    workflow,
+    `import { compute, defineWorkflow } from "pi-workflows";\nexport default defineWorkflow({\n  name: "chain",\n  startAt: "n1",\n  nodes: {\n${nodes.join("\n")}\n  },\n  edges: [${edges.join(", ")}],\n});\n`,
+  );
+  cli("server", "start");
+  client = await WorkflowClient.connect(path.join(state, "server", "server.sock"), { packageVersion: "0.1.0" });
+});
+
+after(() => {
+  client?.close();
+  spawnSync(binary, ["--state-dir", state, "server", "stop"], { env });
+});
+
+test("a watched run is materialized from its snapshot and patches to the server's final view", async () => {
+  const runId = `run-ts-${Date.now()}`;
+  const key = "start-key-1";
+  const payload = { workflow: workflow, projectPath: state, executionMode: "headless" };
+  const views = [];
+  let finished;
+  const done = new Promise((resolve) => (finished = resolve));
+  const watching = client.watchRun(runId, (view, revision) => {
+    views.push(revision);
+    const display = view.display;
+    if (display.status === "completed" && display.activity.kind === "none") finished(view);
+  });
+  // The run does not exist yet: the watch is refused as notFound.
+  await assert.rejects(watching, (error) => error.code === "notFound");
+
+  const started = await client.request("run.start", { runId, payload, idempotencyKey: key });
+  assert.equal(started.outcome, "accepted", JSON.stringify(started.error));
+  const retried = await client.request("run.start", { runId, payload, idempotencyKey: key });
+  assert.equal(retried.outcome, "adopted", "a retry with the same key adopts the stored receipt");
+
+  const subscription = await client.watchRun(runId, (view, revision) => {
+    views.push(revision);
+    if (view.display.status === "completed" && view.display.activity.kind === "none") finished(view);
+  });
+  const final = await done;
+  await subscription.unwatch();
+  assert.ok(views.every((revision, i) => i === 0 || revision > views[i - 1]), `revisions only grow: ${views}`);
+  const fresh = (await client.call("view.run.get", { runId })).view;
+  assert.deepEqual(final, fresh, "the materialized view equals a fresh read");
+  assert.equal(fresh.run.completedSteps, 12);
+
+  const definition = await client.readContent(runId, fresh.workflow.definition);
+  const snapshot = JSON.parse(definition.toString("utf8"));
+  assert.equal(snapshot.nodes.length, 12);
+  assert.equal(fresh.workflow.definitionDigest, fresh.workflow.definition.digest);
+});
+
+test("reads fail clearly for unknown content and unknown runs", async () => {
+  const runs = await client.call("view.runs.page", { payload: { limit: 5 } });
+  assert.equal(runs.schema, "pi-workflows.run-list.v1");
+  const runId = runs.items[0].runId;
+  await assert.rejects(
+    client.readContent(runId, { digest: "sha256:" + "0".repeat(64), mediaType: "application/json", byteLength: 3 }),
+    (error) => error.code === "contentUnavailable",
+  );
+  await assert.rejects(client.call("view.run.get", { runId: "run-none" }), (error) => error.code === "notFound");
+});
