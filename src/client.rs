@@ -98,13 +98,25 @@ impl Client {
         run_id: Option<&str>,
         payload: JsonObject,
     ) -> Result<Response, ClientError> {
+        let key = operation.is_state_changing().then(|| random_id("key"));
+        self.request_keyed(operation, run_id, payload, key)
+    }
+
+    /// `request_for` with a chosen idempotency key: an automatic retry of one user action
+    /// keeps its key (and gets the stored receipt).
+    pub fn request_keyed(
+        &mut self,
+        operation: Operation,
+        run_id: Option<&str>,
+        payload: JsonObject,
+        idempotency_key: Option<String>,
+    ) -> Result<Response, ClientError> {
         let run_id = run_id
             .map(OpaqueId::new)
             .transpose()
             .map_err(|err| ClientError::Protocol(err.to_string()))?;
-        let idempotency_key = operation
-            .is_state_changing()
-            .then(|| OpaqueId::new(random_id("key")))
+        let idempotency_key = idempotency_key
+            .map(OpaqueId::new)
             .transpose()
             .map_err(|err| ClientError::Protocol(err.to_string()))?;
         let request = Request {

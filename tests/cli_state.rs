@@ -107,3 +107,121 @@ fn protocol_check_marks_invalid_lines() {
         "{text}"
     );
 }
+
+mod common;
+
+/// Two finished runs from long ago (the test clock starts on 2026-01-01) and one queued run.
+fn old_runs(dir: &std::path::Path) {
+    use pi_workflows::store::{ManualClock, Store, runs};
+    use std::sync::Arc;
+    let store = Store::open(&dir.join("state.sqlite"), Arc::new(ManualClock::new(common::START_MS))).expect("store");
+    for run_id in ["old-1", "old-2", "waiting-1"] {
+        let run = common::new_run(run_id);
+        store.write(move |tx| runs::queue_run(tx, &run)).expect("queue");
+    }
+    for run_id in ["old-1", "old-2"] {
+        store
+            .write(move |tx| runs::cancel_unclaimed(tx, run_id, None))
+            .expect("cancel");
+    }
+}
+
+#[test]
+fn prune_reports_first_then_deletes_only_after_a_verified_backup() {
+    let root = tempfile::tempdir().expect("dir");
+    let state = root.path().join("state");
+    std::fs::create_dir_all(&state).expect("state dir");
+    old_runs(&state);
+    let _server = StopsServer(&state);
+
+    let report = pi_workflows(&state, &["state", "prune", "--json"]);
+    assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("JSON");
+    assert_eq!(
+        (report["applied"].clone(), report["trees"].clone()),
+        (false.into(), 2.into())
+    );
+    assert_eq!(
+        common::query_db::<i64>(&state, "SELECT count(*) FROM runs"),
+        3,
+        "a report deletes nothing"
+    );
+
+    let no_backup = pi_workflows(&state, &["state", "prune", "--apply"]);
+    assert_eq!(no_backup.status.code(), Some(2), "--apply needs --backup");
+
+    let backup = root.path().join("before-prune.sqlite");
+    let backup_arg = backup.to_str().expect("path");
+    let applied = pi_workflows(&state, &["state", "prune", "--apply", "--backup", backup_arg, "--json"]);
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+    let applied: serde_json::Value = serde_json::from_slice(&applied.stdout).expect("JSON");
+    assert_eq!(applied["trees"], 2);
+    assert_eq!(applied["backup"]["runs"], 3, "the backup was taken before the deletion");
+    assert_eq!(
+        std::fs::metadata(&backup).expect("backup").permissions().mode() & 0o777,
+        0o600
+    );
+    let remaining: String = common::query_db(&state, "SELECT group_concat(run_id) FROM runs");
+    assert_eq!(remaining, "waiting-1");
+    let verify = pi_workflows(&state, &["state", "verify"]);
+    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
+
+    let again = pi_workflows(&state, &["state", "backup", backup_arg]);
+    assert_eq!(again.status.code(), Some(1), "an existing file is never overwritten");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("name a new file"));
+    let relative = Command::new(env!("CARGO_BIN_EXE_pi-workflows"))
+        .current_dir(root.path())
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["state", "backup", "relative.sqlite"])
+        .output()
+        .expect("backup");
+    assert!(
+        relative.status.success(),
+        "{}",
+        String::from_utf8_lossy(&relative.stderr)
+    );
+    assert!(
+        root.path().join("relative.sqlite").is_file(),
+        "a relative path is taken from the working directory"
+    );
+}
+
+#[test]
+fn a_backup_retried_with_its_key_adopts_the_receipt_and_copies_once() {
+    use pi_workflows::protocol::{JsonObject, Operation, Outcome};
+    let root = tempfile::tempdir().expect("dir");
+    let state = root.path().join("state");
+    let _server = StopsServer(&state);
+    assert!(pi_workflows(&state, &["server", "start"]).status.success());
+    let backup = root.path().join("once.sqlite");
+    let mut payload = JsonObject::new();
+    payload.insert("path".into(), backup.to_str().expect("path").into());
+    let socket = state.join("server").join("server.sock");
+    let mut first = pi_workflows::client::Client::connect(&socket).expect("connect");
+    let key = Some("backup-key-1".to_string());
+    let made = first
+        .request_keyed(Operation::StateBackup, None, payload.clone(), key.clone())
+        .expect("backup");
+    assert_eq!(made.outcome, Outcome::Accepted, "{:?}", made.error);
+    let modified = std::fs::metadata(&backup).expect("backup").modified().expect("mtime");
+    // The same client retries (say, after a reconnect): same key, new request ID.
+    let retried = first
+        .request_keyed(Operation::StateBackup, None, payload.clone(), key)
+        .expect("retry");
+    assert_eq!(retried.outcome, Outcome::Adopted);
+    assert_eq!(retried.receipt, made.receipt, "the stored receipt, unchanged");
+    assert_eq!(
+        std::fs::metadata(&backup).expect("backup").modified().expect("mtime"),
+        modified
+    );
+    payload.insert(
+        "path".into(),
+        root.path().join("other.sqlite").to_str().expect("path").into(),
+    );
+    let conflict = first
+        .request_keyed(Operation::StateBackup, None, payload, Some("backup-key-1".to_string()))
+        .expect("conflict");
+    assert_eq!(conflict.outcome, Outcome::Conflict, "one key never names two payloads");
+    assert!(!root.path().join("other.sqlite").exists());
+}

@@ -29,6 +29,27 @@ pub enum StateCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Write a verified copy of the database to a new file (user-only).
+    Backup {
+        /// The new file (made absolute; it must not exist).
+        path: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete finished run trees older than the retention period. Without --apply it only
+    /// reports what would go; --apply needs --backup, a new file written and verified first.
+    Prune {
+        /// Keep runs that finished within this many days.
+        #[arg(long, default_value_t = 30)]
+        older_than_days: i64,
+        #[arg(long, requires = "backup")]
+        apply: bool,
+        /// The verified backup written before anything is deleted (a new file).
+        #[arg(long, value_name = "PATH")]
+        backup: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Every state command goes through the server (started on demand): no CLI command opens
@@ -61,6 +82,38 @@ pub fn run(state_dir: PathBuf, command: StateCommand) -> anyhow::Result<ExitCode
             }
             Ok(ExitCode::SUCCESS)
         }
+        StateCommand::Backup { path, json } => {
+            let mut payload = JsonObject::new();
+            payload.insert("path".into(), json!(absolute(&path)?));
+            let receipt = call(&mut client, Operation::StateBackup, payload)?;
+            print_receipt(&receipt, json, |receipt| {
+                format!(
+                    "backup written and verified: {} ({} bytes, {} runs)",
+                    receipt["path"].as_str().unwrap_or("-"),
+                    receipt["backup"]["bytes"],
+                    receipt["backup"]["runs"]
+                )
+            });
+            Ok(ExitCode::SUCCESS)
+        }
+        StateCommand::Prune {
+            older_than_days,
+            apply,
+            backup,
+            json,
+        } => {
+            let mut payload = JsonObject::new();
+            payload.insert("olderThanDays".into(), json!(older_than_days));
+            if apply {
+                payload.insert("apply".into(), json!(true));
+            }
+            if let Some(backup) = backup {
+                payload.insert("backupPath".into(), json!(absolute(&backup)?));
+            }
+            let receipt = call(&mut client, Operation::StatePrune, payload)?;
+            print_receipt(&receipt, json, describe_prune);
+            Ok(ExitCode::SUCCESS)
+        }
         StateCommand::Verify { json } => {
             let report = read(&mut client, Operation::StateVerify)?;
             if json {
@@ -78,8 +131,46 @@ pub fn run(state_dir: PathBuf, command: StateCommand) -> anyhow::Result<ExitCode
 }
 
 fn read(client: &mut Client, operation: Operation) -> anyhow::Result<JsonObject> {
-    let response = client.request(operation, JsonObject::new())?;
+    call(client, operation, JsonObject::new())
+}
+
+/// One request per user invocation: a fresh idempotency key each time.
+fn call(client: &mut Client, operation: Operation, payload: JsonObject) -> anyhow::Result<JsonObject> {
+    let response = client.request(operation, payload)?;
     Ok(accepted(&response)?.clone())
+}
+
+fn absolute(path: &std::path::Path) -> anyhow::Result<String> {
+    let absolute = std::path::absolute(path)?;
+    absolute
+        .to_str()
+        .map(str::to_string)
+        .ok_or_else(|| anyhow::anyhow!("{} is not UTF-8; choose another path", absolute.display()))
+}
+
+fn print_receipt(receipt: &JsonObject, json: bool, describe: impl Fn(&Value) -> String) {
+    let value = Value::Object(receipt.clone());
+    if json {
+        println!("{value}");
+    } else {
+        println!("{}", describe(&value));
+    }
+}
+
+fn describe_prune(receipt: &Value) -> String {
+    let (trees, runs, days) = (&receipt["trees"], &receipt["runs"], &receipt["olderThanDays"]);
+    if receipt["applied"] == true {
+        format!(
+            "deleted {trees} run trees ({runs} runs) finished over {days} days ago; {} unreferenced blobs collected; backup: {}",
+            receipt["blobsCollected"],
+            receipt["backupPath"].as_str().unwrap_or("-")
+        )
+    } else {
+        format!(
+            "{trees} run trees ({runs} runs) finished over {days} days ago would be deleted; \
+             run again with --apply --backup <new file> to delete them"
+        )
+    }
 }
 
 fn is_clean(report: &JsonObject) -> bool {

@@ -46,6 +46,8 @@ pub async fn handle_request(ctx: &Arc<ServerContext>, request: Request) -> Handl
         Operation::ViewRunsPage => views::view_runs_page(ctx, &request).await,
         Operation::StateStatus => state_ops::state_status(ctx, &request).await,
         Operation::StateVerify => state_ops::state_verify(ctx, &request).await,
+        Operation::StateBackup => state_ops::state_backup(ctx, &request).await,
+        Operation::StatePrune => state_ops::state_prune(ctx, &request).await,
         other => Err(rejected(
             "unsupportedOperation",
             &format!("{} is not available in this server version yet", other.as_str()),

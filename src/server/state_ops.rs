@@ -1,16 +1,22 @@
-//! State maintenance reads through the server: `state.status` (counts, schema identity) and
-//! `state.verify` (integrity, foreign keys, lifecycle invariants; never repairs). The CLI
-//! uses these instead of opening the live database.
+//! State maintenance through the server: `state.status` (counts, schema identity),
+//! `state.verify` (integrity, foreign keys, lifecycle invariants; never repairs),
+//! `state.backup` (a verified copy) and `state.prune` (expired run trees, backup first). The
+//! CLI uses these instead of opening the live database.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::blocking;
 use super::context::ServerContext;
-use super::handlers::{Answer, rejected, to_object};
-use crate::protocol::{Outcome, Request};
-use crate::store::{schema, verify};
+use super::handlers::{Answer, answer_of, command_request, rejected, to_object};
+use crate::protocol::{JsonObject, Outcome, Request, ResponseError};
+use crate::store::commands::{self, CommandRequest};
+use crate::store::{retention, schema, verify};
+
+type Refusal = (Outcome, ResponseError);
+type Success = (Outcome, JsonObject, Option<super::context::StopReason>);
 
 /// `state.status`: run, claim, interaction and effect counts (no IDs, paths or payloads).
 pub async fn state_status(ctx: &Arc<ServerContext>, _request: &Request) -> Answer {
@@ -32,4 +38,144 @@ pub async fn state_verify(ctx: &Arc<ServerContext>, _request: &Request) -> Answe
         .await
         .map_err(|err| rejected("unavailable", &format!("the state could not be verified: {err}")))?;
     Ok((Outcome::Accepted, to_object(&report)?, None))
+}
+
+/// Paths a backup may name (absolute, bounded).
+const BACKUP_PATH_BYTES_MAX: usize = 1024;
+
+/// `state.backup` (`path`: a new absolute file): a verified copy of the database. The copy
+/// is made before the receipt commits; a retry with the same key adopts the receipt and
+/// makes no second copy.
+pub async fn state_backup(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+    let command = command_request(request)?;
+    if let Some(stored) = stored_answer(ctx, &command).await? {
+        return Ok(stored);
+    }
+    let dest = backup_path(&request.payload, "path")?;
+    let report = make_backup(ctx, dest.clone()).await?;
+    let receipt = json!({"path": dest.display().to_string(), "backup": report});
+    commit_receipt(ctx, command, receipt).await
+}
+
+/// `state.prune`: terminal root-run trees older than `olderThanDays` (default 30) that
+/// nothing protects. Without `apply` it only reports them; with `apply: true` it first writes
+/// a verified backup to `backupPath` (a new absolute file), then deletes the trees one
+/// transaction each (each checked again) and collects unreferenced blobs.
+pub async fn state_prune(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+    let payload = &request.payload;
+    let days = payload
+        .get("olderThanDays")
+        .map(|days| {
+            days.as_i64()
+                .filter(|d| (1..=retention::RETENTION_DAYS_MAX).contains(d))
+        })
+        .unwrap_or(Some(retention::RETENTION_DAYS_DEFAULT))
+        .ok_or_else(|| {
+            rejected(
+                "invalidRequest",
+                &format!("olderThanDays must be 1 to {}", retention::RETENTION_DAYS_MAX),
+            )
+        })?;
+    let cutoff_ms = ctx.store.now_ms() - days * retention::DAY_MS;
+    if payload.get("apply").and_then(Value::as_bool) != Some(true) {
+        let trees = expired(ctx, cutoff_ms).await?;
+        let receipt = json!({"applied": false, "olderThanDays": days, "trees": trees.len(),
+                             "runs": trees.iter().map(|tree| tree.runs).sum::<i64>()});
+        return Ok((Outcome::Accepted, to_object(&receipt)?, None));
+    }
+    let command = command_request(request)?;
+    if let Some(stored) = stored_answer(ctx, &command).await? {
+        return Ok(stored);
+    }
+    let dest = backup_path(payload, "backupPath")?;
+    let backup = make_backup(ctx, dest.clone()).await?;
+    let (trees, runs, blobs) = prune_trees(ctx, cutoff_ms).await?;
+    let receipt = json!({"applied": true, "olderThanDays": days, "trees": trees, "runs": runs,
+                         "blobsCollected": blobs, "backupPath": dest.display().to_string(), "backup": backup});
+    commit_receipt(ctx, command, receipt).await
+}
+
+async fn expired(ctx: &Arc<ServerContext>, cutoff_ms: i64) -> Result<Vec<retention::ExpiredTree>, Refusal> {
+    blocking::read(&ctx.store, move |conn| {
+        retention::expired_trees(conn, cutoff_ms, retention::TREES_PER_SELECTION_MAX)
+    })
+    .await
+    .map_err(|err| rejected("unavailable", &format!("the state could not be read: {err}")))
+}
+
+/// Delete expired trees in rounds (each tree its own transaction); blobs are collected only
+/// when no runner is live (a live runner's run state is a blob only it names).
+async fn prune_trees(ctx: &Arc<ServerContext>, cutoff_ms: i64) -> Result<(usize, i64, usize), Refusal> {
+    let (mut trees, mut runs) = (0, 0);
+    loop {
+        let round = expired(ctx, cutoff_ms).await?;
+        let mut deleted_any = false;
+        for tree in round {
+            let root = tree.root_run_id.clone();
+            let deleted = blocking::write(&ctx.store, move |tx| retention::delete_tree(tx, &root, cutoff_ms))
+                .await
+                .map_err(|err| rejected("unavailable", &format!("a run tree could not be deleted: {err}")))?;
+            if deleted {
+                trees += 1;
+                runs += tree.runs;
+                deleted_any = true;
+            }
+        }
+        if !deleted_any {
+            break;
+        }
+    }
+    let blobs = match ctx.runners.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => blocking::write(&ctx.store, retention::collect_unreferenced_blobs)
+            .await
+            .map_err(|err| rejected("unavailable", &format!("blobs could not be collected: {err}")))?,
+        _ => 0,
+    };
+    Ok((trees, runs, blobs))
+}
+
+fn backup_path(payload: &crate::protocol::JsonObject, key: &str) -> Result<PathBuf, Refusal> {
+    let text = payload.get(key).and_then(Value::as_str).unwrap_or_default();
+    let path = PathBuf::from(text);
+    if text.is_empty() || text.len() > BACKUP_PATH_BYTES_MAX || !path.is_absolute() {
+        return Err(rejected(
+            "invalidRequest",
+            &format!("{key} must be an absolute path of a new file (at most {BACKUP_PATH_BYTES_MAX} bytes)"),
+        ));
+    }
+    Ok(path)
+}
+
+async fn make_backup(ctx: &Arc<ServerContext>, dest: PathBuf) -> Result<retention::BackupReport, Refusal> {
+    let live = ctx.store.path().to_path_buf();
+    tokio::task::spawn_blocking(move || retention::backup_to(&live, &dest))
+        .await
+        .map_err(|_| rejected("unavailable", "the backup task stopped; retry"))?
+        .map_err(|err| rejected("backupFailed", &format!("the backup failed: {err}")))
+}
+
+async fn stored_answer(ctx: &Arc<ServerContext>, command: &CommandRequest) -> Result<Option<Success>, Refusal> {
+    let owned = command.clone();
+    let stored = blocking::write(&ctx.store, move |tx| commands::existing_receipt(tx, &owned)).await;
+    match stored {
+        Ok(None) => Ok(None),
+        Ok(Some(receipt)) => answer_of(Ok(receipt)).map(Some),
+        Err(err) => Err(rejected(
+            "unavailable",
+            &format!("the command could not be checked: {err}"),
+        )),
+    }
+}
+
+async fn commit_receipt(ctx: &Arc<ServerContext>, command: CommandRequest, receipt: Value) -> Answer {
+    let stored = blocking::write(&ctx.store, move |tx| {
+        commands::run_command(tx, &command, |_| {
+            Ok(commands::Accepted {
+                revision: None,
+                receipt,
+            })
+        })
+    })
+    .await;
+    answer_of(stored)
 }

@@ -118,6 +118,13 @@ fn store_accepted(tx: &WriteTx<'_>, request: &CommandRequest, accepted: Accepted
     })
 }
 
+/// The stored answer of a command already run under this identity (or a conflict), without
+/// running anything: for commands whose effect happens outside the database (a backup file)
+/// and must not be repeated by a retry.
+pub fn existing_receipt(tx: &WriteTx<'_>, request: &CommandRequest) -> StoreResult<Option<CommandReceipt>> {
+    find_existing(tx, request)
+}
+
 /// The stored answer for a known request ID or idempotency key, or a conflict.
 fn find_existing(tx: &WriteTx<'_>, request: &CommandRequest) -> StoreResult<Option<CommandReceipt>> {
     let conn = tx.conn();

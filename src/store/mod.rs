@@ -24,6 +24,7 @@ pub mod interactions;
 pub mod messages;
 pub mod processes;
 pub mod recovery;
+pub mod retention;
 mod run_endings;
 pub mod run_state;
 pub mod run_summary;

@@ -1,0 +1,196 @@
+//! Retention on a real database: which run trees expire, exact-tree deletion, blob
+//! collection that keeps every blob a remaining row names, and verified backups.
+
+mod common;
+
+use pi_workflows::store::retention::{self, DAY_MS};
+use pi_workflows::store::runs::{self, NewRun, RunOrigin};
+use pi_workflows::store::{Store, blobs};
+use serde_json::json;
+
+/// Queue a run whose input is a real blob; `parent` makes it a restart in the parent's tree.
+fn queue(store: &Store, run_id: &str, parent: Option<&str>, input: serde_json::Value) {
+    let (run_id, parent) = (run_id.to_string(), parent.map(str::to_string));
+    store
+        .write(move |tx| {
+            let input_hash = blobs::put_json(tx, &input, 1024)?;
+            let root = match &parent {
+                Some(parent) => Some(tx.conn().query_row(
+                    "SELECT root_run_id FROM runs WHERE run_id = ?1",
+                    [parent],
+                    |row| row.get::<_, String>(0),
+                )?),
+                None => None,
+            };
+            let run = NewRun {
+                parent_run_id: parent.clone(),
+                root_run_id: root,
+                origin: if parent.is_some() {
+                    RunOrigin::Restart
+                } else {
+                    RunOrigin::Start
+                },
+                input_hash: format!("sha256:{input_hash}"),
+                ..common::new_run(&run_id)
+            };
+            runs::queue_run(tx, &run)
+        })
+        .expect("queue");
+}
+
+fn cancel(store: &Store, run_id: &str) {
+    let run_id = run_id.to_string();
+    store
+        .write(move |tx| runs::cancel_unclaimed(tx, &run_id, None))
+        .expect("cancel");
+}
+
+fn expired(store: &Store, cutoff_ms: i64) -> Vec<String> {
+    store
+        .read(|conn| retention::expired_trees(conn, cutoff_ms, retention::TREES_PER_SELECTION_MAX))
+        .expect("select")
+        .into_iter()
+        .map(|tree| tree.root_run_id)
+        .collect()
+}
+
+fn count(store: &Store, sql: &str) -> i64 {
+    store
+        .read(|conn| Ok(conn.query_row(sql, [], |row| row.get(0))?))
+        .expect(sql)
+}
+
+#[test]
+fn only_old_terminal_unprotected_trees_expire() {
+    let t = common::open_store();
+    let store = &t.store;
+    // old: terminal, with a terminal restart in its tree
+    queue(store, "old", None, json!({"n": 1}));
+    cancel(store, "old");
+    queue(store, "old-restart", Some("old"), json!({"n": 2}));
+    cancel(store, "old-restart");
+    // live: one run of the tree is still queued
+    queue(store, "live", None, json!({"n": 3}));
+    cancel(store, "live");
+    queue(store, "live-restart", Some("live"), json!({"n": 4}));
+    // effect: terminal, but an external effect is unsettled
+    queue(store, "effect", None, json!({"n": 5}));
+    cancel(store, "effect");
+    store
+        .write(|tx| {
+            tx.conn().execute(
+                "INSERT INTO effects (effect_id, run_id, effect_type, idempotency_key, request_fingerprint, status,
+                                      created_at, updated_at) VALUES ('e', 'effect', 't', 'k', 'f', 'ambiguous', 0, 0)",
+                [],
+            )?;
+            Ok(())
+        })
+        .expect("effect");
+    t.clock.advance_ms(31 * DAY_MS);
+    // recent: finished within the retention period
+    queue(store, "recent", None, json!({"n": 6}));
+    cancel(store, "recent");
+
+    let cutoff = common::START_MS + 31 * DAY_MS - 30 * DAY_MS;
+    assert_eq!(expired(store, cutoff), vec!["old".to_string()]);
+    let everything_old = common::START_MS + 31 * DAY_MS + 1;
+    assert_eq!(
+        expired(store, everything_old),
+        vec!["old".to_string(), "recent".to_string()],
+        "the queued tree and the ambiguous effect stay protected at any age"
+    );
+}
+
+#[test]
+fn deleting_a_tree_removes_exactly_its_rows_and_collection_keeps_named_blobs() {
+    let t = common::open_store();
+    let store = &t.store;
+    queue(store, "gone", None, json!({"only": "gone"}));
+    cancel(store, "gone");
+    queue(store, "gone-restart", Some("gone"), json!({"only": "gone-restart"}));
+    cancel(store, "gone-restart");
+    queue(store, "kept", None, json!({"only": "kept"}));
+    cancel(store, "kept");
+    let shared = json!({"shared": true});
+    queue(store, "kept-shared", None, shared.clone());
+    t.clock.advance_ms(31 * DAY_MS);
+    let cutoff = t.store.now_ms() - 30 * DAY_MS;
+
+    let deleted = store
+        .write(move |tx| retention::delete_tree(tx, "gone", cutoff))
+        .expect("delete");
+    assert!(deleted);
+    assert_eq!(count(store, "SELECT count(*) FROM runs WHERE root_run_id = 'gone'"), 0);
+    assert_eq!(
+        count(
+            store,
+            "SELECT count(*) FROM events WHERE run_id IN ('gone', 'gone-restart')"
+        ),
+        0
+    );
+    assert_eq!(
+        count(
+            store,
+            "SELECT count(*) FROM run_queue WHERE run_id IN ('gone', 'gone-restart')"
+        ),
+        0
+    );
+    assert_eq!(
+        count(store, "SELECT count(*) FROM runs"),
+        2,
+        "other trees are untouched"
+    );
+    let again = store
+        .write(move |tx| retention::delete_tree(tx, "kept-shared", cutoff))
+        .expect("refused");
+    assert!(!again, "a queued run's tree is never deleted");
+
+    let blobs_before = count(store, "SELECT count(*) FROM blobs");
+    let collected = store.write(retention::collect_unreferenced_blobs).expect("collect");
+    assert_eq!(collected, 2, "the two deleted runs' inputs");
+    assert_eq!(count(store, "SELECT count(*) FROM blobs"), blobs_before - 2);
+    // Every remaining run's input still resolves.
+    let unresolved = count(
+        store,
+        "SELECT count(*) FROM runs r WHERE NOT EXISTS
+           (SELECT 1 FROM blobs b WHERE b.blob_hash = substr(r.input_hash, 8))",
+    );
+    assert_eq!(unresolved, 0);
+    let verify = store.read(pi_workflows::store::verify::verify).expect("verify");
+    assert!(verify.is_clean(), "{verify:?}");
+}
+
+#[test]
+fn young_blobs_are_never_collected() {
+    let t = common::open_store();
+    let store = &t.store;
+    store
+        .write(|tx| blobs::put_json(tx, &json!({"advertised": "run state"}), 1024).map(|_| ()))
+        .expect("blob");
+    assert_eq!(store.write(retention::collect_unreferenced_blobs).expect("collect"), 0);
+    t.clock.advance_ms(retention::BLOB_GRACE_MS + 1);
+    assert_eq!(store.write(retention::collect_unreferenced_blobs).expect("collect"), 1);
+}
+
+#[test]
+fn a_backup_is_a_verified_private_copy_and_never_overwrites() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = common::open_store();
+    queue(&t.store, "r1", None, json!({"n": 1}));
+    let dest = t.dir.path().join("backup.sqlite");
+    let report = retention::backup_to(t.store.path(), &dest).expect("backup");
+    assert_eq!(report.runs, 1);
+    assert_eq!(
+        std::fs::metadata(&dest).expect("file").permissions().mode() & 0o777,
+        0o600
+    );
+    assert_eq!(
+        report.sha256,
+        pi_workflows::digest::sha256_hex(&std::fs::read(&dest).expect("read"))
+    );
+    let copy = Store::open(&dest, std::sync::Arc::new(t.clock.clone())).expect("the copy opens");
+    assert_eq!(count(&copy, "SELECT count(*) FROM runs"), 1);
+    drop(copy);
+    let refused = retention::backup_to(t.store.path(), &dest);
+    assert!(refused.is_err(), "an existing file is never overwritten");
+}
