@@ -225,3 +225,73 @@ fn a_backup_retried_with_its_key_adopts_the_receipt_and_copies_once() {
     assert_eq!(conflict.outcome, Outcome::Conflict, "one key never names two payloads");
     assert!(!root.path().join("other.sqlite").exists());
 }
+
+/// Send one request on a fresh connection and hang up without reading the answer.
+fn send_and_hang_up(socket: &std::path::Path, request: &pi_workflows::protocol::Request) {
+    use std::io::{BufRead, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).expect("connect");
+    let mut hello = String::new();
+    std::io::BufReader::new(stream.try_clone().expect("clone"))
+        .read_line(&mut hello)
+        .expect("hello");
+    let message = pi_workflows::protocol::ClientMessage::Request(request.clone());
+    stream
+        .write_all(&pi_workflows::protocol::encode_client_message(&message).expect("encode"))
+        .expect("send");
+    drop(stream);
+}
+
+#[test]
+fn a_command_whose_client_hung_up_still_finishes_and_a_retry_adopts_it() {
+    use pi_workflows::protocol::{ClientMessage, ClientSchema, OpaqueId, Operation, Outcome, Request};
+    use std::io::{BufRead, Write};
+    let root = tempfile::tempdir().expect("dir");
+    let state = root.path().join("state");
+    let _server = StopsServer(&state);
+    assert!(pi_workflows(&state, &["server", "start"]).status.success());
+    let socket = state.join("server").join("server.sock");
+    let backup = root.path().join("hung-up.sqlite");
+    let id = |text: &str| OpaqueId::new(text.to_string()).expect("id");
+    let mut request = Request {
+        schema: ClientSchema::V1,
+        request_id: id("req-1"),
+        client_id: id("client-hangs-up"),
+        operation: Operation::StateBackup,
+        idempotency_key: Some(id("key-1")),
+        run_id: None,
+        expected_revision: None,
+        payload: serde_json::from_value(serde_json::json!({"path": backup.to_str().expect("path")})).expect("payload"),
+    };
+    send_and_hang_up(&socket, &request);
+    // The retry: a new connection, a new request ID, the same client, key and payload.
+    request.request_id = id("req-2");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut attempt = 2;
+    let response = loop {
+        let mut stream = std::os::unix::net::UnixStream::connect(&socket).expect("connect");
+        let mut reader = std::io::BufReader::new(stream.try_clone().expect("clone"));
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("hello");
+        let message = ClientMessage::Request(request.clone());
+        stream
+            .write_all(&pi_workflows::protocol::encode_client_message(&message).expect("encode"))
+            .expect("send");
+        line.clear();
+        reader.read_line(&mut line).expect("response");
+        let ClientMessage::Response(response) =
+            pi_workflows::protocol::decode_client_message(line.as_bytes()).expect("decode")
+        else {
+            panic!("expected a response: {line}");
+        };
+        // Until the first attempt committed, the retry itself may be the one that runs (and
+        // then finds the file made by the first): only an adoption proves the first finished.
+        if response.outcome == Outcome::Adopted || std::time::Instant::now() > deadline {
+            break response;
+        }
+        attempt += 1;
+        request.request_id = id(&format!("req-{attempt}"));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(response.outcome, Outcome::Adopted, "{:?}", response.error);
+    assert!(backup.is_file(), "the hung-up command made its backup");
+}
