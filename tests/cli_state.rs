@@ -4,12 +4,16 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output};
 
 fn pi_workflows(state_dir: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pi-workflows"))
-        .arg("--state-dir")
-        .arg(state_dir)
-        .args(args)
-        .output()
-        .expect("run pi-workflows")
+    pi_workflows_with(state_dir, args, &[])
+}
+
+fn pi_workflows_with(state_dir: &std::path::Path, args: &[&str], vars: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_pi-workflows"));
+    command.arg("--state-dir").arg(state_dir).args(args);
+    for (name, value) in vars {
+        command.env(name, value);
+    }
+    command.output().expect("run pi-workflows")
 }
 
 /// `state` commands start the server on demand; stop it (the test may write the file next).
@@ -112,16 +116,22 @@ mod common;
 
 /// Two finished runs from long ago (the test clock starts on 2026-01-01) and one queued run.
 fn old_runs(dir: &std::path::Path) {
+    queue_at(dir, common::START_MS, &["old-1", "old-2"], &["waiting-1"]);
+}
+
+/// Runs queued at `at_ms`: `finished` are cancelled at once, `queued` stay queued.
+fn queue_at(dir: &std::path::Path, at_ms: i64, finished: &[&str], queued: &[&str]) {
     use pi_workflows::store::{ManualClock, Store, runs};
     use std::sync::Arc;
-    let store = Store::open(&dir.join("state.sqlite"), Arc::new(ManualClock::new(common::START_MS))).expect("store");
-    for run_id in ["old-1", "old-2", "waiting-1"] {
+    let store = Store::open(&dir.join("state.sqlite"), Arc::new(ManualClock::new(at_ms))).expect("store");
+    for run_id in finished.iter().chain(queued) {
         let run = common::new_run(run_id);
         store.write(move |tx| runs::queue_run(tx, &run)).expect("queue");
     }
-    for run_id in ["old-1", "old-2"] {
+    for run_id in finished {
+        let run_id = run_id.to_string();
         store
-            .write(move |tx| runs::cancel_unclaimed(tx, run_id, None))
+            .write(move |tx| runs::cancel_unclaimed(tx, &run_id, None))
             .expect("cancel");
     }
 }
@@ -133,8 +143,12 @@ fn prune_reports_first_then_deletes_only_after_a_verified_backup() {
     std::fs::create_dir_all(&state).expect("state dir");
     old_runs(&state);
     let _server = StopsServer(&state);
-
-    let report = pi_workflows(&state, &["state", "prune", "--json"]);
+    // The server this starts keeps every run (no automatic sweep), so the prune sees them.
+    let report = pi_workflows_with(
+        &state,
+        &["state", "prune", "--json"],
+        &[("PI_WORKFLOWS_RETENTION_DAYS", "off")],
+    );
     assert!(report.status.success(), "{}", String::from_utf8_lossy(&report.stderr));
     let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("JSON");
     assert_eq!(
@@ -294,4 +308,28 @@ fn a_command_whose_client_hung_up_still_finishes_and_a_retry_adopts_it() {
     };
     assert_eq!(response.outcome, Outcome::Adopted, "{:?}", response.error);
     assert!(backup.is_file(), "the hung-up command made its backup");
+}
+
+#[test]
+fn the_server_sweeps_expired_run_trees_after_startup_and_keeps_recent_ones() {
+    let root = tempfile::tempdir().expect("dir");
+    let state = root.path().join("state");
+    std::fs::create_dir_all(&state).expect("state dir");
+    queue_at(&state, common::START_MS, &["old-1", "old-2"], &[]);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("time")
+        .as_millis() as i64;
+    queue_at(&state, now_ms, &["recent-1"], &[]);
+    let _server = StopsServer(&state);
+    assert!(pi_workflows(&state, &["server", "start"]).status.success());
+    common::wait_for_db(
+        &state,
+        "the sweep deleted the expired trees",
+        "SELECT count(*) = 1 FROM runs",
+    );
+    let remaining: String = common::query_db(&state, "SELECT group_concat(run_id) FROM runs");
+    assert_eq!(remaining, "recent-1");
+    let verify = pi_workflows(&state, &["state", "verify"]);
+    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
 }

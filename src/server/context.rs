@@ -72,6 +72,8 @@ pub struct ServerContext {
     pub root: OnceLock<ActorRef<SupervisorMsg>>,
     /// Wakes the scheduler when capacity frees up or work is queued.
     scheduler_wakes: Arc<tokio::sync::Notify>,
+    /// Asks the retention sweep to look (the last runner exited).
+    sweep_wakes: Arc<tokio::sync::Notify>,
     /// Runner processes started ahead of need.
     pub runner_pool: super::runner_pool::RunnerPool,
     /// The warm source resolver of `run.start`.
@@ -104,6 +106,7 @@ impl ServerContext {
             views: Default::default(),
             feeds: Default::default(),
             scheduler_wakes: Arc::new(tokio::sync::Notify::new()),
+            sweep_wakes: Arc::new(tokio::sync::Notify::new()),
             stop,
         })
     }
@@ -143,6 +146,15 @@ impl ServerContext {
 
     pub fn scheduler_wakes(&self) -> Arc<tokio::sync::Notify> {
         Arc::clone(&self.scheduler_wakes)
+    }
+
+    /// Ask the retention sweep to run if it is due (it checks idleness itself).
+    pub fn request_sweep(&self) {
+        self.sweep_wakes.notify_one();
+    }
+
+    pub fn sweep_wakes(&self) -> Arc<tokio::sync::Notify> {
+        Arc::clone(&self.sweep_wakes)
     }
 
     pub fn register_runner(&self, run_id: &str, runner: ActorRef<RunnerMsg>) {

@@ -15,6 +15,7 @@ pub mod listener;
 pub mod logging;
 pub mod ownership;
 pub mod resolver;
+pub mod retention_sweep;
 pub mod run_commands;
 pub mod runner;
 pub mod runner_apply;
@@ -64,6 +65,8 @@ pub struct ServerConfig {
     pub idle_exit: Duration,
     pub json_logs: bool,
     pub runner: context::RunnerSettings,
+    /// Days finished run trees are kept (`PI_WORKFLOWS_RETENTION_DAYS`); `None`: no sweep.
+    pub retention_days: Option<i64>,
 }
 
 fn env_number(name: &str, default: u64) -> anyhow::Result<u64> {
@@ -111,6 +114,7 @@ impl ServerConfig {
             idle_exit: Duration::from_millis(idle_exit_ms),
             json_logs,
             runner,
+            retention_days: retention_sweep::retention_days()?,
         })
     }
 }
@@ -161,6 +165,10 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<StopReason> {
     runner_pool::refill_soon(&ctx, Duration::ZERO);
     let warming = Arc::clone(&ctx);
     tokio::spawn(async move { warming.resolvers.prewarm(&warming).await });
+    // Startup recovery is done: the retention sweep may look now (recovery step 12).
+    if let Some(days) = config.retention_days {
+        retention_sweep::spawn(Arc::clone(&ctx), days);
+    }
 
     let reason = tokio::select! {
         reason = ctx.stopped() => reason,

@@ -199,8 +199,10 @@ impl Actor for Runner {
         let still_running = state.args.ctx.runners.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) - 1;
         state.args.ctx.wake_scheduler();
         if still_running == 0 {
-            // Idle now: start the next warm runner while nothing competes for the CPU.
+            // Idle now: start the next warm runner while nothing competes for the CPU, and
+            // let a due retention sweep run.
             super::runner_pool::refill_soon(&state.args.ctx, Duration::ZERO);
+            state.args.ctx.request_sweep();
         }
         Ok(())
     }

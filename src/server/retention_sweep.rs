@@ -1,0 +1,141 @@
+//! The automatic retention sweep (recovery step 12, spec "State retention"): after startup
+//! recovery and whenever the last runner exits, at most once a day, while the server is idle,
+//! delete expired run trees one transaction each with the same selector as `state prune`.
+//! New work stops it between trees; it stays due and retries after five idle minutes.
+//! Automatic cleanup makes no backup.
+//!
+//! Architecture Invariant: the sweep never deletes while a runner is live or runs are
+//! admissible, and a failure only logs one bounded diagnostic; it never fails a workflow or
+//! stops the server.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::blocking;
+use super::context::ServerContext;
+use crate::store::{retention, workers};
+
+/// How often a completed sweep runs again.
+pub const SWEEP_INTERVAL_MS: u64 = 24 * 60 * 60 * 1000;
+/// How soon an interrupted or failed sweep is tried again.
+pub const SWEEP_RETRY_MS: u64 = 5 * 60 * 1000;
+/// Trees selected per round (the sweep re-checks idleness before each one).
+const TREES_PER_ROUND: usize = 16;
+/// `PI_WORKFLOWS_RETENTION_DAYS`: days finished runs are kept (default 30), or `off`.
+pub const RETENTION_ENV: &str = "PI_WORKFLOWS_RETENTION_DAYS";
+
+/// The retention period from the environment: `None` disables the automatic sweep.
+pub fn retention_days() -> anyhow::Result<Option<i64>> {
+    match std::env::var(RETENTION_ENV) {
+        Err(_) => Ok(Some(retention::RETENTION_DAYS_DEFAULT)),
+        Ok(value) if value == "off" => Ok(None),
+        Ok(value) => match value.parse::<i64>() {
+            Ok(days) if (1..=retention::RETENTION_DAYS_MAX).contains(&days) => Ok(Some(days)),
+            _ => anyhow::bail!(
+                "{RETENTION_ENV}={value} is not a number of days from 1 to {} or `off`",
+                retention::RETENTION_DAYS_MAX
+            ),
+        },
+    }
+}
+
+pub fn spawn(ctx: Arc<ServerContext>, days: i64) {
+    tokio::spawn(sweeper(ctx, days));
+}
+
+async fn sweeper(ctx: Arc<ServerContext>, days: i64) {
+    let wakes = ctx.sweep_wakes();
+    let mut last_completed: Option<Instant> = None;
+    let mut wait = Duration::ZERO;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = wakes.notified() => {}
+            _ = ctx.stopped() => return,
+        }
+        let interval = Duration::from_millis(SWEEP_INTERVAL_MS);
+        if let Some(done) = last_completed
+            && done.elapsed() < interval
+        {
+            wait = interval - done.elapsed();
+            continue;
+        }
+        wait = match sweep_once(&ctx, days).await {
+            Sweep::Completed { trees, blobs } => {
+                tracing::info!(trees, blobs, "retention sweep completed");
+                last_completed = Some(Instant::now());
+                interval
+            }
+            Sweep::Interrupted => Duration::from_millis(SWEEP_RETRY_MS),
+            Sweep::Failed(error) => {
+                tracing::warn!(error = %crate::protocol::bounded_text(&error, 512), "retention sweep failed; retrying in five minutes");
+                Duration::from_millis(SWEEP_RETRY_MS)
+            }
+        };
+    }
+}
+
+enum Sweep {
+    Completed {
+        trees: usize,
+        blobs: usize,
+    },
+    /// New work appeared: the sweep stopped between trees and stays due.
+    Interrupted,
+    Failed(String),
+}
+
+async fn sweep_once(ctx: &Arc<ServerContext>, days: i64) -> Sweep {
+    let cutoff_ms = ctx.store.now_ms() - days * retention::DAY_MS;
+    let mut trees = 0;
+    loop {
+        let round = match blocking::read(&ctx.store, move |conn| {
+            retention::expired_trees(conn, cutoff_ms, TREES_PER_ROUND)
+        })
+        .await
+        {
+            Ok(round) => round,
+            Err(err) => return Sweep::Failed(err.to_string()),
+        };
+        if round.is_empty() {
+            break;
+        }
+        let mut deleted_any = false;
+        for tree in round {
+            if busy(ctx).await {
+                return Sweep::Interrupted;
+            }
+            let root = tree.root_run_id;
+            match blocking::write(&ctx.store, move |tx| retention::delete_tree(tx, &root, cutoff_ms)).await {
+                Ok(deleted) => {
+                    trees += usize::from(deleted);
+                    deleted_any |= deleted;
+                }
+                Err(err) => return Sweep::Failed(err.to_string()),
+            }
+            // Let server work start between trees.
+            tokio::task::yield_now().await;
+        }
+        if !deleted_any {
+            break;
+        }
+    }
+    if busy(ctx).await {
+        return Sweep::Interrupted;
+    }
+    match blocking::write(&ctx.store, retention::collect_unreferenced_blobs).await {
+        Ok(blobs) => Sweep::Completed { trees, blobs },
+        Err(err) => Sweep::Failed(err.to_string()),
+    }
+}
+
+/// A live runner, admissible queued work, or a stop in progress.
+async fn busy(ctx: &Arc<ServerContext>) -> bool {
+    if ctx.stop_requested().is_some() || ctx.runners.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+        return true;
+    }
+    let now = ctx.store.now_ms();
+    blocking::read(&ctx.store, move |conn| workers::admissible_runs(conn, now, 1))
+        .await
+        .map_or(true, |queued| !queued.is_empty())
+}
