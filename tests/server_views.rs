@@ -467,3 +467,105 @@ fn cli_runs_watch_prints_the_run_list_as_it_changes() {
     child.kill().expect("kill");
     let _ = child.wait();
 }
+
+fn submit(client: &mut Client, operation: Operation, key: &str, payload: Value) -> Response {
+    let payload: JsonObject = serde_json::from_value(payload).expect("object");
+    client
+        .request_keyed(operation, Some("run-0"), payload, Some(key.to_string()))
+        .expect("submit")
+}
+
+#[test]
+fn an_agent_submission_answers_only_after_the_runner_accepted_it() {
+    let server = Server::start(1, 3, "steps=3,checkpoint-at=2,request-kind=agent,verdict=accept");
+    let mut client = server.client();
+    let view = wait_for_status(&mut client, "run-0", "waiting");
+    assert_eq!(
+        view["display"]["controls"],
+        json!(["pause", "cancel", "submit", "update"])
+    );
+    let wrong = submit(&mut client, Operation::DecisionAnswer, "k-0", json!({"answer": "yes"}));
+    assert_eq!(
+        wrong.outcome,
+        Outcome::Rejected,
+        "a decision answer does not fit an agent step"
+    );
+
+    let accepted = submit(
+        &mut client,
+        Operation::InteractionSubmit,
+        "k-1",
+        json!({"output": {"summary": "done"}}),
+    );
+    assert_eq!(accepted.outcome, Outcome::Accepted, "{:?}", accepted.error);
+    let receipt = accepted.receipt.expect("receipt");
+    assert_eq!(receipt["outcome"], "accepted", "answered after the runner's verdict");
+    // The verdict is durable before the answer: the submission row already says so.
+    let settled: String = common::query_db(server.dir.path(), "SELECT outcome FROM interactive_submissions");
+    assert_eq!(settled, "accepted");
+    let again = submit(
+        &mut client,
+        Operation::InteractionSubmit,
+        "k-1",
+        json!({"output": {"summary": "done"}}),
+    );
+    assert_eq!(again.outcome, Outcome::Adopted);
+    assert_eq!(again.receipt.expect("receipt"), receipt);
+    wait_for_status(&mut client, "run-0", "completed");
+}
+
+#[test]
+fn a_rejected_submission_is_refused_with_the_checks_message_and_the_run_waits_again() {
+    let server = Server::start(1, 3, "steps=3,checkpoint-at=2,request-kind=agent,verdict=reject");
+    let mut client = server.client();
+    wait_for_status(&mut client, "run-0", "waiting");
+    let refused = submit(
+        &mut client,
+        Operation::InteractionSubmit,
+        "k-1",
+        json!({"output": "bad"}),
+    );
+    assert_eq!(refused.outcome, Outcome::Rejected);
+    let error = refused.error.expect("error");
+    assert_eq!(error.code, "submissionRejected");
+    assert!(error.message.contains("scripted rejection"), "{}", error.message);
+    let retried = submit(
+        &mut client,
+        Operation::InteractionSubmit,
+        "k-1",
+        json!({"output": "bad"}),
+    );
+    assert_eq!(
+        retried.error.expect("error").code,
+        "submissionRejected",
+        "a retry gets the same outcome"
+    );
+    let view = wait_for_status(&mut client, "run-0", "waiting");
+    assert_eq!(
+        view["display"]["request"]["kind"], "agent",
+        "the request is still pending"
+    );
+    assert_eq!(
+        common::query_db::<i64>(server.dir.path(), "SELECT count(*) FROM interactive_submissions"),
+        1,
+        "the retry recorded no second candidate"
+    );
+}
+
+#[test]
+fn a_protected_decision_is_answered_with_decision_answer_only() {
+    let server = Server::start(1, 3, "steps=3,checkpoint-at=2,request-kind=decision,verdict=accept");
+    let mut client = server.client();
+    let view = wait_for_status(&mut client, "run-0", "waiting");
+    assert_eq!(view["display"]["controls"], json!(["pause", "cancel", "human-answer"]));
+    let wrong = submit(
+        &mut client,
+        Operation::InteractionSubmit,
+        "k-0",
+        json!({"output": "ship"}),
+    );
+    assert_eq!(wrong.outcome, Outcome::Rejected);
+    let answered = submit(&mut client, Operation::DecisionAnswer, "k-1", json!({"answer": "ship"}));
+    assert_eq!(answered.outcome, Outcome::Accepted, "{:?}", answered.error);
+    wait_for_status(&mut client, "run-0", "completed");
+}

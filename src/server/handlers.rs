@@ -14,6 +14,7 @@ use super::run_commands;
 use super::runner::{RunControl, RunnerMsg};
 use super::state_ops;
 use super::status;
+use super::submissions;
 use super::views;
 use crate::protocol::{
     ClientSchema, JsonObject, Operation, Outcome, Request, Response, ResponseError, request_fingerprint,
@@ -38,6 +39,8 @@ pub async fn handle_request(ctx: &Arc<ServerContext>, request: Request) -> Handl
         Operation::RunStart => run_commands::run_start(ctx, &request).await,
         Operation::RunRestart => run_commands::run_restart(ctx, &request).await,
         Operation::CheckpointAnswer => run_commands::checkpoint_answer(ctx, &request).await,
+        Operation::InteractionSubmit => submissions::interaction_submit(ctx, &request).await,
+        Operation::DecisionAnswer => submissions::decision_answer(ctx, &request).await,
         Operation::RunStatus => run_commands::run_status(ctx, &request).await,
         Operation::RunList => run_commands::run_list(ctx, &request).await,
         Operation::ViewRunGet => views::view_run_get(ctx, &request).await,
@@ -280,4 +283,36 @@ fn response(
         receipt,
         error,
     }
+}
+
+/// The stored answer of a command already run under this identity, for commands whose
+/// effect happens before their receipt (a backup, a submission awaiting its verdict).
+pub(super) async fn stored_answer(
+    ctx: &Arc<ServerContext>,
+    command: &CommandRequest,
+) -> Result<Option<(Outcome, JsonObject, Option<StopReason>)>, (Outcome, ResponseError)> {
+    let owned = command.clone();
+    let stored = blocking::write(&ctx.store, move |tx| commands::existing_receipt(tx, &owned)).await;
+    match stored {
+        Ok(None) => Ok(None),
+        Ok(Some(receipt)) => answer_of(Ok(receipt)).map(Some),
+        Err(err) => Err(rejected(
+            "unavailable",
+            &format!("the command could not be checked: {err}"),
+        )),
+    }
+}
+
+/// Store an accepted receipt for `command` (adopted if it was stored meanwhile) and answer.
+pub(super) async fn commit_receipt(ctx: &Arc<ServerContext>, command: CommandRequest, receipt: Value) -> Answer {
+    let stored = blocking::write(&ctx.store, move |tx| {
+        commands::run_command(tx, &command, |_| {
+            Ok(commands::Accepted {
+                revision: None,
+                receipt,
+            })
+        })
+    })
+    .await;
+    answer_of(stored)
 }

@@ -25,6 +25,7 @@ pub mod runner_pool;
 pub mod scheduler;
 pub mod state_ops;
 pub mod status;
+pub mod submissions;
 pub mod subscriptions;
 pub mod tree;
 pub mod views;

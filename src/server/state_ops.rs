@@ -10,13 +10,11 @@ use serde_json::{Value, json};
 
 use super::blocking;
 use super::context::ServerContext;
-use super::handlers::{Answer, answer_of, command_request, rejected, to_object};
-use crate::protocol::{JsonObject, Outcome, Request, ResponseError};
-use crate::store::commands::{self, CommandRequest};
+use super::handlers::{Answer, command_request, commit_receipt, rejected, stored_answer, to_object};
+use crate::protocol::{Outcome, Request, ResponseError};
 use crate::store::{retention, schema, verify};
 
 type Refusal = (Outcome, ResponseError);
-type Success = (Outcome, JsonObject, Option<super::context::StopReason>);
 
 /// `state.status`: run, claim, interaction and effect counts (no IDs, paths or payloads).
 pub async fn state_status(ctx: &Arc<ServerContext>, _request: &Request) -> Answer {
@@ -152,30 +150,4 @@ async fn make_backup(ctx: &Arc<ServerContext>, dest: PathBuf) -> Result<retentio
         .await
         .map_err(|_| rejected("unavailable", "the backup task stopped; retry"))?
         .map_err(|err| rejected("backupFailed", &format!("the backup failed: {err}")))
-}
-
-async fn stored_answer(ctx: &Arc<ServerContext>, command: &CommandRequest) -> Result<Option<Success>, Refusal> {
-    let owned = command.clone();
-    let stored = blocking::write(&ctx.store, move |tx| commands::existing_receipt(tx, &owned)).await;
-    match stored {
-        Ok(None) => Ok(None),
-        Ok(Some(receipt)) => answer_of(Ok(receipt)).map(Some),
-        Err(err) => Err(rejected(
-            "unavailable",
-            &format!("the command could not be checked: {err}"),
-        )),
-    }
-}
-
-async fn commit_receipt(ctx: &Arc<ServerContext>, command: CommandRequest, receipt: Value) -> Answer {
-    let stored = blocking::write(&ctx.store, move |tx| {
-        commands::run_command(tx, &command, |_| {
-            Ok(commands::Accepted {
-                revision: None,
-                receipt,
-            })
-        })
-    })
-    .await;
-    answer_of(stored)
 }

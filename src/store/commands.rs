@@ -283,6 +283,7 @@ fn rejection_of(err: &StoreError) -> Option<CommandError> {
         StoreError::TooLarge { .. } => "tooLarge",
         StoreError::InvalidInput { .. } => "invalidInput",
         StoreError::SessionBusy { .. } => "sessionBusy",
+        StoreError::SubmissionRejected { .. } => "submissionRejected",
         _ => return None,
     };
     let mut message = err.to_string();

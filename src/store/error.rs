@@ -92,6 +92,9 @@ pub enum StoreError {
     #[error("Pi session {session_id} already has an active interactive run; wait for it to finish or cancel it")]
     SessionBusy { session_id: String },
 
+    #[error("the submission was rejected by the step's checks: {message}")]
+    SubmissionRejected { message: String },
+
     #[error("{resource_id} is claimed by a live owner; wait for its claim to expire or be released")]
     ClaimHeld { resource_id: String },
 

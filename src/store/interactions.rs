@@ -312,3 +312,24 @@ pub fn abandon_validation(tx: &WriteTx<'_>, authority: &ClaimAuthority) -> Store
     })?;
     Ok(true)
 }
+
+/// A submission's outcome (`validating`, `accepted`, `rejected`) and its verdict receipt.
+pub fn submission_outcome(
+    conn: &rusqlite::Connection,
+    submission_id: &str,
+) -> StoreResult<Option<(String, Option<String>)>> {
+    Ok(conn
+        .prepare_cached("SELECT outcome, receipt_hash FROM interactive_submissions WHERE submission_id = ?1")?
+        .query_row([submission_id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?)
+}
+
+/// The kind of a run's pending request with that ID, if it is pending.
+pub fn pending_kind(conn: &rusqlite::Connection, run_id: &str, request_id: &str) -> StoreResult<Option<String>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT kind FROM interactive_requests WHERE request_id = ?1 AND run_id = ?2 AND status = 'pending'",
+        )?
+        .query_row(params![request_id, run_id], |row| row.get(0))
+        .optional()?)
+}

@@ -1,0 +1,187 @@
+//! `interaction.submit` (an agent step's output) and `decision.answer` (a protected decision):
+//! the submission is recorded as `validating` and the run queued; a supervised runner judges
+//! it with the step's own checks. The response stays pending until that durable verdict and
+//! its receipt are committed: `accepted`, or `rejected` with the checks' message. A retry
+//! with the same key and payload waits for and returns the same outcome.
+//!
+//! Architecture Invariant: the server never judges a submission itself, and a command
+//! receipt is stored only for a settled outcome (a retry never records a second candidate).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::blocking;
+use super::context::ServerContext;
+use super::handlers::{Answer, answer_of, command_request, commit_receipt, rejected, run_id_of, stored_answer};
+use crate::protocol::Request;
+use crate::store::commands::{self, CommandRequest};
+use crate::store::interactions::{self, Submission, Submitted};
+use crate::store::{StoreError, blobs};
+
+/// How long a submission waits for its verdict before the client is told to retry.
+pub const VERDICT_WAIT_MS: u64 = 120_000;
+/// A submitted value, as canonical JSON.
+pub const SUBMISSION_BYTES_MAX: usize = 256 * 1024;
+
+/// `interaction.submit` (`payload.output`, optional `payload.requestId`).
+pub async fn interaction_submit(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+    submit_for_verdict(ctx, request, "output", "agent").await
+}
+
+/// `decision.answer` (`payload.answer`, optional `payload.requestId`).
+pub async fn decision_answer(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+    submit_for_verdict(ctx, request, "answer", "decision").await
+}
+
+async fn submit_for_verdict(ctx: &Arc<ServerContext>, request: &Request, field: &str, kind: &'static str) -> Answer {
+    let command = command_request(request)?;
+    let run_id = run_id_of(request)?;
+    if let Some(stored) = stored_answer(ctx, &command).await? {
+        return Ok(stored);
+    }
+    let Some(value) = request.payload.get(field).cloned() else {
+        return Err(rejected(
+            "invalidRequest",
+            &format!("{} needs payload.{field}", request.operation.as_str()),
+        ));
+    };
+    let request_id = request
+        .payload
+        .get("requestId")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let recorded = record(ctx, &command, &run_id, request_id, value, kind).await;
+    let (submission_id, request_id) = match recorded {
+        Ok(recorded) => recorded,
+        Err(err) => return store_refusal(ctx, command, err).await,
+    };
+    ctx.wake_scheduler();
+    match verdict(ctx, &submission_id).await {
+        Verdict::Accepted(detail) => {
+            let receipt = json!({"runId": run_id, "requestId": request_id, "submissionId": submission_id,
+                                 "outcome": "accepted", "verdict": detail});
+            commit_receipt(ctx, command, receipt).await
+        }
+        Verdict::Rejected(message) => store_refusal(ctx, command, StoreError::SubmissionRejected { message }).await,
+        Verdict::Pending => Err(rejected(
+            "stillValidating",
+            "the step is still checking the submission; retry with the same idempotency key to get its outcome",
+        )),
+        Verdict::Unreadable(err) => Err(rejected(
+            "unavailable",
+            &format!("the verdict could not be read: {err}"),
+        )),
+    }
+}
+
+/// Record the submission (an exact retry finds the one recorded before).
+async fn record(
+    ctx: &Arc<ServerContext>,
+    command: &CommandRequest,
+    run_id: &str,
+    request_id: Option<String>,
+    value: Value,
+    kind: &'static str,
+) -> Result<(String, String), StoreError> {
+    let (command, run_id) = (command.clone(), run_id.to_string());
+    blocking::write(&ctx.store, move |tx| {
+        let request_id = match request_id {
+            Some(id) => id,
+            None => crate::store::run_view::run_view_facts(tx.conn(), &run_id, 0)?
+                .pending_request
+                .map(|pending| pending.request_id)
+                .ok_or_else(|| StoreError::InvalidInput {
+                    what: "submission",
+                    detail: format!("run {run_id} is not waiting for input"),
+                })?,
+        };
+        match interactions::pending_kind(tx.conn(), &run_id, &request_id)? {
+            Some(pending) if pending == kind => {}
+            Some(pending) => {
+                return Err(StoreError::InvalidInput {
+                    what: "submission",
+                    detail: format!("the pending request is a {pending}, not a {kind}; use the matching command"),
+                });
+            }
+            None => {}
+        }
+        let payload_hash = blobs::put_json(tx, &value, SUBMISSION_BYTES_MAX)?;
+        let submission_id = format!("sub-{}", &command.fingerprint[..24]);
+        let submission = Submission {
+            run_id: &run_id,
+            request_id: &request_id,
+            submission_id: &submission_id,
+            idempotency_key: &command.idempotency_key,
+            payload_hash: &payload_hash,
+        };
+        let submission_id = match interactions::submit(tx, &submission, None)? {
+            Submitted::Recorded { .. } => submission_id,
+            Submitted::Adopted { submission_id } => submission_id,
+        };
+        Ok((submission_id, request_id))
+    })
+    .await
+}
+
+/// Store a refusal as this command's rejected receipt (a retry gets the same) and answer.
+async fn store_refusal(ctx: &Arc<ServerContext>, command: CommandRequest, err: StoreError) -> Answer {
+    let stored = blocking::write(&ctx.store, move |tx| commands::run_command(tx, &command, |_| Err(err))).await;
+    answer_of(stored)
+}
+
+enum Verdict {
+    Accepted(Value),
+    Rejected(String),
+    Pending,
+    Unreadable(StoreError),
+}
+
+/// Wait (woken by commits, bounded by [`VERDICT_WAIT_MS`]) until the submission settles.
+async fn verdict(ctx: &Arc<ServerContext>, submission_id: &str) -> Verdict {
+    let mut commits = ctx.store.commits();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(VERDICT_WAIT_MS);
+    loop {
+        commits.borrow_and_update();
+        let owned = submission_id.to_string();
+        let read = blocking::read(&ctx.store, move |conn| {
+            let Some((outcome, receipt_hash)) = interactions::submission_outcome(conn, &owned)? else {
+                return Ok(None);
+            };
+            let detail = match receipt_hash.filter(|hash| crate::digest::is_sha256_hex(hash)) {
+                Some(hash) => blobs::read_json(conn, &hash)?,
+                None => None,
+            };
+            Ok(Some((outcome, detail)))
+        })
+        .await;
+        match read {
+            Err(err) => return Verdict::Unreadable(err),
+            Ok(Some((outcome, detail))) if outcome == "accepted" => {
+                return Verdict::Accepted(detail.unwrap_or(Value::Null));
+            }
+            Ok(Some((outcome, detail))) if outcome == "rejected" => {
+                return Verdict::Rejected(rejection_message(detail));
+            }
+            Ok(_) => {}
+        }
+        if tokio::time::timeout_at(deadline, commits.changed()).await.is_err() || ctx.stop_requested().is_some() {
+            return Verdict::Pending;
+        }
+    }
+}
+
+/// The checks' message from a stored verdict (bounded by the error limit downstream).
+fn rejection_message(detail: Option<Value>) -> String {
+    let detail = detail.unwrap_or(Value::Null);
+    let message = detail
+        .get("message")
+        .or_else(|| detail.get("error").and_then(|error| error.get("message")))
+        .and_then(Value::as_str);
+    match message {
+        Some(message) => message.to_string(),
+        None if detail.is_null() => "the step's checks refused it".to_string(),
+        None => detail.to_string(),
+    }
+}
