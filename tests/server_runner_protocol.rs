@@ -370,3 +370,20 @@ fn a_runner_that_crashes_with_results_in_flight_resumes_without_repeating_commit
         "every node committed exactly once"
     );
 }
+
+#[test]
+fn a_message_id_reused_for_another_message_is_refused_and_changes_nothing() {
+    let dir = Dir::new(&["run-reuse"]);
+    dir.start(&dir.script("steps=2,reuse-id"));
+    dir.wait_completed();
+    let acks = dir.acks();
+    // Another message under a known ID: refused, nothing applied; the same message again:
+    // its stored answer.
+    assert!(acks.contains("reuse rejected messageIdReused"), "{acks}");
+    assert!(acks.contains("repeat adopted "), "{acks}");
+    assert_eq!(
+        dir.count("SELECT count(*) FROM events WHERE run_id = 'run-reuse' AND event_type = 'node.updated'"),
+        1,
+        "only the first update was applied"
+    );
+}

@@ -29,6 +29,8 @@
 //! - `pipeline=N`         send up to N pure-node results before reading their answers
 //!   (answers still arrive in order, each after its commit); timings then measure each
 //!   step from its send to its answer
+//! - `reuse-id`           at step 1 send a `node.update`, then another one under the same
+//!   message ID, then the first again; log `reuse|repeat <outcome> <code>` to the ack file
 //! - `bad-reads`          before reading its run state, send bad `content.read` requests
 //!   (unknown digest, wrong media type, zero length, a part above 512 KiB, an offset past
 //!   the end) and log `read <case> <outcome> <code>` to the ack file
@@ -88,6 +90,7 @@ struct Script {
     output_bytes: usize,
     updates: bool,
     bad_reads: bool,
+    reuse_id: bool,
     pipeline: usize,
     register_child: bool,
     register_foreign: bool,
@@ -130,6 +133,7 @@ fn parse_script() -> Script {
             "request-kind" if !value.is_empty() => script.request_kind = value.to_string(),
             "output-bytes" => script.output_bytes = number() as usize,
             "updates" => script.updates = true,
+            "reuse-id" => script.reuse_id = true,
             "bad-reads" => script.bad_reads = true,
             "pipeline" => script.pipeline = number() as usize,
             "register-child" => script.register_child = true,
@@ -346,6 +350,31 @@ fn run_state(channel: &mut Channel, command: &Map<String, Value>, script: &Scrip
         exit_with(EXIT_PROTOCOL, "run state does not match its digest");
     }
     serde_json::from_slice(&content).unwrap_or_else(|_| exit_with(EXIT_PROTOCOL, "run state is not JSON"))
+}
+
+/// Send a node.update, then another message under the same ID, then the first again; log
+/// `reuse <outcome> <code>` and `repeat <outcome> <code>` to the ack file.
+fn reuse_message_id(channel: &mut Channel, attempt: Option<String>, script: &Script) {
+    channel.send(
+        MessageKind::NodeUpdate,
+        attempt.clone(),
+        json!({"message": "first"}),
+        script,
+    );
+    for (case, message) in [("reuse", "second"), ("repeat", "first")] {
+        channel.next_id -= 1;
+        let response = channel.send(
+            MessageKind::NodeUpdate,
+            attempt.clone(),
+            json!({"message": message}),
+            script,
+        );
+        let code = response.error.map(|error| error.code).unwrap_or_default();
+        append_line(
+            &mut channel.acks,
+            format!("{case} {} {code}\n", response.outcome.as_str()),
+        );
+    }
 }
 
 fn send_bad_reads(channel: &mut Channel, reference: &Value, total: u64, script: &Script) {
@@ -602,6 +631,9 @@ fn main() {
         if script.updates && step == 1 {
             let update = json!({"message": "halfway", "completed": 1, "total": 2});
             channel.send(MessageKind::NodeUpdate, attempt.clone(), update, &script);
+        }
+        if script.reuse_id && step == 1 {
+            reuse_message_id(&mut channel, attempt.clone(), &script);
         }
         std::thread::sleep(Duration::from_millis(script.work_ms));
         let mut finished = if two_phase { json!({}) } else { node };

@@ -190,6 +190,7 @@ fn submit(state: &RunnerState, message: &Message) -> Submitted {
         );
     }
     let checked = check_outside_store(state, message);
+    let message_hash = message_hash(message);
     let (authority, epoch, owned) = (
         state.args.authority.clone(),
         state.args.runner_epoch.clone(),
@@ -197,7 +198,10 @@ fn submit(state: &RunnerState, message: &Message) -> Submitted {
     );
     Submitted::Queued(state.args.ctx.store.submit_write(move |tx| {
         if let Some(stored) = workers::message_receipt(tx.conn(), &epoch, &owned.message_id)? {
-            return Ok(Answer::Stored(stored));
+            return Ok(match stored.message_hash == message_hash {
+                true => Answer::Stored(stored),
+                false => Answer::Reused,
+            });
         }
         let (revision, result) = apply(tx, &authority, &owned, &checked)?;
         let result_json = result.as_ref().map(Value::to_string);
@@ -205,6 +209,7 @@ fn submit(state: &RunnerState, message: &Message) -> Submitted {
             outcome: "accepted".to_string(),
             revision,
             result_json,
+            message_hash,
         };
         workers::store_message_receipt(tx, &epoch, &owned.message_id, owned.kind.as_str(), &receipt)?;
         Ok(Answer::Applied((revision, result)))
@@ -220,15 +225,28 @@ async fn finish(state: &mut RunnerState, message: &Message, submitted: Submitted
     };
     match applied {
         Ok(Answer::Stored(receipt)) => stored_response(message, receipt),
+        Ok(Answer::Reused) => Response::new(&message.message_id, ResponseOutcome::Rejected).with_error(
+            "messageIdReused",
+            "this message ID already named another message; nothing changed (use a new ID per message)",
+        ),
         Ok(Answer::Applied(applied)) => respond(state, message, Ok(applied)).await,
         Err(err) => respond(state, message, Err(err)).await,
     }
 }
 
-/// A message ID seen before: its first answer, again.
+/// What a submitted message got.
 enum Answer {
+    /// A message seen before: its first answer, again.
     Stored(workers::MessageReceipt),
+    /// The ID named another message before: refused, nothing changed, nothing stored.
+    Reused,
     Applied(Applied),
+}
+
+/// SHA-256 of the canonical message: a repeat is the same message, byte for byte.
+fn message_hash(message: &Message) -> String {
+    let value = serde_json::to_value(message).expect("a runner message serializes");
+    crate::protocol::canonical_sha256_hex(&value).expect("a JSON value encodes")
 }
 
 fn stored_response(message: &Message, receipt: workers::MessageReceipt) -> Response {
@@ -304,6 +322,12 @@ async fn respond(state: &mut RunnerState, message: &Message, applied: StoreResul
             state.claim_lost = true;
             Response::new(&message.message_id, ResponseOutcome::ClaimLost)
         }
+        Err(err) if err.refusal_code().is_none() => {
+            // Not an answer to this message (the store failed): nothing is stored, so the
+            // runner's retry or a resumed runner gets a real answer later.
+            tracing::warn!(run_id = %state.args.run.run_id, error = %err, "runner message not applied");
+            Response::new(&message.message_id, ResponseOutcome::Rejected).with_error("unavailable", &err.to_string())
+        }
         Err(err) => {
             let (epoch, id, kind) = (
                 state.args.runner_epoch.clone(),
@@ -314,6 +338,7 @@ async fn respond(state: &mut RunnerState, message: &Message, applied: StoreResul
                 outcome: "rejected".to_string(),
                 revision: None,
                 result_json: None,
+                message_hash: message_hash(message),
             };
             let _ = blocking::write(&state.args.ctx.store, move |tx| {
                 workers::store_message_receipt(tx, &epoch, &id, kind, &receipt)

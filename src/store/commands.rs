@@ -272,20 +272,7 @@ const ERROR_MESSAGE_BYTES_MAX: usize = 1_024;
 /// The stored error of a domain refusal; `None` for infrastructure failures and for a claim
 /// held by a live owner, which is transient (the caller may wait and retry under the same key).
 fn rejection_of(err: &StoreError) -> Option<CommandError> {
-    let code = match err {
-        StoreError::ClaimLost(_) => "claimLost",
-        StoreError::RevisionMismatch { .. } => "revisionMismatch",
-        StoreError::RunNotFound { .. } => "notFound",
-        StoreError::RunExists { .. } => "runExists",
-        StoreError::InvalidTransition { .. } => "invalidTransition",
-        StoreError::AttemptNotActive { .. } => "attemptNotActive",
-        StoreError::Blob(_) => "invalidContent",
-        StoreError::TooLarge { .. } => "tooLarge",
-        StoreError::InvalidInput { .. } => "invalidInput",
-        StoreError::SessionBusy { .. } => "sessionBusy",
-        StoreError::SubmissionRejected { .. } => "submissionRejected",
-        _ => return None,
-    };
+    let code = err.refusal_code()?;
     let mut message = err.to_string();
     if message.len() > ERROR_MESSAGE_BYTES_MAX {
         let mut cut = ERROR_MESSAGE_BYTES_MAX;

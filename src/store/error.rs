@@ -152,3 +152,25 @@ impl StoreError {
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+impl StoreError {
+    /// The code of a domain refusal (the request itself cannot be applied; a retry gets the
+    /// same answer, so it is stored), or `None` for an infrastructure failure that a retry
+    /// may get past (never stored as an answer).
+    pub fn refusal_code(&self) -> Option<&'static str> {
+        Some(match self {
+            StoreError::ClaimLost(_) => "claimLost",
+            StoreError::RevisionMismatch { .. } => "revisionMismatch",
+            StoreError::RunNotFound { .. } => "notFound",
+            StoreError::RunExists { .. } => "runExists",
+            StoreError::InvalidTransition { .. } => "invalidTransition",
+            StoreError::AttemptNotActive { .. } => "attemptNotActive",
+            StoreError::Blob(_) => "invalidContent",
+            StoreError::TooLarge { .. } => "tooLarge",
+            StoreError::InvalidInput { .. } => "invalidInput",
+            StoreError::SessionBusy { .. } => "sessionBusy",
+            StoreError::SubmissionRejected { .. } => "submissionRejected",
+            _ => return None,
+        })
+    }
+}

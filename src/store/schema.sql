@@ -356,6 +356,8 @@ CREATE TABLE runner_messages (
   runner_epoch TEXT NOT NULL REFERENCES run_workers (runner_epoch) ON DELETE CASCADE,
   message_id TEXT NOT NULL,
   kind TEXT NOT NULL,
+  -- SHA-256 of the canonical message: a repeat must be the same message, not only the same ID.
+  message_hash TEXT NOT NULL CHECK (length(message_hash) = 64),
   outcome TEXT NOT NULL CHECK (outcome IN ('accepted', 'rejected')),
   revision INTEGER,
   -- The small result a repeat must get again (e.g. an effect reservation), canonical JSON.

@@ -90,6 +90,8 @@ pub struct MessageReceipt {
     pub outcome: String,
     pub revision: Option<i64>,
     pub result_json: Option<String>,
+    /// SHA-256 (hex) of the canonical message the receipt answers.
+    pub message_hash: String,
 }
 
 pub fn message_receipt(
@@ -99,13 +101,15 @@ pub fn message_receipt(
 ) -> StoreResult<Option<MessageReceipt>> {
     let receipt = conn
         .prepare_cached(
-            "SELECT outcome, revision, result_json FROM runner_messages WHERE runner_epoch = ?1 AND message_id = ?2",
+            "SELECT outcome, revision, result_json, message_hash FROM runner_messages
+             WHERE runner_epoch = ?1 AND message_id = ?2",
         )?
         .query_row([runner_epoch, message_id], |row| {
             Ok(MessageReceipt {
                 outcome: row.get(0)?,
                 revision: row.get(1)?,
                 result_json: row.get(2)?,
+                message_hash: row.get(3)?,
             })
         })
         .optional()?;
@@ -121,13 +125,14 @@ pub fn store_message_receipt(
 ) -> StoreResult<()> {
     tx.conn()
         .prepare_cached(
-            "INSERT INTO runner_messages (runner_epoch, message_id, kind, outcome, revision, result_json, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            "INSERT INTO runner_messages (runner_epoch, message_id, kind, message_hash, outcome, revision, result_json, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )?
         .execute(params![
             runner_epoch,
             message_id,
             kind,
+            receipt.message_hash,
             receipt.outcome,
             receipt.revision,
             receipt.result_json,
