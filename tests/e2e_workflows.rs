@@ -599,13 +599,17 @@ fn sigkill_of_the_runner_during_a_shell_effect_parks_it_ambiguous_and_reaps_the_
     assert_eq!(env.text("SELECT status FROM effects"), "ambiguous");
     assert_eq!(env.text("SELECT outcome FROM effect_attempts"), "ambiguous");
     assert_eq!(env.text("SELECT status FROM run_workers"), "crashed");
-    // The server stopped the registered process group (sh and its sleep), then recorded it
-    // as unregistered (the kill comes first, so the row settles just after the group is gone).
-    env.wait_until("the shell step's process group is gone and unregistered", || {
-        live_group_members(child_pid).is_empty()
-            && live_with_cmdline(&marker.display().to_string()).is_empty()
-            && env.count("SELECT count(*) FROM runner_processes WHERE unregistered_at IS NULL") == 0
-    });
+    // Before the run was parked the server stopped the registered process group (sh and its
+    // sleep) and recorded it: no new runner can ever overlap with the old one's children.
+    assert!(
+        live_group_members(child_pid).is_empty(),
+        "the group is gone before the park"
+    );
+    assert!(live_with_cmdline(&marker.display().to_string()).is_empty());
+    assert_eq!(
+        env.count("SELECT count(*) FROM runner_processes WHERE unregistered_at IS NULL"),
+        0
+    );
     assert_eq!(line_count(&marker), 1);
     // `run status` shows the park reason; --follow would report "parked for review".
     let status = env.cli(&["run", "status", &run_id, "--json"]);

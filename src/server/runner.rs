@@ -393,6 +393,9 @@ async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: Opti
         Some(ready) => Some((ready, ParkReason::WorkerCrashed)),
         None => Some((i64::MIN, ParkReason::RunnerNoProgress)),
     };
+    // Children the runner registered die first: until the run is parked and the epoch
+    // recorded, no other runner can be admitted for it, so none can overlap with them.
+    reap_registered(&state.args.ctx.store, Some(state.args.runner_epoch.clone())).await;
     let (authority, epoch) = (state.args.authority.clone(), state.args.runner_epoch.clone());
     let (code, signal) = (exit.and_then(ExitOutcome::code), exit.and_then(ExitOutcome::signal));
     let settled = blocking::write(&state.args.ctx.store, move |tx| {
@@ -402,7 +405,6 @@ async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: Opti
         workers::record_outcome(tx, &epoch, outcome, code, signal)
     })
     .await;
-    reap_registered(&state.args.ctx.store, Some(state.args.runner_epoch.clone())).await;
     match settled {
         Ok(_) => tracing::info!(run_id = %state.args.run.run_id, outcome = outcome.as_str(), "runner ended"),
         Err(err) => tracing::warn!(run_id = %state.args.run.run_id, error = %err, "runner end was not recorded"),
