@@ -194,3 +194,32 @@ fn a_backup_is_a_verified_private_copy_and_never_overwrites() {
     let refused = retention::backup_to(t.store.path(), &dest);
     assert!(refused.is_err(), "an existing file is never overwritten");
 }
+
+#[test]
+fn compaction_returns_free_pages_in_short_steps() {
+    let t = common::open_store();
+    let store = &t.store;
+    for index in 0..8 {
+        let big = json!({"index": index, "fill": "x".repeat(400 * 1024)});
+        store
+            .write(move |tx| blobs::put_json(tx, &big, 512 * 1024).map(|_| ()))
+            .expect("blob");
+    }
+    t.clock.advance_ms(retention::BLOB_GRACE_MS + 1);
+    assert_eq!(store.write(retention::collect_unreferenced_blobs).expect("collect"), 8);
+    let free = count(store, "SELECT freelist_count FROM pragma_freelist_count");
+    assert!(free > 700, "about 3 MiB of pages are free: {free}");
+    assert!(
+        !store.read(retention::compaction_due).expect("due"),
+        "3 MiB is below the 64 MiB threshold"
+    );
+    let mut steps = 0;
+    while store.write(retention::vacuum_step).expect("step") > 0 {
+        steps += 1;
+        assert!(steps < 10, "each step returns up to 1024 pages");
+    }
+    assert_eq!(count(store, "SELECT freelist_count FROM pragma_freelist_count"), 0);
+    retention::truncate_wal(store.path()).expect("truncate");
+    let verify = store.read(pi_workflows::store::verify::verify).expect("verify");
+    assert!(verify.is_clean(), "{verify:?}");
+}

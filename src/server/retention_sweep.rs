@@ -2,7 +2,9 @@
 //! recovery and whenever the last runner exits, at most once a day, while the server is idle,
 //! delete expired run trees one transaction each with the same selector as `state prune`.
 //! New work stops it between trees; it stays due and retries after five idle minutes.
-//! Automatic cleanup makes no backup.
+//! Automatic cleanup makes no backup. A completed sweep compacts while still idle: free pages
+//! go back to the file system in short incremental-vacuum steps (only when at least 64 MiB
+//! and 20 % of pages are free), and the WAL is truncated.
 //!
 //! Architecture Invariant: the sweep never deletes while a runner is live or runs are
 //! admissible, and a failure only logs one bounded diagnostic; it never fails a workflow or
@@ -123,9 +125,37 @@ async fn sweep_once(ctx: &Arc<ServerContext>, days: i64) -> Sweep {
     if busy(ctx).await {
         return Sweep::Interrupted;
     }
-    match blocking::write(&ctx.store, retention::collect_unreferenced_blobs).await {
-        Ok(blobs) => Sweep::Completed { trees, blobs },
-        Err(err) => Sweep::Failed(err.to_string()),
+    let blobs = match blocking::write(&ctx.store, retention::collect_unreferenced_blobs).await {
+        Ok(blobs) => blobs,
+        Err(err) => return Sweep::Failed(err.to_string()),
+    };
+    compact(ctx).await;
+    Sweep::Completed { trees, blobs }
+}
+
+/// While still idle: return free pages to the file system in short steps when enough are
+/// free, then truncate the WAL. A skipped or failed compaction changes nothing committed.
+async fn compact(ctx: &Arc<ServerContext>) {
+    let due = blocking::read(&ctx.store, retention::compaction_due).await;
+    if due.unwrap_or(false) {
+        while !busy(ctx).await {
+            match blocking::write(&ctx.store, retention::vacuum_step).await {
+                Ok(0) => break,
+                Ok(_) => tokio::task::yield_now().await,
+                Err(err) => {
+                    tracing::warn!(error = %err, "compaction step failed; free pages stay reusable");
+                    break;
+                }
+            }
+        }
+    }
+    if busy(ctx).await {
+        return;
+    }
+    let live = ctx.store.path().to_path_buf();
+    let truncated = tokio::task::spawn_blocking(move || retention::truncate_wal(&live)).await;
+    if !matches!(truncated, Ok(Ok(()))) {
+        tracing::warn!("the WAL was not truncated after the sweep; it is checkpointed as usual");
     }
 }
 

@@ -238,3 +238,51 @@ fn copy_and_verify(live: &Path, dest: &Path) -> StoreResult<BackupReport> {
         runs,
     })
 }
+
+/// Free pages worth compacting: at least this many bytes...
+pub const COMPACT_BYTES_MIN: u64 = 64 * 1024 * 1024;
+/// ...and at least this share of all pages (percent).
+pub const COMPACT_FREE_PERCENT_MIN: u64 = 20;
+/// Pages one incremental-vacuum step returns to the file system (one short write job).
+pub const VACUUM_PAGES_PER_STEP: u64 = 1024;
+
+/// Whether the free pages are worth compacting (both thresholds).
+pub fn compaction_due(conn: &Connection) -> StoreResult<bool> {
+    let number = |pragma: &str| {
+        conn.query_row(pragma, [], |row| row.get::<_, i64>(0))
+            .map(|n| n.max(0) as u64)
+    };
+    let (page_size, pages, free) = (
+        number("PRAGMA page_size")?,
+        number("PRAGMA page_count")?,
+        number("PRAGMA freelist_count")?,
+    );
+    Ok(free * page_size >= COMPACT_BYTES_MIN && free * 100 >= pages * COMPACT_FREE_PERCENT_MIN)
+}
+
+/// Return up to [`VACUUM_PAGES_PER_STEP`] free pages to the file system (the database is in
+/// `auto_vacuum = INCREMENTAL` mode, so this is a short write, never a whole-file rewrite).
+/// Returns the free pages left.
+pub fn vacuum_step(tx: &WriteTx<'_>) -> StoreResult<u64> {
+    // The pragma frees pages while it is stepped, so step it to the end.
+    let mut statement = tx
+        .conn()
+        .prepare_cached(&format!("PRAGMA incremental_vacuum({VACUUM_PAGES_PER_STEP})"))?;
+    let mut rows = statement.query([])?;
+    while rows.next()?.is_some() {}
+    drop(rows);
+    let free: i64 = tx.conn().query_row("PRAGMA freelist_count", [], |row| row.get(0))?;
+    Ok(free.max(0) as u64)
+}
+
+/// Checkpoint the WAL into the database and truncate it (while idle; a busy reader only
+/// leaves it longer, which is harmless).
+pub fn truncate_wal(live: &Path) -> StoreResult<()> {
+    let conn = Connection::open_with_flags(
+        live,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(std::time::Duration::from_millis(schema::BUSY_TIMEOUT_MS))?;
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+    Ok(())
+}
