@@ -569,3 +569,26 @@ fn a_protected_decision_is_answered_with_decision_answer_only() {
     assert_eq!(answered.outcome, Outcome::Accepted, "{:?}", answered.error);
     wait_for_status(&mut client, "run-0", "completed");
 }
+
+#[test]
+fn follow_ups_are_refused_for_a_headless_run_with_what_to_do() {
+    let server = Server::start(1, 3, "steps=3");
+    let mut client = server.client();
+    let refused = submit(
+        &mut client,
+        Operation::FollowUpQueue,
+        "f-1",
+        json!({"prompt": "and then?"}),
+    );
+    assert_eq!(refused.outcome, Outcome::Rejected);
+    assert!(refused.error.expect("error").message.contains("headless"));
+    let empty = submit(&mut client, Operation::FollowUpQueue, "f-2", json!({"prompt": " "}));
+    assert_eq!(empty.error.expect("error").code, "invalidRequest");
+    let bad_id = submit(
+        &mut client,
+        Operation::FollowUpRemove,
+        "f-3",
+        json!({"followUpId": "x"}),
+    );
+    assert_eq!(bad_id.error.expect("error").code, "invalidRequest");
+}

@@ -142,3 +142,92 @@ fn a_rejected_candidate_leaves_the_request_pending_and_the_run_waiting() {
         .expect("leases");
     assert_eq!(holders, 0, "a waiting run holds no claim");
 }
+
+fn queue_interactive(store: &Store, run_id: &str, session: &str) {
+    let run = pi_workflows::store::runs::NewRun {
+        execution: pi_workflows::store::runs::ExecutionMode::Interactive {
+            origin_session_id: session.to_string(),
+        },
+        ..new_run(run_id)
+    };
+    store.write(move |tx| runs::queue_run(tx, &run)).expect("queue");
+}
+
+fn follow_up_states(store: &Store, run_id: &str) -> Vec<String> {
+    let run_id = run_id.to_string();
+    store
+        .read(move |conn| {
+            Ok(conn
+                .prepare("SELECT source_id || ' ' || status FROM workflow_messages WHERE run_id = ?1 AND kind = 'followUp' ORDER BY order_number")?
+                .query_map([run_id], |row| row.get(0))?
+                .collect::<Result<Vec<String>, _>>()?)
+        })
+        .expect("read")
+}
+
+#[test]
+fn follow_ups_queue_in_order_withdraw_and_die_with_a_failed_run() {
+    use pi_workflows::store::messages;
+    let t = open_store();
+    queue_interactive(&t.store, "run-i", "session-1");
+    t.store
+        .write(|tx| runs::queue_run(tx, &new_run("run-h")))
+        .expect("headless");
+    let revision_before: i64 = t
+        .store
+        .read(|conn| Ok(conn.query_row("SELECT revision FROM runs WHERE run_id = 'run-i'", [], |r| r.get(0))?))
+        .expect("revision");
+    for id in ["follow-up-a", "follow-up-b"] {
+        t.store
+            .write(move |tx| {
+                let hash = put_json(tx, &serde_json::json!({"prompt": id}), 1024)?;
+                messages::queue_follow_up(tx, "run-i", id, &hash).map(|_| ())
+            })
+            .expect("queue");
+    }
+    assert_eq!(
+        follow_up_states(&t.store, "run-i"),
+        ["follow-up-a pending", "follow-up-b pending"]
+    );
+    let revision_after: i64 = t
+        .store
+        .read(|conn| Ok(conn.query_row("SELECT revision FROM runs WHERE run_id = 'run-i'", [], |r| r.get(0))?))
+        .expect("revision");
+    assert_eq!(
+        revision_before, revision_after,
+        "no run transition: a live runner is not fenced"
+    );
+
+    let headless = t.store.write(|tx| {
+        let hash = put_json(tx, &serde_json::json!({"prompt": "x"}), 1024)?;
+        messages::queue_follow_up(tx, "run-h", "follow-up-c", &hash).map(|_| ())
+    });
+    assert!(matches!(headless, Err(StoreError::InvalidInput { .. })), "{headless:?}");
+
+    t.store
+        .write(|tx| messages::remove_follow_up(tx, "run-i", "follow-up-a"))
+        .expect("remove");
+    let again = t
+        .store
+        .write(|tx| messages::remove_follow_up(tx, "run-i", "follow-up-a"));
+    assert!(
+        matches!(again, Err(StoreError::InvalidInput { .. })),
+        "only a pending one can go"
+    );
+    t.store
+        .write(|tx| runs::cancel_unclaimed(tx, "run-i", None).map(|_| ()))
+        .expect("cancel");
+    assert_eq!(
+        follow_up_states(&t.store, "run-i"),
+        ["follow-up-a cancelled", "follow-up-b cancelled"],
+        "a cancelled run cancels its pending follow-ups"
+    );
+    let late = t.store.write(|tx| {
+        let hash = put_json(tx, &serde_json::json!({"prompt": "late"}), 1024)?;
+        messages::queue_follow_up(tx, "run-i", "follow-up-d", &hash).map(|_| ())
+    });
+    assert!(
+        matches!(late, Err(StoreError::InvalidInput { .. })),
+        "not after a cancelled run"
+    );
+}

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::blocking;
 use super::context::{ServerContext, StopReason};
+use super::follow_ups;
 use super::run_commands;
 use super::runner::{RunControl, RunnerMsg};
 use super::state_ops;
@@ -41,6 +42,8 @@ pub async fn handle_request(ctx: &Arc<ServerContext>, request: Request) -> Handl
         Operation::CheckpointAnswer => run_commands::checkpoint_answer(ctx, &request).await,
         Operation::InteractionSubmit => submissions::interaction_submit(ctx, &request).await,
         Operation::DecisionAnswer => submissions::decision_answer(ctx, &request).await,
+        Operation::FollowUpQueue => follow_ups::queue(ctx, &request).await,
+        Operation::FollowUpRemove => follow_ups::remove(ctx, &request).await,
         Operation::RunStatus => run_commands::run_status(ctx, &request).await,
         Operation::RunList => run_commands::run_list(ctx, &request).await,
         Operation::ViewRunGet => views::view_run_get(ctx, &request).await,

@@ -9,6 +9,7 @@ pub mod blocking;
 pub mod connection;
 pub mod context;
 pub mod feeds;
+pub mod follow_ups;
 pub mod frames;
 pub mod handlers;
 pub mod listener;
