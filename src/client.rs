@@ -152,6 +152,11 @@ impl Client {
         self.events.push_back(event);
     }
 
+    /// Events that arrived before the last response (without reading the socket).
+    pub fn take_queued_events(&mut self) -> Vec<Event> {
+        self.events.drain(..).collect()
+    }
+
     /// The next subscription event; `Ok(None)` when none arrives within `timeout`.
     pub fn next_event(&mut self, timeout: Duration) -> Result<Option<Event>, ClientError> {
         if let Some(event) = self.events.pop_front() {

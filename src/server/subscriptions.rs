@@ -14,6 +14,7 @@ use ractor::ActorRef;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::OwnedWriteHalf;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::blocking;
@@ -31,13 +32,27 @@ use crate::view::patch;
 
 /// Subscriptions one connection may hold at once.
 pub const SUBSCRIPTIONS_PER_CONNECTION_MAX: usize = 64;
+/// How much longer than a write an unwatch waits for its forwarder to stop.
+const UNWATCH_GRACE_MS: u64 = 1_000;
 
 /// The write half every writer of one connection shares (responses and events).
 pub type SharedWriter = Arc<tokio::sync::Mutex<OwnedWriteHalf>>;
 
 pub struct Subscriptions {
-    tasks: HashMap<String, JoinHandle<()>>,
+    tasks: HashMap<String, Forwarding>,
     next: u64,
+}
+
+/// A running forwarder and its stop signal. Unwatching signals and waits: a forwarder stops
+/// only between writes, so no event is ever cut in half or sent after the unwatch answer.
+struct Forwarding {
+    task: JoinHandle<()>,
+    stop: watch::Sender<bool>,
+}
+
+/// Resolves when the forwarder is asked to stop (or its subscription is gone).
+async fn stop_requested(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
 }
 
 /// A subscription accepted by the handler; its forwarder starts after the response is written.
@@ -76,7 +91,7 @@ impl Subscriptions {
         match request.operation {
             Operation::ViewRunWatch => self.watch_run(ctx, request).await,
             Operation::ViewRunsWatch => self.watch_list(ctx),
-            _ => (self.unwatch(request), None),
+            _ => (self.unwatch(request).await, None),
         }
     }
 
@@ -122,13 +137,19 @@ impl Subscriptions {
         )
     }
 
-    fn unwatch(&mut self, request: &Request) -> Answer {
+    async fn unwatch(&mut self, request: &Request) -> Answer {
         let Some(id) = request.payload.get("subscriptionId").and_then(Value::as_str) else {
             return Err(rejected("invalidRequest", "name the subscriptionId to remove"));
         };
         let removed = match self.tasks.remove(id) {
-            Some(task) => {
-                task.abort();
+            Some(forwarding) => {
+                let _ = forwarding.stop.send(true);
+                // A write in progress ends first (bounded by the write timeout).
+                let mut task = forwarding.task;
+                let limit = Duration::from_millis(WRITE_TIMEOUT_MS + UNWATCH_GRACE_MS);
+                if tokio::time::timeout(limit, &mut task).await.is_err() {
+                    task.abort();
+                }
                 true
             }
             None => false,
@@ -142,6 +163,7 @@ impl Subscriptions {
     /// Start the forwarder of a subscription whose response was written.
     pub fn start(&mut self, pending: Pending, writer: SharedWriter, connection: ActorRef<ConnectionMsg>) {
         let id = pending.id.clone();
+        let (stop, stopping) = watch::channel(false);
         let task = match pending.target {
             Target::Run {
                 run_id,
@@ -156,22 +178,22 @@ impl Subscriptions {
                     connection,
                 };
                 let sent = since.and_then(|revision| feed.retained(revision));
-                tokio::spawn(forwarder.run(receiver, sent))
+                tokio::spawn(forwarder.run(receiver, sent, stopping))
             }
-            Target::List(receiver) => tokio::spawn(forward_list(id.clone(), receiver, writer, connection)),
+            Target::List(receiver) => tokio::spawn(forward_list(id.clone(), receiver, writer, connection, stopping)),
         };
-        self.tasks.insert(id, task);
+        self.tasks.insert(id, Forwarding { task, stop });
     }
 
-    /// Stop every forwarder (the connection closed).
+    /// Stop every forwarder (the connection closed: a cut write no longer matters).
     pub fn clear(&mut self) {
-        for (_, task) in self.tasks.drain() {
-            task.abort();
+        for (_, forwarding) in self.tasks.drain() {
+            forwarding.task.abort();
         }
     }
 
     fn room(&mut self) -> Result<(), (Outcome, crate::protocol::ResponseError)> {
-        self.tasks.retain(|_, task| !task.is_finished());
+        self.tasks.retain(|_, forwarding| !forwarding.task.is_finished());
         if self.tasks.len() >= SUBSCRIPTIONS_PER_CONNECTION_MAX {
             return Err(rejected(
                 "tooManySubscriptions",
@@ -211,9 +233,19 @@ struct RunForwarder {
 impl RunForwarder {
     /// Send the newest view whenever it changes: a patch from the last one sent when it can,
     /// else a snapshot; `unavailable` once the run is gone.
-    async fn run(self, mut receiver: SnapshotReceiver, mut sent: Option<Arc<Snapshot>>) {
+    async fn run(
+        self,
+        mut receiver: SnapshotReceiver,
+        mut sent: Option<Arc<Snapshot>>,
+        mut stop: watch::Receiver<bool>,
+    ) {
         loop {
-            let Some(snapshot) = next_snapshot(&mut receiver, sent.as_ref().map(|s| s.revision)).await else {
+            let held = sent.as_ref().map(|s| s.revision);
+            let next = tokio::select! {
+                next = next_snapshot(&mut receiver, held) => next,
+                () = stop_requested(&mut stop) => None,
+            };
+            let Some(snapshot) = next else {
                 return;
             };
             let Some(document) = snapshot.document.as_deref() else {
@@ -274,6 +306,7 @@ async fn forward_list(
     mut receiver: ListReceiver,
     writer: SharedWriter,
     connection: ActorRef<ConnectionMsg>,
+    mut stop: watch::Receiver<bool>,
 ) {
     loop {
         let current = receiver.borrow_and_update().clone();
@@ -293,7 +326,11 @@ async fn forward_list(
                 return;
             }
         }
-        if receiver.changed().await.is_err() {
+        let changed = tokio::select! {
+            changed = receiver.changed() => changed.is_ok(),
+            () = stop_requested(&mut stop) => false,
+        };
+        if !changed {
             return;
         }
     }
