@@ -3,7 +3,7 @@
 // referenced content, and see a retry with the same idempotency key adopted.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
@@ -34,7 +34,8 @@ before(async () => {
     `import { compute, defineWorkflow } from "pi-workflows";\nexport default defineWorkflow({\n  name: "chain",\n  startAt: "n1",\n  nodes: {\n${nodes.join("\n")}\n  },\n  edges: [${edges.join(", ")}],\n});\n`,
   );
   cli("server", "start");
-  client = await WorkflowClient.connect(path.join(state, "server", "server.sock"), { packageVersion: "0.1.0" });
+  const { version } = JSON.parse(readFileSync(path.join(packageDir, "package.json"), "utf8"));
+  client = await WorkflowClient.connect(path.join(state, "server", "server.sock"), { packageVersion: version });
 });
 
 after(() => {
