@@ -1,5 +1,6 @@
-//! Retention on a real database: which run trees expire, exact-tree deletion, blob
-//! collection that keeps every blob a remaining row names, and verified backups.
+//! Retention and bounded reads on a real database: which run trees expire, exact-tree
+//! deletion, blob collection that keeps every blob a remaining row names, verified backups,
+//! and the run state's total byte budget.
 
 mod common;
 
@@ -222,4 +223,23 @@ fn compaction_returns_free_pages_in_short_steps() {
     retention::truncate_wal(store.path()).expect("truncate");
     let verify = store.read(pi_workflows::store::verify::verify).expect("verify");
     assert!(verify.is_clean(), "{verify:?}");
+}
+
+#[test]
+fn a_run_state_above_its_byte_budget_is_refused_before_it_is_built() {
+    use pi_workflows::store::run_state;
+    let t = common::open_store();
+    queue(&t.store, "run-big", None, json!({"fill": "x".repeat(900)}));
+    let fits = t
+        .store
+        .read(|conn| run_state::read_run_state_within(conn, "run-big", 2_000))
+        .expect("fits");
+    assert_eq!(fits["input"]["fill"].as_str().map(str::len), Some(900));
+    let refused = t
+        .store
+        .read(|conn| run_state::read_run_state_within(conn, "run-big", 500));
+    assert!(
+        matches!(refused, Err(pi_workflows::store::StoreError::TooLarge { max: 500, .. })),
+        "{refused:?}"
+    );
 }

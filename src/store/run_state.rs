@@ -14,6 +14,38 @@ use super::error::StoreResult;
 pub const RUN_STATE_SCHEMA: &str = "pi-workflows.run-state.v1";
 /// Attempts one run state lists at most (a run's `maxSteps` bounds them far below this).
 pub const RUN_STATE_ATTEMPTS_MAX: usize = 100_000;
+/// Stored values one run state may carry in total (outputs, errors, input, answers): the
+/// largest value a runner can read by reference. Checked before each value is loaded, so
+/// an oversized state fails early with a clear error instead of filling memory.
+pub const RUN_STATE_BYTES_MAX: usize = super::blobs::BLOB_BYTES_MAX;
+
+/// What is left of [`RUN_STATE_BYTES_MAX`] while a run state is built.
+struct Budget {
+    max: usize,
+    left: std::cell::Cell<usize>,
+}
+
+impl Budget {
+    fn new(max: usize) -> Self {
+        Self {
+            max,
+            left: std::cell::Cell::new(max),
+        }
+    }
+
+    fn take(&self, bytes: usize) -> StoreResult<()> {
+        let left = self.left.get();
+        if bytes > left {
+            return Err(super::StoreError::TooLarge {
+                what: "run state (stored outputs, errors and answers)",
+                bytes: self.max - left + bytes,
+                max: self.max,
+            });
+        }
+        self.left.set(left - bytes);
+        Ok(())
+    }
+}
 
 /// Which first command a run's runner gets, from how the run began and what it committed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +73,12 @@ pub fn first_command(conn: &Connection, run_id: &str) -> StoreResult<FirstComman
 
 /// Build the run state of `run_id`.
 pub fn read_run_state(conn: &Connection, run_id: &str) -> StoreResult<Value> {
+    read_run_state_within(conn, run_id, RUN_STATE_BYTES_MAX)
+}
+
+/// `read_run_state` with at most `bytes_max` of stored values (refused above it).
+pub fn read_run_state_within(conn: &Connection, run_id: &str, bytes_max: usize) -> StoreResult<Value> {
+    let budget = Budget::new(bytes_max);
     let (name, revision, input_hash, mode, parent_run, parent_attempt): (
         String,
         i64,
@@ -67,10 +105,10 @@ pub fn read_run_state(conn: &Connection, run_id: &str) -> StoreResult<Value> {
         (Some(parent_run_id), Some(parent_attempt_id)) => json!({
             "parentRunId": parent_run_id,
             "parentAttemptId": parent_attempt_id,
-            "answer": accepted_answer(conn, &parent_attempt_id)?,
+            "answer": accepted_answer(conn, &parent_attempt_id, &budget)?,
             // The parent's history up to its checkpoint: the continuation replays it to
             // know where the checkpoint sits and what each node produced.
-            "attempts": attempts(conn, &parent_run_id)?,
+            "attempts": attempts(conn, &parent_run_id, &budget)?,
         }),
         _ => Value::Null,
     };
@@ -80,22 +118,27 @@ pub fn read_run_state(conn: &Connection, run_id: &str) -> StoreResult<Value> {
         "workflowName": name,
         "revision": revision,
         "executionMode": mode,
-        "input": json_by_hash(conn, Some(input_hash.trim_start_matches("sha256:")))?,
-        "attempts": attempts(conn, run_id)?,
-        "effects": effects(conn, run_id)?,
-        "interaction": interaction(conn, run_id)?,
+        "input": json_by_hash(conn, Some(input_hash.trim_start_matches("sha256:")), &budget)?,
+        "attempts": attempts(conn, run_id, &budget)?,
+        "effects": effects(conn, run_id, &budget)?,
+        "interaction": interaction(conn, run_id, &budget)?,
         "continuation": continuation,
     }))
 }
 
-fn json_by_hash(conn: &Connection, hash: Option<&str>) -> StoreResult<Value> {
-    match hash {
-        Some(hash) if crate::digest::is_sha256_hex(hash) => Ok(read_json(conn, hash)?.unwrap_or(Value::Null)),
-        _ => Ok(Value::Null),
+fn json_by_hash(conn: &Connection, hash: Option<&str>, budget: &Budget) -> StoreResult<Value> {
+    let Some(hash) = hash.filter(|hash| crate::digest::is_sha256_hex(hash)) else {
+        return Ok(Value::Null);
+    };
+    match super::blobs::blob_ref(conn, hash, super::blobs::JSON_MEDIA_TYPE) {
+        Ok(reference) => budget.take(reference.bytes as usize)?,
+        Err(super::StoreError::Blob(super::blobs::BlobError::NotFound { .. })) => return Ok(Value::Null),
+        Err(err) => return Err(err),
     }
+    Ok(read_json(conn, hash)?.unwrap_or(Value::Null))
 }
 
-fn attempts(conn: &Connection, run_id: &str) -> StoreResult<Vec<Value>> {
+fn attempts(conn: &Connection, run_id: &str, budget: &Budget) -> StoreResult<Vec<Value>> {
     type Row = (
         String,
         String,
@@ -130,15 +173,15 @@ fn attempts(conn: &Connection, run_id: &str) -> StoreResult<Vec<Value>> {
                 Ok(json!({
                     "attemptId": attempt_id, "nodeId": node_id, "nodePath": node_path, "visit": visit,
                     "nodeType": node_type, "status": status,
-                    "output": json_by_hash(conn, output.as_deref())?,
-                    "error": json_by_hash(conn, error.as_deref())?,
+                    "output": json_by_hash(conn, output.as_deref(), budget)?,
+                    "error": json_by_hash(conn, error.as_deref(), budget)?,
                 }))
             },
         )
         .collect()
 }
 
-fn effects(conn: &Connection, run_id: &str) -> StoreResult<Vec<Value>> {
+fn effects(conn: &Connection, run_id: &str, budget: &Budget) -> StoreResult<Vec<Value>> {
     let mut statement = conn.prepare_cached(
         "SELECT effect_id, effect_type, idempotency_key, status, result_hash FROM effects
          WHERE run_id = ?1 ORDER BY created_at, effect_id",
@@ -152,14 +195,14 @@ fn effects(conn: &Connection, run_id: &str) -> StoreResult<Vec<Value>> {
         .map(|(effect_id, effect_type, key, status, result)| {
             Ok(json!({
                 "effectId": effect_id, "effectType": effect_type, "idempotencyKey": key, "status": status,
-                "result": json_by_hash(conn, result.as_deref())?,
+                "result": json_by_hash(conn, result.as_deref(), budget)?,
             }))
         })
         .collect()
 }
 
 /// The run's newest interactive request with its accepted answer or validating candidate.
-fn interaction(conn: &Connection, run_id: &str) -> StoreResult<Value> {
+fn interaction(conn: &Connection, run_id: &str, budget: &Budget) -> StoreResult<Value> {
     let row: Option<(String, String, String, String)> = conn
         .prepare_cached(
             "SELECT request_id, attempt_id, kind, status FROM interactive_requests
@@ -180,19 +223,19 @@ fn interaction(conn: &Connection, run_id: &str) -> StoreResult<Value> {
     let validating = match validating {
         Some((submission_id, payload)) => json!({
             "submissionId": submission_id,
-            "payload": json_by_hash(conn, Some(&payload))?,
+            "payload": json_by_hash(conn, Some(&payload), budget)?,
         }),
         None => Value::Null,
     };
     Ok(json!({
         "requestId": request_id, "attemptId": attempt_id, "kind": kind, "status": status,
-        "answer": accepted_answer(conn, &attempt_id)?,
+        "answer": accepted_answer(conn, &attempt_id, budget)?,
         "validating": validating,
     }))
 }
 
 /// The accepted submission payload of the request of `attempt_id`, or null.
-fn accepted_answer(conn: &Connection, attempt_id: &str) -> StoreResult<Value> {
+fn accepted_answer(conn: &Connection, attempt_id: &str, budget: &Budget) -> StoreResult<Value> {
     let payload: Option<String> = conn
         .prepare_cached(
             "SELECT s.payload_hash FROM interactive_requests r
@@ -201,5 +244,5 @@ fn accepted_answer(conn: &Connection, attempt_id: &str) -> StoreResult<Value> {
         )?
         .query_row([attempt_id], |row| row.get(0))
         .optional()?;
-    json_by_hash(conn, payload.as_deref())
+    json_by_hash(conn, payload.as_deref(), budget)
 }
