@@ -14,14 +14,15 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 use crate::client::Client;
-use crate::protocol::{JsonObject, Operation, Outcome, Response};
+use crate::protocol::{EventKind, JsonObject, Operation, Outcome, Response};
 use crate::server::ownership::ServerPaths;
 
 pub const EXIT_RUN_FAILED: u8 = 4;
 pub const EXIT_RUN_WAITING: u8 = 5;
 pub const EXIT_RUN_PARKED: u8 = 6;
 /// How often `--follow` reads the run's status.
-const FOLLOW_POLL_MS: u64 = 100;
+/// How long `--follow` waits for a view change before waiting again.
+const FOLLOW_EVENT_WAIT_MS: u64 = 1_000;
 
 /// Options of `run start`.
 pub struct StartOptions {
@@ -113,24 +114,37 @@ pub(super) fn accepted(response: &Response) -> anyhow::Result<&JsonObject> {
     }
 }
 
-/// Show progress until the run ends, waits for input or parks.
+/// Show progress until the run ends, waits for input or parks: drawn from the server's live
+/// run view (snapshot, then patches), the same document every renderer uses; the final
+/// summary and result are one explicit read at the end.
 fn follow(client: &mut Client, run_id: &str, json: bool) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
-    if !json {
-        let first = status_of(client, run_id, false)?;
-        let name = first.get("workflowName").and_then(Value::as_str).unwrap_or("workflow");
-        let mode = first.get("executionMode").and_then(Value::as_str).unwrap_or("headless");
-        println!("run {run_id}: {name} ({mode})");
-    }
+    let response = client.request_for(Operation::ViewRunWatch, Some(run_id), JsonObject::new())?;
+    accepted(&response)?;
+    let mut view = Value::Null;
     let mut last_line = String::new();
     loop {
-        let status = status_of(client, run_id, true)?;
-        let line = progress_line(&status, started.elapsed());
+        let Some(event) = client.next_event(Duration::from_millis(FOLLOW_EVENT_WAIT_MS))? else {
+            continue;
+        };
+        match event.event {
+            EventKind::RunSnapshot => {
+                if view.is_null() && !json {
+                    println!("{}", header(&event.payload["view"]));
+                }
+                view = event.payload["view"].clone();
+            }
+            EventKind::RunPatch if !view.is_null() => crate::view::patch::apply(&mut view, &event.payload["patch"]),
+            EventKind::Unavailable => bail!("run {run_id} is no longer available"),
+            _ => continue,
+        }
+        let line = progress_line(&view, started.elapsed());
         if !json && line != last_line {
             println!("{line}");
             last_line = line;
         }
-        if let Some(code) = settled_exit_code(&status) {
+        if let Some(code) = settled_exit_code(&view) {
+            let status = status_of(client, run_id, true)?;
             if json {
                 println!("{}", Value::Object(status));
             } else {
@@ -138,7 +152,49 @@ fn follow(client: &mut Client, run_id: &str, json: bool) -> anyhow::Result<ExitC
             }
             return Ok(ExitCode::from(code));
         }
-        std::thread::sleep(Duration::from_millis(FOLLOW_POLL_MS));
+    }
+}
+
+fn header(view: &Value) -> String {
+    format!(
+        "run {}: {} ({})",
+        view["runId"].as_str().unwrap_or("-"),
+        view["workflow"]["name"].as_str().unwrap_or("workflow"),
+        view["run"]["executionMode"].as_str().unwrap_or("headless")
+    )
+}
+
+/// The exit code once the run needs nothing more from the follower, else `None`, from the
+/// view's `display` (never from raw durable rows).
+fn settled_exit_code(view: &Value) -> Option<u8> {
+    let display = &view["display"];
+    let parked_for_review = view["queue"]["status"] == "parked"
+        && display["reason"]["code"]
+            .as_str()
+            .is_some_and(|code| code != "boundary");
+    match display["status"].as_str().unwrap_or_default() {
+        "completed" => Some(0),
+        "failed" | "timed_out" | "cancelled" => Some(EXIT_RUN_FAILED),
+        "waiting" => Some(EXIT_RUN_WAITING),
+        "ambiguous" => Some(EXIT_RUN_PARKED),
+        "queued" if parked_for_review => Some(EXIT_RUN_PARKED),
+        _ => None,
+    }
+}
+
+fn progress_line(view: &Value, elapsed: Duration) -> String {
+    let display = &view["display"];
+    let steps = view["run"]["completedSteps"].as_i64().unwrap_or(0);
+    let state = display["status"].as_str().unwrap_or("unknown");
+    let node = display["currentNode"]["nodePath"]
+        .as_str()
+        .or(display["waitingOn"]["nodePath"].as_str());
+    match node {
+        Some(node) => format!(
+            "  [{:>7.2} s] {state}: {node} · {steps} steps done",
+            elapsed.as_secs_f64()
+        ),
+        None => format!("  [{:>7.2} s] {state} · {steps} steps done", elapsed.as_secs_f64()),
     }
 }
 
@@ -149,34 +205,6 @@ fn status_of(client: &mut Client, run_id: &str, include_result: bool) -> anyhow:
     }
     let response = client.request_for(Operation::RunStatus, Some(run_id), payload)?;
     accepted(&response).cloned()
-}
-
-/// The exit code once the run needs nothing more from the follower, else `None`.
-fn settled_exit_code(status: &JsonObject) -> Option<u8> {
-    let text = |key: &str| status.get(key).and_then(Value::as_str).unwrap_or_default();
-    match (text("status"), text("queueStatus")) {
-        ("completed", _) => Some(0),
-        ("failed" | "timed_out" | "cancelled", _) => Some(EXIT_RUN_FAILED),
-        ("waiting", _) => Some(EXIT_RUN_WAITING),
-        ("running", "parked") if text("detail") != "boundary" => Some(EXIT_RUN_PARKED),
-        _ => None,
-    }
-}
-
-fn progress_line(status: &JsonObject, elapsed: Duration) -> String {
-    let steps = status.get("completedSteps").and_then(Value::as_i64).unwrap_or(0);
-    let state = status.get("status").and_then(Value::as_str).unwrap_or("unknown");
-    let node = status
-        .get("currentNode")
-        .and_then(|node| node.get("nodePath"))
-        .and_then(Value::as_str);
-    match node {
-        Some(node) => format!(
-            "  [{:>7.2} s] {state}: {node} · {steps} steps done",
-            elapsed.as_secs_f64()
-        ),
-        None => format!("  [{:>7.2} s] {state} · {steps} steps done", elapsed.as_secs_f64()),
-    }
 }
 
 fn print_ending(status: &JsonObject, elapsed: Duration) {

@@ -67,6 +67,8 @@ enum Target {
         feed: Arc<RunFeed>,
         receiver: SnapshotReceiver,
         since: Option<i64>,
+        /// The presentation revision when the watch was accepted.
+        floor: i64,
     },
     List(ListReceiver),
 }
@@ -101,14 +103,16 @@ impl Subscriptions {
             Err(refusal) => return (Err(refusal), None),
         };
         let owned = run_id.clone();
-        match blocking::read(&ctx.store, move |conn| run_view::presentation_revision(conn, &owned)).await {
-            Ok(Some(_)) => {}
+        // The first event is at least this new: a client that changed the run and then
+        // watches it never gets a view from before its own change (a feed may lag a commit).
+        let floor = match blocking::read(&ctx.store, move |conn| run_view::presentation_revision(conn, &owned)).await {
+            Ok(Some(revision)) => revision,
             Ok(None) => {
                 let missing = crate::store::StoreError::RunNotFound { run_id };
                 return (Err(read_refusal(missing)), None);
             }
             Err(err) => return (Err(read_refusal(err)), None),
-        }
+        };
         let since = request.payload.get("sinceRevision").and_then(Value::as_i64);
         let (feed, receiver) = ctx.feeds.watch_run(ctx, &run_id);
         let id = self.next_id("run");
@@ -118,6 +122,7 @@ impl Subscriptions {
             feed,
             receiver,
             since,
+            floor,
         };
         (answer, Some(Pending { id, target }))
     }
@@ -170,6 +175,7 @@ impl Subscriptions {
                 feed,
                 receiver,
                 since,
+                floor,
             } => {
                 let forwarder = RunForwarder {
                     subscription_id: id.clone(),
@@ -178,7 +184,7 @@ impl Subscriptions {
                     connection,
                 };
                 let sent = since.and_then(|revision| feed.retained(revision));
-                tokio::spawn(forwarder.run(receiver, sent, stopping))
+                tokio::spawn(forwarder.run(receiver, sent, floor, stopping))
             }
             Target::List(receiver) => tokio::spawn(forward_list(id.clone(), receiver, writer, connection, stopping)),
         };
@@ -237,12 +243,13 @@ impl RunForwarder {
         self,
         mut receiver: SnapshotReceiver,
         mut sent: Option<Arc<Snapshot>>,
+        floor: i64,
         mut stop: watch::Receiver<bool>,
     ) {
         loop {
             let held = sent.as_ref().map(|s| s.revision);
             let next = tokio::select! {
-                next = next_snapshot(&mut receiver, held) => next,
+                next = next_snapshot(&mut receiver, held, floor) => next,
                 () = stop_requested(&mut stop) => None,
             };
             let Some(snapshot) = next else {
@@ -288,12 +295,13 @@ fn patch_for(sent: Option<&Snapshot>, snapshot: &Snapshot, document: &Value) -> 
     patch::diff(previous, document).map(|patch| (sent.revision, patch))
 }
 
-/// Wait for a published snapshot of another revision than `sent`; `None` when the feed ended.
-async fn next_snapshot(receiver: &mut SnapshotReceiver, sent: Option<i64>) -> Option<Arc<Snapshot>> {
+/// Wait for a published snapshot newer than `sent` and at least `floor` (or the run's end);
+/// `None` when the feed ended.
+async fn next_snapshot(receiver: &mut SnapshotReceiver, sent: Option<i64>, floor: i64) -> Option<Arc<Snapshot>> {
     loop {
         let current = receiver.borrow_and_update().clone();
         if let Some(snapshot) = current
-            && (Some(snapshot.revision) != sent || snapshot.document.is_none())
+            && (snapshot.document.is_none() || (Some(snapshot.revision) != sent && snapshot.revision >= floor))
         {
             return Some(snapshot);
         }
