@@ -75,7 +75,7 @@ fn print_view(document: &Value, json: bool, redraw: bool) -> anyhow::Result<()> 
     Ok(())
 }
 
-fn now_ms() -> i64 {
+pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -88,6 +88,17 @@ fn text(value: &Value) -> &str {
 
 /// The readable form of one run view.
 pub fn render_view(view: &Value, now_ms: i64) -> String {
+    let mut lines = summary_lines(view, now_ms);
+    lines.extend(history_lines(&view["history"], now_ms));
+    lines.join("\n")
+}
+
+/// The view's status lines without the node history (`run status`).
+pub fn render_summary(view: &Value, now_ms: i64) -> String {
+    summary_lines(view, now_ms).join("\n")
+}
+
+fn summary_lines(view: &Value, now_ms: i64) -> Vec<String> {
     let (display, run) = (&view["display"], &view["run"]);
     let mut lines = vec![format!(
         "run {}  {}  {}{}",
@@ -127,8 +138,7 @@ pub fn render_view(view: &Value, now_ms: i64) -> String {
     }
     let controls: Vec<&str> = display["controls"].as_array().into_iter().flatten().map(text).collect();
     lines.push(format!("controls: {}", controls.join(", ")));
-    lines.extend(history_lines(&view["history"], now_ms));
-    lines.join("\n")
+    lines
 }
 
 fn activity_suffix(activity: &Value) -> String {

@@ -235,34 +235,20 @@ fn print_ending(status: &JsonObject, elapsed: Duration) {
     }
 }
 
-/// `run status <id>`.
+/// `run status <id>`: the live run view's status lines (`--json`: the run summary).
 pub fn status(state_dir: &Path, run_id: &str, json: bool) -> anyhow::Result<ExitCode> {
     let mut client = Client::connect(&ServerPaths::new(state_dir).socket)?;
-    let status = status_of(&mut client, run_id, false)?;
     if json {
+        let status = status_of(&mut client, run_id, false)?;
         println!("{}", Value::Object(status));
         return Ok(ExitCode::SUCCESS);
     }
-    let text = |key: &str| status.get(key).and_then(Value::as_str).unwrap_or("-").to_string();
-    println!(
-        "run {}: {} — {}",
-        text("runId"),
-        text("workflowName"),
-        describe(&status)
-    );
-    if let Some(node) = status.get("currentNode").filter(|node| !node.is_null()) {
-        println!(
-            "  current node: {} ({}, {})",
-            node["nodePath"].as_str().unwrap_or("-"),
-            node["nodeType"].as_str().unwrap_or("-"),
-            node["status"].as_str().unwrap_or("-")
-        );
-    }
-    println!(
-        "  steps done: {}, revision {}",
-        status.get("completedSteps").and_then(Value::as_i64).unwrap_or(0),
-        status.get("revision").and_then(Value::as_i64).unwrap_or(0)
-    );
+    let response = client.request_for(Operation::ViewRunGet, Some(run_id), JsonObject::new())?;
+    let view = accepted(&response)?
+        .get("view")
+        .cloned()
+        .context("the server sent no view")?;
+    println!("{}", super::view::render_summary(&view, super::view::now_ms()));
     Ok(ExitCode::SUCCESS)
 }
 
