@@ -592,3 +592,52 @@ fn follow_ups_are_refused_for_a_headless_run_with_what_to_do() {
     );
     assert_eq!(bad_id.error.expect("error").code, "invalidRequest");
 }
+
+#[test]
+fn step_updates_show_in_the_live_view_latest_per_key_and_are_rate_limited() {
+    let server = Server::start(1, 3, "steps=3,checkpoint-at=2,request-kind=agent,verdict=accept");
+    let mut client = server.client();
+    wait_for_status(&mut client, "run-0", "waiting");
+    let subscription = watch(&mut client, "run-0", json!({}));
+    let mut view = Value::Null;
+    follow(&mut client, &subscription, &mut view, |view| {
+        view["display"]["status"] == "waiting"
+    });
+    for (key, completed) in [("u-1", 1), ("u-2", 2)] {
+        let update =
+            json!({"update": {"type": "progress", "key": "overall", "data": {"completed": completed, "total": 3}}});
+        let sent = submit(&mut client, Operation::InteractionUpdate, key, update);
+        assert_eq!(sent.outcome, Outcome::Accepted, "{:?}", sent.error);
+    }
+    follow(&mut client, &subscription, &mut view, |view| {
+        view["display"]["request"]["updates"][0]["data"]["completed"] == 2
+    });
+    let updates = view["display"]["request"]["updates"].as_array().expect("updates");
+    assert_eq!(updates.len(), 1, "the latest value per type and key: {updates:?}");
+    assert_eq!(updates[0]["seq"], 2);
+
+    let bad = submit(
+        &mut client,
+        Operation::InteractionUpdate,
+        "u-3",
+        json!({"update": {"type": "Bad", "key": "k"}}),
+    );
+    assert_eq!(bad.error.expect("error").code, "invalidRequest");
+    let mut limited = false;
+    for index in 0..150 {
+        let update = json!({"update": {"type": "log", "key": format!("line-{index}"), "data": index}});
+        let sent = submit(
+            &mut client,
+            Operation::InteractionUpdate,
+            &format!("burst-{index}"),
+            update,
+        );
+        if sent.error.as_ref().is_some_and(|error| error.code == "rateLimited") {
+            limited = true;
+            break;
+        }
+    }
+    assert!(limited, "a burst above 100 updates is limited");
+    // Updates never complete the step: it still waits for its submission.
+    assert_eq!(view_of(&mut client, "run-0")["display"]["status"], "waiting");
+}

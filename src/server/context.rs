@@ -82,6 +82,8 @@ pub struct ServerContext {
     pub views: super::views::ViewCache,
     /// Live run and run-list feeds of subscribed clients.
     pub feeds: super::feeds::Feeds,
+    /// Rate limits of `interaction.update`.
+    pub update_limiter: super::submissions::UpdateLimiter,
     /// The live runner actor of each run that has one.
     runner_registry: Mutex<HashMap<String, ActorRef<RunnerMsg>>>,
     stop: watch::Sender<Option<StopReason>>,
@@ -105,6 +107,7 @@ impl ServerContext {
             resolvers: Default::default(),
             views: Default::default(),
             feeds: Default::default(),
+            update_limiter: Default::default(),
             scheduler_wakes: Arc::new(tokio::sync::Notify::new()),
             sweep_wakes: Arc::new(tokio::sync::Notify::new()),
             stop,

@@ -42,6 +42,7 @@ pub async fn handle_request(ctx: &Arc<ServerContext>, request: Request) -> Handl
         Operation::CheckpointAnswer => run_commands::checkpoint_answer(ctx, &request).await,
         Operation::InteractionSubmit => submissions::interaction_submit(ctx, &request).await,
         Operation::DecisionAnswer => submissions::decision_answer(ctx, &request).await,
+        Operation::InteractionUpdate => submissions::interaction_update(ctx, &request).await,
         Operation::FollowUpQueue => follow_ups::queue(ctx, &request).await,
         Operation::FollowUpRemove => follow_ups::remove(ctx, &request).await,
         Operation::RunStatus => run_commands::run_status(ctx, &request).await,

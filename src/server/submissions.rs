@@ -185,3 +185,111 @@ fn rejection_message(detail: Option<Value>) -> String {
         None => detail.to_string(),
     }
 }
+
+/// Update data, as canonical JSON.
+pub const UPDATE_DATA_BYTES_MAX: usize = 64 * 1024;
+/// Updates one request may send per second, sustained, and in a burst.
+pub const UPDATES_PER_SECOND: f64 = 20.0;
+pub const UPDATES_BURST: f64 = 100.0;
+/// Requests whose update rate is tracked at once (the oldest is forgotten first).
+const RATE_TRACKED_MAX: usize = 256;
+
+/// Per-request token buckets for `interaction.update`.
+#[derive(Default)]
+pub struct UpdateLimiter {
+    buckets: std::sync::Mutex<std::collections::HashMap<String, (f64, std::time::Instant)>>,
+}
+
+impl UpdateLimiter {
+    /// Take one token for `request_id`; false when it sends faster than allowed.
+    fn admit(&self, request_id: &str) -> bool {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let now = std::time::Instant::now();
+        if buckets.len() >= RATE_TRACKED_MAX && !buckets.contains_key(request_id) {
+            let oldest = buckets.iter().min_by_key(|(_, (_, at))| *at).map(|(id, _)| id.clone());
+            if let Some(oldest) = oldest {
+                buckets.remove(&oldest);
+            }
+        }
+        let (tokens, at) = buckets.entry(request_id.to_string()).or_insert((UPDATES_BURST, now));
+        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * UPDATES_PER_SECOND).min(UPDATES_BURST);
+        *at = now;
+        if *tokens < 1.0 {
+            return false;
+        }
+        *tokens -= 1.0;
+        true
+    }
+}
+
+/// `interaction.update` (`payload.update: {type, key, data}`, optional `payload.requestId`):
+/// progress of a pending agent step; the latest value per type and key is kept and shown in
+/// the run view. Updates never route or complete a node.
+pub async fn interaction_update(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+    let command = command_request(request)?;
+    let run_id = run_id_of(request)?;
+    let update = request.payload.get("update").cloned().unwrap_or(Value::Null);
+    let (update_type, update_key) = update_names(&update)?;
+    let data = update.get("data").cloned().unwrap_or(Value::Null);
+    let request_id = request
+        .payload
+        .get("requestId")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let limiter_key = format!("{run_id}/{}", request_id.as_deref().unwrap_or("-"));
+    if !ctx.update_limiter.admit(&limiter_key) {
+        return Err(rejected(
+            "rateLimited",
+            &format!(
+                "at most {UPDATES_PER_SECOND} updates a second (bursts of {UPDATES_BURST}); send the latest value later"
+            ),
+        ));
+    }
+    let stored = blocking::write(&ctx.store, move |tx| {
+        commands::run_command(tx, &command, |tx| {
+            let request_id = match request_id {
+                Some(id) => id,
+                None => crate::store::run_view::run_view_facts(tx.conn(), &run_id, 0)?
+                    .pending_request
+                    .map(|pending| pending.request_id)
+                    .ok_or_else(|| StoreError::InvalidInput {
+                        what: "update",
+                        detail: format!("run {run_id} is not waiting for an agent step"),
+                    })?,
+            };
+            let data_hash = blobs::put_json(tx, &data, UPDATE_DATA_BYTES_MAX)?;
+            let seq = interactions::record_update(tx, &run_id, &request_id, &update_type, &update_key, &data_hash)?;
+            Ok(commands::Accepted {
+                revision: None,
+                receipt: json!({"runId": run_id, "requestId": request_id, "type": update_type, "key": update_key, "seq": seq}),
+            })
+        })
+    })
+    .await;
+    answer_of(stored)
+}
+
+/// `type` like `progress` or `command-batch.item`, `key` like `overall` or `tests/unit`.
+fn update_names(
+    update: &Value,
+) -> Result<(String, String), (crate::protocol::Outcome, crate::protocol::ResponseError)> {
+    let text = |name: &str| update.get(name).and_then(Value::as_str).unwrap_or_default().to_string();
+    let (update_type, update_key) = (text("type"), text("key"));
+    let type_ok = update_type.len() <= 64
+        && update_type.starts_with(|c: char| c.is_ascii_lowercase())
+        && update_type
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-');
+    let key_ok = update_key.len() <= 128
+        && update_key.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && update_key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._:/-".contains(c));
+    if !type_ok || !key_ok {
+        return Err(rejected(
+            "invalidRequest",
+            "update needs type ([a-z][a-z0-9.-]{0,63}), key ([A-Za-z0-9][A-Za-z0-9._:/-]{0,127}) and data",
+        ));
+    }
+    Ok((update_type, update_key))
+}

@@ -333,3 +333,86 @@ pub fn pending_kind(conn: &rusqlite::Connection, run_id: &str, request_id: &str)
         .query_row(params![request_id, run_id], |row| row.get(0))
         .optional()?)
 }
+
+/// Keys (type, key pairs) one request may hold updates for.
+pub const UPDATE_KEYS_PER_REQUEST_MAX: i64 = 1024;
+
+/// Record the latest value of one `(type, key)` update of a pending agent request. Not a
+/// run transition (a live runner is not fenced). Returns the update's sequence number.
+pub fn record_update(
+    tx: &WriteTx<'_>,
+    run_id: &str,
+    request_id: &str,
+    update_type: &str,
+    update_key: &str,
+    data_hash: &str,
+) -> StoreResult<i64> {
+    match pending_kind(tx.conn(), run_id, request_id)? {
+        Some(kind) if kind == InteractionKind::Agent.as_str() => {}
+        Some(kind) => {
+            return Err(StoreError::InvalidInput {
+                what: "update",
+                detail: format!("the pending request is a {kind}; only agent steps take updates"),
+            });
+        }
+        None => {
+            return Err(StoreError::InvalidInput {
+                what: "update",
+                detail: "the run has no pending request with that ID".to_string(),
+            });
+        }
+    }
+    let conn = tx.conn();
+    let (keys, known, seq): (i64, bool, i64) = conn
+        .prepare_cached(
+            "SELECT count(*), count(*) FILTER (WHERE update_type = ?2 AND update_key = ?3) > 0,
+                    coalesce(max(update_seq), 0) + 1
+             FROM interaction_updates WHERE request_id = ?1",
+        )?
+        .query_row(params![request_id, update_type, update_key], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })?;
+    if !known && keys >= UPDATE_KEYS_PER_REQUEST_MAX {
+        return Err(StoreError::InvalidInput {
+            what: "update",
+            detail: format!("a step keeps at most {UPDATE_KEYS_PER_REQUEST_MAX} update keys; reuse one"),
+        });
+    }
+    conn.prepare_cached(
+        "INSERT INTO interaction_updates (request_id, update_type, update_key, update_seq, data_hash, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (request_id, update_type, update_key)
+         DO UPDATE SET update_seq = excluded.update_seq, data_hash = excluded.data_hash, updated_at = excluded.updated_at",
+    )?
+    .execute(params![request_id, update_type, update_key, seq, data_hash, tx.now_ms()])?;
+    Ok(seq)
+}
+
+/// One stored update (the latest of its type and key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpdateFacts {
+    pub update_type: String,
+    pub update_key: String,
+    pub update_seq: i64,
+    pub data_hash: String,
+    pub updated_at: i64,
+}
+
+/// The newest updates of a request (at most `limit`, newest first).
+pub fn latest_updates(conn: &rusqlite::Connection, request_id: &str, limit: usize) -> StoreResult<Vec<UpdateFacts>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT update_type, update_key, update_seq, data_hash, updated_at FROM interaction_updates
+             WHERE request_id = ?1 ORDER BY update_seq DESC LIMIT ?2",
+        )?
+        .query_map(params![request_id, limit as i64], |row| {
+            Ok(UpdateFacts {
+                update_type: row.get(0)?,
+                update_key: row.get(1)?,
+                update_seq: row.get(2)?,
+                data_hash: row.get(3)?,
+                updated_at: row.get(4)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?)
+}

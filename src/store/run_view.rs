@@ -70,6 +70,24 @@ pub struct RequestFacts {
     pub created_at: i64,
     /// The attempt that asked (waiting, or a completed checkpoint node).
     pub attempt: Option<AttemptFacts>,
+    /// The newest updates the step reported (newest first).
+    pub updates: Vec<UpdateView>,
+}
+
+/// Updates a view shows per request.
+pub const UPDATES_IN_VIEW_MAX: usize = 20;
+/// Update data inlined in a view (larger data shows only its size).
+pub const UPDATE_DATA_INLINE_BYTES_MAX: u64 = 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpdateView {
+    pub update_type: String,
+    pub update_key: String,
+    pub seq: i64,
+    pub at: i64,
+    pub data_bytes: u64,
+    /// The data when it is at most [`UPDATE_DATA_INLINE_BYTES_MAX`].
+    pub data: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,14 +148,18 @@ fn attempt_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<AttemptFacts> {
 }
 
 /// The run's presentation revision: its durable revision plus every state transition of
-/// its runner epochs (started, ready, finished). A view shows worker activity, which does
-/// not change the run's revision; this number changes with everything a view shows, only
-/// grows, and is the same for the same durable state (so it survives a server restart).
+/// its runner epochs (started, ready, finished) plus every reported step update. A view
+/// shows worker activity and updates, which do not change the run's revision; this number
+/// changes with everything a view shows, only grows, and is the same for the same durable
+/// state (so it survives a server restart).
 pub fn presentation_revision(conn: &Connection, run_id: &str) -> StoreResult<Option<i64>> {
     Ok(conn
         .prepare_cached(
             "SELECT r.revision + coalesce((SELECT sum(1 + (w.ready_at IS NOT NULL) + (w.finished_at IS NOT NULL))
                                            FROM run_workers w WHERE w.run_id = r.run_id), 0)
+                              + coalesce((SELECT sum(latest) FROM (SELECT max(u.update_seq) AS latest
+                                           FROM interaction_updates u JOIN interactive_requests i ON i.request_id = u.request_id
+                                           WHERE i.run_id = r.run_id GROUP BY u.request_id)), 0)
              FROM runs r WHERE r.run_id = ?1",
         )?
         .query_row([run_id], |row| row.get(0))
@@ -213,12 +235,36 @@ fn pending_request(conn: &Connection, run_id: &str) -> StoreResult<Option<Reques
         ))?
         .query_row([&attempt_id], attempt_row)
         .optional()?;
+    let updates = request_updates(conn, &request_id)?;
     Ok(Some(RequestFacts {
         request_id,
         kind,
         created_at,
         attempt,
+        updates,
     }))
+}
+
+fn request_updates(conn: &Connection, request_id: &str) -> StoreResult<Vec<UpdateView>> {
+    let mut views = Vec::new();
+    for update in super::interactions::latest_updates(conn, request_id, UPDATES_IN_VIEW_MAX)? {
+        let data_bytes = super::blobs::blob_ref(conn, &update.data_hash, super::blobs::JSON_MEDIA_TYPE)
+            .map(|reference| reference.bytes)
+            .unwrap_or(0);
+        let data = match data_bytes <= UPDATE_DATA_INLINE_BYTES_MAX {
+            true => super::blobs::read_json(conn, &update.data_hash)?,
+            false => None,
+        };
+        views.push(UpdateView {
+            update_type: update.update_type,
+            update_key: update.update_key,
+            seq: update.update_seq,
+            at: update.updated_at,
+            data_bytes,
+            data,
+        });
+    }
+    Ok(views)
 }
 
 fn ambiguous_effects(conn: &Connection, run_id: &str) -> StoreResult<i64> {

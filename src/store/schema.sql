@@ -253,6 +253,18 @@ CREATE TABLE interactive_requests (
 
 CREATE INDEX interactive_requests_by_run ON interactive_requests (run_id, status);
 
+-- Progress an agent step reports while its request is pending (`interaction.update`): the
+-- latest value per (type, key); updates never route or complete a node.
+CREATE TABLE interaction_updates (
+  request_id TEXT NOT NULL REFERENCES interactive_requests (request_id) ON DELETE CASCADE,
+  update_type TEXT NOT NULL CHECK (length(update_type) BETWEEN 1 AND 64),
+  update_key TEXT NOT NULL CHECK (length(update_key) BETWEEN 1 AND 128),
+  update_seq INTEGER NOT NULL CHECK (update_seq >= 1),
+  data_hash TEXT NOT NULL,
+  updated_at INTEGER NOT NULL,
+  PRIMARY KEY (request_id, update_type, update_key)
+) STRICT, WITHOUT ROWID;
+
 CREATE TABLE interactive_submissions (
   submission_id TEXT PRIMARY KEY,
   request_id TEXT NOT NULL REFERENCES interactive_requests (request_id) ON DELETE CASCADE,

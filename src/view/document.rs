@@ -125,15 +125,29 @@ fn display_object(facts: &RunViewFacts, reason: Option<&Reason>, contents: &mut 
         object.insert("waitingOn".into(), node_object(node));
     }
     if let Some(request) = &facts.pending_request {
+        let updates: Vec<Value> = request.updates.iter().map(update_object).collect();
         object.insert(
             "request".into(),
-            json!({ "requestId": request.request_id, "kind": request.kind, "since": request.created_at }),
+            json!({ "requestId": request.request_id, "kind": request.kind, "since": request.created_at,
+                    "updates": updates }),
         );
     }
     if let Some(reason) = reason {
         insert_reason(object, reason, contents);
     }
     display
+}
+
+/// One reported update: its data inline when small, else only its size.
+fn update_object(update: &crate::store::run_view::UpdateView) -> Value {
+    json!({
+        "type": update.update_type,
+        "key": update.update_key,
+        "seq": update.seq,
+        "at": update.at,
+        "dataBytes": update.data_bytes,
+        "data": update.data,
+    })
 }
 
 fn activity(facts: &RunViewFacts) -> Activity {
