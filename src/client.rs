@@ -13,8 +13,22 @@ use crate::protocol::{
     decode_client_message, encode_client_message,
 };
 
-/// How long one request may wait for its response.
+/// How long one request may wait for its response (see `response_timeout` for the longer
+/// ones: the server bounds its own work, and the client must wait at least that long).
 pub const RESPONSE_TIMEOUT_MS: u64 = 30_000;
+
+/// The response wait of one operation: longer for those the server may legitimately work on
+/// longer (resolving a workflow ≤ 60 s, a submission's verdict ≤ 120 s, state maintenance on
+/// a large database).
+pub fn response_timeout(operation: Operation) -> Duration {
+    let ms = match operation {
+        Operation::RunStart => 90_000,
+        Operation::InteractionSubmit | Operation::DecisionAnswer => 150_000,
+        Operation::StateBackup | Operation::StatePrune | Operation::StateVerify => 30 * 60_000,
+        _ => RESPONSE_TIMEOUT_MS,
+    };
+    Duration::from_millis(ms)
+}
 /// Events kept while a response is awaited; older ones are dropped (a subscriber only
 /// needs the newest view, and every event can be replaced by a snapshot).
 pub const EVENTS_QUEUED_MAX: usize = 64;
@@ -131,6 +145,7 @@ impl Client {
         };
         let bytes = encode_client_message(&ClientMessage::Request(request.clone()))
             .map_err(|err| ClientError::Protocol(err.to_string()))?;
+        self.writer.set_read_timeout(Some(response_timeout(operation)))?;
         self.writer.write_all(&bytes)?;
         loop {
             match read_message(&mut self.reader, &mut self.partial)? {

@@ -609,9 +609,13 @@ fn step_updates_show_in_the_live_view_latest_per_key_and_are_rate_limited() {
         let sent = submit(&mut client, Operation::InteractionUpdate, key, update);
         assert_eq!(sent.outcome, Outcome::Accepted, "{:?}", sent.error);
     }
-    follow(&mut client, &subscription, &mut view, |view| {
-        view["display"]["request"]["updates"][0]["data"]["completed"] == 2
-    });
+    let completed = |view: &Value| {
+        let data = view["display"]["request"]["updates"][0]["dataJson"]
+            .as_str()
+            .unwrap_or("{}");
+        serde_json::from_str::<Value>(data).expect("JSON")["completed"].clone()
+    };
+    follow(&mut client, &subscription, &mut view, |view| completed(view) == 2);
     let updates = view["display"]["request"]["updates"].as_array().expect("updates");
     assert_eq!(updates.len(), 1, "the latest value per type and key: {updates:?}");
     assert_eq!(updates[0]["seq"], 2);

@@ -117,10 +117,34 @@ fn deleting_a_tree_removes_exactly_its_rows_and_collection_keeps_named_blobs() {
     t.clock.advance_ms(31 * DAY_MS);
     let cutoff = t.store.now_ms() - 30 * DAY_MS;
 
+    for (index, run_id) in ["gone", "kept"].into_iter().enumerate() {
+        let command = pi_workflows::store::commands::CommandRequest {
+            request_id: format!("req-{index}"),
+            client_id: "client".to_string(),
+            operation: "run.pause".to_string(),
+            idempotency_key: format!("key-{index}"),
+            run_id: Some(run_id.to_string()),
+            fingerprint: pi_workflows::digest::sha256_hex(run_id.as_bytes()),
+        };
+        store
+            .write(move |tx| {
+                pi_workflows::store::commands::run_command(tx, &command, |_| {
+                    Ok(pi_workflows::store::commands::Accepted {
+                        revision: None,
+                        receipt: json!({"ok": true}),
+                    })
+                })
+            })
+            .expect("receipt");
+    }
     let deleted = store
         .write(move |tx| retention::delete_tree(tx, "gone", cutoff))
         .expect("delete");
     assert!(deleted);
+    let receipts: String = store
+        .read(|conn| Ok(conn.query_row("SELECT group_concat(run_id) FROM host_commands", [], |row| row.get(0))?))
+        .expect("receipts");
+    assert_eq!(receipts, "kept", "the tree's command receipts went with it");
     assert_eq!(count(store, "SELECT count(*) FROM runs WHERE root_run_id = 'gone'"), 0);
     assert_eq!(
         count(

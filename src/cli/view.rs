@@ -38,12 +38,11 @@ pub fn view(state_dir: &Path, run_id: &str, once: bool, json: bool) -> anyhow::R
     let mut document = Value::Null;
     loop {
         match client.next_event(Duration::from_millis(REDRAW_MS))? {
-            Some(event) => match event.event {
-                EventKind::RunSnapshot => document = event.payload.get("view").cloned().unwrap_or_default(),
-                EventKind::RunPatch if !document.is_null() => patch::apply(&mut document, &event.payload["patch"]),
-                EventKind::Unavailable => bail!("run {run_id} is no longer available"),
-                _ => continue,
-            },
+            Some(event) => {
+                if !apply_event(&mut client, run_id, &mut document, &event)? {
+                    continue;
+                }
+            }
             None if redraw && !document.is_null() => {}
             None => continue,
         }
@@ -52,6 +51,33 @@ pub fn view(state_dir: &Path, run_id: &str, once: bool, json: bool) -> anyhow::R
             return Ok(ExitCode::SUCCESS);
         }
     }
+}
+
+/// Bring `document` up to an event of its run's subscription; false when the event
+/// changes nothing. A patch that does not start from the held view (an event was missed)
+/// is replaced by a fresh read of the whole view.
+pub(super) fn apply_event(
+    client: &mut Client,
+    run_id: &str,
+    document: &mut Value,
+    event: &crate::protocol::Event,
+) -> anyhow::Result<bool> {
+    match event.event {
+        EventKind::RunSnapshot => *document = event.payload.get("view").cloned().unwrap_or_default(),
+        EventKind::RunPatch if !document.is_null() && event.payload["fromRevision"] == document["revision"] => {
+            patch::apply(document, &event.payload["patch"]);
+        }
+        EventKind::RunPatch => {
+            let response = client.request_for(Operation::ViewRunGet, Some(run_id), JsonObject::new())?;
+            *document = accepted(&response)?
+                .get("view")
+                .cloned()
+                .context("the server sent no view")?;
+        }
+        EventKind::Unavailable => bail!("run {run_id} is no longer available"),
+        _ => return Ok(false),
+    }
+    Ok(true)
 }
 
 /// Terminal, and its runner gone (nothing about it will change any more).

@@ -14,7 +14,7 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 use crate::client::Client;
-use crate::protocol::{EventKind, JsonObject, Operation, Outcome, Response};
+use crate::protocol::{JsonObject, Operation, Outcome, Response};
 use crate::server::ownership::ServerPaths;
 
 pub const EXIT_RUN_FAILED: u8 = 4;
@@ -127,16 +127,12 @@ fn follow(client: &mut Client, run_id: &str, json: bool) -> anyhow::Result<ExitC
         let Some(event) = client.next_event(Duration::from_millis(FOLLOW_EVENT_WAIT_MS))? else {
             continue;
         };
-        match event.event {
-            EventKind::RunSnapshot => {
-                if view.is_null() && !json {
-                    println!("{}", header(&event.payload["view"]));
-                }
-                view = event.payload["view"].clone();
-            }
-            EventKind::RunPatch if !view.is_null() => crate::view::patch::apply(&mut view, &event.payload["patch"]),
-            EventKind::Unavailable => bail!("run {run_id} is no longer available"),
-            _ => continue,
+        let first = view.is_null();
+        if !super::view::apply_event(client, run_id, &mut view, &event)? {
+            continue;
+        }
+        if first && !json {
+            println!("{}", header(&view));
         }
         let line = progress_line(&view, started.elapsed());
         if !json && line != last_line {
@@ -176,7 +172,8 @@ fn settled_exit_code(view: &Value) -> Option<u8> {
         "completed" => Some(0),
         "failed" | "timed_out" | "cancelled" => Some(EXIT_RUN_FAILED),
         "waiting" => Some(EXIT_RUN_WAITING),
-        "ambiguous" => Some(EXIT_RUN_PARKED),
+        // Nothing moves until someone acts: review, or resume a pause.
+        "ambiguous" | "paused" => Some(EXIT_RUN_PARKED),
         "queued" if parked_for_review => Some(EXIT_RUN_PARKED),
         _ => None,
     }
@@ -211,7 +208,9 @@ fn print_ending(status: &JsonObject, elapsed: Duration) {
     let text = |key: &str| status.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
     let steps = status.get("completedSteps").and_then(Value::as_i64).unwrap_or(0);
     let run_id = text("runId");
+    let paused = status.get("paused").and_then(Value::as_bool) == Some(true);
     match text("status").as_str() {
+        _ if paused => println!("run {run_id} is paused; continue it with `pi-workflows run resume {run_id}`"),
         "waiting" => {
             if let Some(summary) = status.get("request").and_then(|request| request.get("summary")) {
                 println!(
@@ -221,7 +220,7 @@ fn print_ending(status: &JsonObject, elapsed: Duration) {
             }
             println!("run {run_id} waits for input; answer with `pi-workflows checkpoint answer {run_id} '<json>'`")
         }
-        "running" => println!(
+        "running" | "queued" => println!(
             "run {run_id} parked ({}); after checking, `pi-workflows run resume {run_id}` or `run cancel {run_id}`",
             text("detail")
         ),

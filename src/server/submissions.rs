@@ -87,6 +87,12 @@ async fn record(
 ) -> Result<(String, String), StoreError> {
     let (command, run_id) = (command.clone(), run_id.to_string());
     blocking::write(&ctx.store, move |tx| {
+        // A retry of a submission recorded before (its request may be settled by now): the
+        // same submission, whatever is pending today.
+        let submission_id = format!("sub-{}", &command.fingerprint[..24]);
+        if let Some(request_id) = interactions::submission_request(tx.conn(), &submission_id)? {
+            return Ok((submission_id, request_id));
+        }
         let request_id = match request_id {
             Some(id) => id,
             None => crate::store::run_view::run_view_facts(tx.conn(), &run_id, 0)?
@@ -108,7 +114,6 @@ async fn record(
             None => {}
         }
         let payload_hash = blobs::put_json(tx, &value, SUBMISSION_BYTES_MAX)?;
-        let submission_id = format!("sub-{}", &command.fingerprint[..24]);
         let submission = Submission {
             run_id: &run_id,
             request_id: &request_id,
@@ -231,12 +236,15 @@ pub async fn interaction_update(ctx: &Arc<ServerContext>, request: &Request) -> 
     let update = request.payload.get("update").cloned().unwrap_or(Value::Null);
     let (update_type, update_key) = update_names(&update)?;
     let data = update.get("data").cloned().unwrap_or(Value::Null);
-    let request_id = request
+    let named = request
         .payload
         .get("requestId")
         .and_then(Value::as_str)
         .map(str::to_string);
-    let limiter_key = format!("{run_id}/{}", request_id.as_deref().unwrap_or("-"));
+    // The limit belongs to the real pending request, so naming it or not (or naming one
+    // that does not exist) never buys a second allowance.
+    let request_id = pending_agent_request(ctx, &run_id, named).await?;
+    let limiter_key = format!("{run_id}/{request_id}");
     if !ctx.update_limiter.admit(&limiter_key) {
         return Err(rejected(
             "rateLimited",
@@ -247,16 +255,6 @@ pub async fn interaction_update(ctx: &Arc<ServerContext>, request: &Request) -> 
     }
     let stored = blocking::write(&ctx.store, move |tx| {
         commands::run_command(tx, &command, |tx| {
-            let request_id = match request_id {
-                Some(id) => id,
-                None => crate::store::run_view::run_view_facts(tx.conn(), &run_id, 0)?
-                    .pending_request
-                    .map(|pending| pending.request_id)
-                    .ok_or_else(|| StoreError::InvalidInput {
-                        what: "update",
-                        detail: format!("run {run_id} is not waiting for an agent step"),
-                    })?,
-            };
             let data_hash = blobs::put_json(tx, &data, UPDATE_DATA_BYTES_MAX)?;
             let seq = interactions::record_update(tx, &run_id, &request_id, &update_type, &update_key, &data_hash)?;
             Ok(commands::Accepted {
@@ -267,6 +265,29 @@ pub async fn interaction_update(ctx: &Arc<ServerContext>, request: &Request) -> 
     })
     .await;
     answer_of(stored)
+}
+
+/// The pending agent request an update is for: the one named, or the run's pending one.
+async fn pending_agent_request(
+    ctx: &Arc<ServerContext>,
+    run_id: &str,
+    named: Option<String>,
+) -> Result<String, (crate::protocol::Outcome, crate::protocol::ResponseError)> {
+    let owned = run_id.to_string();
+    let pending = blocking::read(&ctx.store, move |conn| {
+        Ok(crate::store::run_view::run_view_facts(conn, &owned, 0)?.pending_request)
+    })
+    .await
+    .map_err(super::views::read_refusal)?;
+    match pending {
+        Some(pending) if pending.kind == "agent" && named.as_ref().is_none_or(|id| *id == pending.request_id) => {
+            Ok(pending.request_id)
+        }
+        _ => Err(rejected(
+            "invalidRequest",
+            &format!("run {run_id} has no pending agent step with that request; updates go to the step that waits"),
+        )),
+    }
 }
 
 /// `type` like `progress` or `command-batch.item`, `key` like `overall` or `tests/unit`.

@@ -32,8 +32,6 @@ use crate::view::patch;
 
 /// Subscriptions one connection may hold at once.
 pub const SUBSCRIPTIONS_PER_CONNECTION_MAX: usize = 64;
-/// How much longer than a write an unwatch waits for its forwarder to stop.
-const UNWATCH_GRACE_MS: u64 = 1_000;
 
 /// The write half every writer of one connection shares (responses and events).
 pub type SharedWriter = Arc<tokio::sync::Mutex<OwnedWriteHalf>>;
@@ -149,12 +147,10 @@ impl Subscriptions {
         let removed = match self.tasks.remove(id) {
             Some(forwarding) => {
                 let _ = forwarding.stop.send(true);
-                // A write in progress ends first (bounded by the write timeout).
-                let mut task = forwarding.task;
-                let limit = Duration::from_millis(WRITE_TIMEOUT_MS + UNWATCH_GRACE_MS);
-                if tokio::time::timeout(limit, &mut task).await.is_err() {
-                    task.abort();
-                }
+                // A write in progress ends first: every write, waiting for the writer
+                // included, is bounded by the write timeout, after which the forwarder
+                // closes the connection itself. Never abort it mid-write.
+                let _ = forwarding.task.await;
                 true
             }
             None => false,
@@ -248,9 +244,11 @@ impl RunForwarder {
     ) {
         loop {
             let held = sent.as_ref().map(|s| s.revision);
+            // Biased: a stop asked for during a write wins over a newer snapshot.
             let next = tokio::select! {
-                next = next_snapshot(&mut receiver, held, floor) => next,
+                biased;
                 () = stop_requested(&mut stop) => None,
+                next = next_snapshot(&mut receiver, held, floor) => next,
             };
             let Some(snapshot) = next else {
                 return;
@@ -335,8 +333,9 @@ async fn forward_list(
             }
         }
         let changed = tokio::select! {
-            changed = receiver.changed() => changed.is_ok(),
+            biased;
             () = stop_requested(&mut stop) => false,
+            changed = receiver.changed() => changed.is_ok(),
         };
         if !changed {
             return;
@@ -371,13 +370,17 @@ fn object<const N: usize>(entries: [(&str, Value); N]) -> JsonObject {
         .collect()
 }
 
-/// Write one message to a shared writer, giving up after [`WRITE_TIMEOUT_MS`].
+/// Write one message to a shared writer, giving up after [`WRITE_TIMEOUT_MS`] — waiting for
+/// the writer included. A write given up may have been cut; every caller then closes the
+/// connection, so a cut frame is never followed by another.
 pub async fn write_shared(writer: &SharedWriter, message: &ClientMessage) -> Result<(), ()> {
     let bytes = encode_client_message(message).map_err(|err| {
         tracing::warn!(error = %err, "client message could not be encoded");
     })?;
-    let mut writer = writer.lock().await;
-    let write = writer.write_all(&bytes);
+    let write = async {
+        let mut writer = writer.lock().await;
+        writer.write_all(&bytes).await
+    };
     match tokio::time::timeout(Duration::from_millis(WRITE_TIMEOUT_MS), write).await {
         Ok(Ok(())) => Ok(()),
         _ => Err(()),

@@ -416,3 +416,11 @@ pub fn latest_updates(conn: &rusqlite::Connection, request_id: &str, limit: usiz
         })?
         .collect::<Result<Vec<_>, _>>()?)
 }
+
+/// The request a recorded submission answers, if the submission exists.
+pub fn submission_request(conn: &rusqlite::Connection, submission_id: &str) -> StoreResult<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT request_id FROM interactive_submissions WHERE submission_id = ?1")?
+        .query_row([submission_id], |row| row.get(0))
+        .optional()?)
+}

@@ -130,6 +130,9 @@ pub fn delete_tree(tx: &WriteTx<'_>, root_run_id: &str, cutoff_ms: i64) -> Store
          AND resource_id IN (SELECT run_id FROM runs WHERE root_run_id = ?1)",
     )?
     .execute([root_run_id])?;
+    // Command receipts about the tree's runs go with them (their request rows cascade).
+    conn.prepare_cached("DELETE FROM host_commands WHERE run_id IN (SELECT run_id FROM runs WHERE root_run_id = ?1)")?
+        .execute([root_run_id])?;
     // Every other row of the tree goes by ON DELETE CASCADE; links inside the tree are
     // checked when the statement ends, when both ends are gone.
     conn.prepare_cached("DELETE FROM runs WHERE root_run_id = ?1")?
@@ -231,12 +234,29 @@ fn copy_and_verify(live: &Path, dest: &Path) -> StoreResult<BackupReport> {
     }
     let runs: i64 = copy.query_row("SELECT count(*) FROM runs", [], |row| row.get(0))?;
     drop(copy);
-    let bytes = std::fs::read(dest).map_err(|err| StoreError::CommitFailed(format!("backup unreadable: {err}")))?;
-    Ok(BackupReport {
-        bytes: bytes.len() as u64,
-        sha256: crate::digest::sha256_hex(&bytes),
-        runs,
-    })
+    let (bytes, sha256) =
+        file_digest(dest).map_err(|err| StoreError::CommitFailed(format!("backup unreadable: {err}")))?;
+    Ok(BackupReport { bytes, sha256, runs })
+}
+
+/// Size and SHA-256 of a file, read in bounded chunks (a backup can be large).
+fn file_digest(path: &Path) -> std::io::Result<(u64, String)> {
+    use sha2::Digest as _;
+    use std::io::Read as _;
+    const CHUNK_BYTES: usize = 1024 * 1024;
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = sha2::Sha256::new();
+    let mut buffer = vec![0u8; CHUNK_BYTES];
+    let mut total = 0u64;
+    loop {
+        let read = file.read(&mut buffer)?;
+        if read == 0 {
+            break;
+        }
+        hasher.update(&buffer[..read]);
+        total += read as u64;
+    }
+    Ok((total, crate::digest::hex_lower(&hasher.finalize())))
 }
 
 /// Free pages worth compacting: at least this many bytes...

@@ -86,8 +86,9 @@ pub struct UpdateView {
     pub seq: i64,
     pub at: i64,
     pub data_bytes: u64,
-    /// The data when it is at most [`UPDATE_DATA_INLINE_BYTES_MAX`].
-    pub data: Option<serde_json::Value>,
+    /// The data's canonical JSON text when it is at most [`UPDATE_DATA_INLINE_BYTES_MAX`]
+    /// (text, so the view's no-null rule never changes a reported value).
+    pub data_json: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -251,8 +252,9 @@ fn request_updates(conn: &Connection, request_id: &str) -> StoreResult<Vec<Updat
         let data_bytes = super::blobs::blob_ref(conn, &update.data_hash, super::blobs::JSON_MEDIA_TYPE)
             .map(|reference| reference.bytes)
             .unwrap_or(0);
-        let data = match data_bytes <= UPDATE_DATA_INLINE_BYTES_MAX {
-            true => super::blobs::read_json(conn, &update.data_hash)?,
+        let data_json = match data_bytes <= UPDATE_DATA_INLINE_BYTES_MAX {
+            true => super::blobs::read_json(conn, &update.data_hash)?
+                .map(|data| serde_json_canonicalizer::to_string(&data).unwrap_or_default()),
             false => None,
         };
         views.push(UpdateView {
@@ -261,10 +263,21 @@ fn request_updates(conn: &Connection, request_id: &str) -> StoreResult<Vec<Updat
             seq: update.update_seq,
             at: update.updated_at,
             data_bytes,
-            data,
+            data_json,
         });
     }
     Ok(views)
+}
+
+/// The pending request's kind alone (a run-list item needs nothing more).
+fn pending_kind(conn: &Connection, run_id: &str) -> StoreResult<Option<String>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT kind FROM interactive_requests WHERE run_id = ?1 AND status = 'pending'
+             ORDER BY created_at DESC, request_id DESC LIMIT 1",
+        )?
+        .query_row([run_id], |row| row.get(0))
+        .optional()?)
 }
 
 fn ambiguous_effects(conn: &Connection, run_id: &str) -> StoreResult<i64> {
@@ -335,7 +348,7 @@ fn list_facts(conn: &Connection, run: RunFacts) -> StoreResult<RunListFacts> {
     let run_id = run.run_id.clone();
     Ok(RunListFacts {
         worker_active: live_worker(conn, &run_id)?.is_some(),
-        pending_kind: pending_request(conn, &run_id)?.map(|request| request.kind),
+        pending_kind: pending_kind(conn, &run_id)?,
         ambiguous_effects: ambiguous_effects(conn, &run_id)?,
         current_node_id: unfinished_attempt(conn, &run_id)?.map(|attempt| attempt.node_id),
         run,

@@ -326,6 +326,9 @@ CREATE TABLE host_commands (
   CHECK ((outcome = 'rejected') = (error_hash IS NOT NULL))
 ) STRICT;
 
+-- Retention deletes a tree's receipts with it.
+CREATE INDEX host_commands_by_run ON host_commands (run_id);
+
 -- Every transport attempt (request ID) that named a stored command, so one request ID can
 -- never name two payloads, even when it only adopted an earlier receipt.
 CREATE TABLE host_command_requests (

@@ -146,7 +146,7 @@ fn update_object(update: &crate::store::run_view::UpdateView) -> Value {
         "seq": update.seq,
         "at": update.at,
         "dataBytes": update.data_bytes,
-        "data": update.data,
+        "dataJson": update.data_json,
     })
 }
 

@@ -20,6 +20,19 @@ import {
 
 /** How long a request waits for its response by default. */
 export const RESPONSE_TIMEOUT_MS = 30_000;
+
+/**
+ * Longer waits for operations the server may legitimately work on longer: resolving a
+ * workflow (≤ 60 s), a submission's verdict (≤ 120 s), state maintenance on a large database.
+ */
+const RESPONSE_TIMEOUTS_MS: Partial<Record<Operation, number>> = {
+  "run.start": 90_000,
+  "interaction.submit": 150_000,
+  "decision.answer": 150_000,
+  "state.backup": 30 * 60_000,
+  "state.prune": 30 * 60_000,
+  "state.verify": 30 * 60_000,
+};
 /** Largest chunk `readContent` asks for (the server's limit). */
 export const CONTENT_CHUNK_BYTES_MAX = 512 * 1024;
 
@@ -152,7 +165,7 @@ export class WorkflowClient {
       payload: options.payload ?? {},
     });
     return new Promise<Response>((resolve, reject) => {
-      const timer = setTimeout(() => this.fail(new ClientError("timeout", `${operation} got no response in time`)), options.timeoutMs ?? RESPONSE_TIMEOUT_MS);
+      const timer = setTimeout(() => this.fail(new ClientError("timeout", `${operation} got no response in time`)), options.timeoutMs ?? RESPONSE_TIMEOUTS_MS[operation] ?? RESPONSE_TIMEOUT_MS);
       this.pending.push({ requestId, resolve, reject, timer });
       this.socket.write(line);
     });
@@ -172,20 +185,32 @@ export class WorkflowClient {
   async watchRun(
     runId: string,
     onView: (view: JsonObject, revision: number) => void,
-    options: { since?: { view: JsonObject; revision: number } } = {},
+    options: { since?: { view: JsonObject; revision: number }; onUnavailable?: () => void } = {},
   ): Promise<{ subscriptionId: string; unwatch(): Promise<void> }> {
     let held: JsonObject | undefined = options.since?.view;
     let heldRevision = options.since?.revision;
+    const show = (view: JsonObject, revision: number) => {
+      held = view;
+      heldRevision = revision;
+      onView(view, revision);
+    };
     const handler = (event: Event) => {
-      if (event.event === "run_snapshot") {
-        held = event.payload.view as JsonObject;
+      if (event.event === "unavailable") {
+        options.onUnavailable?.();
+      } else if (event.event === "run_snapshot") {
+        show(event.payload.view as JsonObject, event.revision ?? 0);
       } else if (event.event === "run_patch" && held !== undefined && event.payload.fromRevision === heldRevision) {
-        held = applyMergePatch(held, event.payload.patch) as JsonObject;
-      } else {
-        return;
+        show(applyMergePatch(held, event.payload.patch) as JsonObject, event.revision ?? 0);
+      } else if (event.event === "run_patch") {
+        // A patch from a view this client does not hold (an event was missed): read it whole.
+        this.call("view.run.get", { runId }).then(
+          (receipt) => {
+            const view = receipt.view as JsonObject;
+            show(view, Number(view.revision ?? 0));
+          },
+          () => options.onUnavailable?.(),
+        );
       }
-      heldRevision = event.revision;
-      onView(held, event.revision ?? 0);
     };
     const payload: JsonObject = heldRevision !== undefined ? { sinceRevision: heldRevision } : {};
     const receipt = await this.subscribe("view.run.watch", { runId, payload }, handler);
