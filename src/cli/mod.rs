@@ -1,6 +1,6 @@
 //! Command-line interface. Exit codes are stable: 0 success, 1 failure, 2 usage error
 //! (clap), 3 a check found problems; a followed run: 4 failed, timed out or cancelled,
-//! 5 waiting for input, 6 parked for review (see `workflow`).
+//! 5 waiting for input, 6 parked for review or paused (see `workflow`).
 
 mod protocol_check;
 mod run;

@@ -3,8 +3,8 @@
 //!
 //! Exit codes (stable): 0 success (with `--follow`: the run completed); 1 the command failed
 //! or was refused; 2 usage; 4 the followed run failed, timed out or was cancelled; 5 the
-//! followed run waits for input (`checkpoint answer`); 6 the followed run parked for review
-//! (`run resume` or `run cancel`).
+//! followed run waits for input (`checkpoint answer`); 6 the followed run parked for review or
+//! was paused (`run resume` or `run cancel`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
