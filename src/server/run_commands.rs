@@ -271,10 +271,9 @@ pub async fn checkpoint_answer(ctx: &Arc<ServerContext>, request: &Request) -> A
 }
 
 fn pending_request_of(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<String> {
-    let summary = run_summary::run_summary(tx.conn(), run_id)?;
-    summary
-        .pending_request
-        .map(|pending| pending.request_id)
+    crate::store::run_view::run_facts(tx.conn(), run_id)?;
+    crate::store::run_view::pending_request_brief(tx.conn(), run_id)?
+        .map(|(request_id, _)| request_id)
         .ok_or_else(|| StoreError::InvalidInput {
             what: "checkpoint.answer",
             detail: format!("run {run_id} is not waiting for an answer"),

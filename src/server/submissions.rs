@@ -93,11 +93,11 @@ async fn record(
         if let Some(request_id) = interactions::submission_request(tx.conn(), &submission_id)? {
             return Ok((submission_id, request_id));
         }
+        crate::store::run_view::run_facts(tx.conn(), &run_id)?;
         let request_id = match request_id {
             Some(id) => id,
-            None => crate::store::run_view::run_view_facts(tx.conn(), &run_id, 0)?
-                .pending_request
-                .map(|pending| pending.request_id)
+            None => crate::store::run_view::pending_request_brief(tx.conn(), &run_id)?
+                .map(|(request_id, _)| request_id)
                 .ok_or_else(|| StoreError::InvalidInput {
                     what: "submission",
                     detail: format!("run {run_id} is not waiting for input"),
@@ -275,13 +275,14 @@ async fn pending_agent_request(
 ) -> Result<String, (crate::protocol::Outcome, crate::protocol::ResponseError)> {
     let owned = run_id.to_string();
     let pending = blocking::read(&ctx.store, move |conn| {
-        Ok(crate::store::run_view::run_view_facts(conn, &owned, 0)?.pending_request)
+        crate::store::run_view::run_facts(conn, &owned)?;
+        crate::store::run_view::pending_request_brief(conn, &owned)
     })
     .await
     .map_err(super::views::read_refusal)?;
     match pending {
-        Some(pending) if pending.kind == "agent" && named.as_ref().is_none_or(|id| *id == pending.request_id) => {
-            Ok(pending.request_id)
+        Some((request_id, kind)) if kind == "agent" && named.as_ref().is_none_or(|id| *id == request_id) => {
+            Ok(request_id)
         }
         _ => Err(rejected(
             "invalidRequest",

@@ -6,9 +6,10 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use super::error::{StoreError, StoreResult};
+use super::run_view;
 
-/// A page of `run.list` holds at most this many runs.
-pub const RUN_LIST_LIMIT_MAX: usize = 200;
+/// A page of `run.list` holds at most this many runs (a run-list page's bound).
+pub const RUN_LIST_LIMIT_MAX: usize = run_view::RUNS_PAGE_MAX;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -48,87 +49,46 @@ pub struct PendingRequest {
     pub kind: String,
 }
 
-const SUMMARY_SELECT: &str = "SELECT r.run_id, r.workflow_name, r.status, q.status, r.paused, r.status_detail,
-        r.revision, b.execution_mode, r.created_at, r.updated_at, r.finished_at
-     FROM runs r JOIN run_queue q ON q.run_id = r.run_id JOIN run_bindings b ON b.run_id = r.run_id";
-
-fn summary_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
-    Ok(RunSummary {
-        run_id: row.get(0)?,
-        workflow_name: row.get(1)?,
-        status: row.get(2)?,
-        queue_status: row.get(3)?,
-        paused: row.get(4)?,
-        detail: row.get(5)?,
-        revision: row.get(6)?,
-        execution_mode: row.get(7)?,
-        created_at: row.get(8)?,
-        updated_at: row.get(9)?,
-        finished_at: row.get(10)?,
-        completed_steps: 0,
-        current_node: None,
-        pending_request: None,
-    })
-}
-
 pub fn run_summary(conn: &Connection, run_id: &str) -> StoreResult<RunSummary> {
-    let summary = conn
-        .prepare_cached(&format!("{SUMMARY_SELECT} WHERE r.run_id = ?1"))?
-        .query_row([run_id], summary_row)
-        .optional()?
-        .ok_or_else(|| StoreError::RunNotFound {
-            run_id: run_id.to_string(),
-        })?;
-    with_progress(conn, summary)
+    summary_of(conn, run_view::run_facts(conn, run_id)?)
 }
 
 /// The newest runs first, at most `limit` (bounded by `RUN_LIST_LIMIT_MAX`).
 pub fn list_runs(conn: &Connection, limit: usize) -> StoreResult<Vec<RunSummary>> {
-    let limit = limit.clamp(1, RUN_LIST_LIMIT_MAX) as i64;
-    let summaries: Vec<RunSummary> = conn
-        .prepare_cached(&format!(
-            "{SUMMARY_SELECT} ORDER BY r.created_at DESC, r.run_id LIMIT ?1"
-        ))?
-        .query_map([limit], summary_row)?
-        .collect::<Result<_, _>>()?;
-    summaries
+    run_view::newest_runs(conn, None, limit.clamp(1, RUN_LIST_LIMIT_MAX))?
         .into_iter()
-        .map(|summary| with_progress(conn, summary))
+        .map(|run| summary_of(conn, run))
         .collect()
 }
 
-fn with_progress(conn: &Connection, mut summary: RunSummary) -> StoreResult<RunSummary> {
-    summary.completed_steps = conn
-        .prepare_cached("SELECT count(*) FROM node_attempts WHERE run_id = ?1 AND status = 'completed'")?
-        .query_row([&summary.run_id], |row| row.get(0))?;
-    summary.current_node = conn
-        .prepare_cached(
-            "SELECT node_id, node_path, node_type, status, started_at FROM node_attempts
-             WHERE run_id = ?1 AND status IN ('running', 'waiting')",
-        )?
-        .query_row([&summary.run_id], |row| {
-            Ok(CurrentNode {
-                node_id: row.get(0)?,
-                node_path: row.get(1)?,
-                node_type: row.get(2)?,
-                status: row.get(3)?,
-                started_at: row.get(4)?,
-            })
-        })
-        .optional()?;
-    summary.pending_request = conn
-        .prepare_cached(
-            "SELECT request_id, kind FROM interactive_requests WHERE run_id = ?1 AND status = 'pending'
-             ORDER BY created_at DESC LIMIT 1",
-        )?
-        .query_row([&summary.run_id], |row| {
-            Ok(PendingRequest {
-                request_id: row.get(0)?,
-                kind: row.get(1)?,
-            })
-        })
-        .optional()?;
-    Ok(summary)
+/// A run row with its progress: completed steps, current node, pending request.
+fn summary_of(conn: &Connection, run: run_view::RunFacts) -> StoreResult<RunSummary> {
+    let (_, completed_steps) = run_view::attempt_counts(conn, &run.run_id)?;
+    let current_node = run_view::unfinished_attempt(conn, &run.run_id)?.map(|attempt| CurrentNode {
+        node_id: attempt.node_id,
+        node_path: attempt.node_path,
+        node_type: attempt.node_type,
+        status: attempt.status,
+        started_at: attempt.started_at,
+    });
+    let pending_request = run_view::pending_request_brief(conn, &run.run_id)?
+        .map(|(request_id, kind)| PendingRequest { request_id, kind });
+    Ok(RunSummary {
+        run_id: run.run_id,
+        workflow_name: run.workflow_name,
+        status: run.status,
+        queue_status: run.queue_status,
+        paused: run.paused,
+        detail: run.detail,
+        revision: run.revision,
+        execution_mode: run.execution_mode,
+        created_at: run.created_at,
+        updated_at: run.updated_at,
+        finished_at: run.finished_at,
+        completed_steps,
+        current_node,
+        pending_request,
+    })
 }
 
 /// The result of a terminal run: its output (completed) or error (failed), as stored.

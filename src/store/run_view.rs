@@ -167,20 +167,29 @@ pub fn presentation_revision(conn: &Connection, run_id: &str) -> StoreResult<Opt
         .optional()?)
 }
 
-/// Everything one run view needs, with the newest `window` attempts.
-pub fn run_view_facts(conn: &Connection, run_id: &str, window: usize) -> StoreResult<RunViewFacts> {
-    let run = conn
-        .prepare_cached(&format!("{RUN_SELECT} WHERE r.run_id = ?1"))?
+/// One run's lifecycle row (with its queue status and execution mode).
+pub fn run_facts(conn: &Connection, run_id: &str) -> StoreResult<RunFacts> {
+    conn.prepare_cached(&format!("{RUN_SELECT} WHERE r.run_id = ?1"))?
         .query_row([run_id], run_row)
         .optional()?
         .ok_or_else(|| StoreError::RunNotFound {
             run_id: run_id.to_string(),
-        })?;
-    let (attempt_count, completed_steps) = conn
+        })
+}
+
+/// A run's attempts, all of them and the completed ones.
+pub fn attempt_counts(conn: &Connection, run_id: &str) -> StoreResult<(i64, i64)> {
+    Ok(conn
         .prepare_cached(
             "SELECT count(*), count(*) FILTER (WHERE status = 'completed') FROM node_attempts WHERE run_id = ?1",
         )?
-        .query_row([run_id], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        .query_row([run_id], |row| Ok((row.get(0)?, row.get(1)?)))?)
+}
+
+/// Everything one run view needs, with the newest `window` attempts.
+pub fn run_view_facts(conn: &Connection, run_id: &str, window: usize) -> StoreResult<RunViewFacts> {
+    let run = run_facts(conn, run_id)?;
+    let (attempt_count, completed_steps) = attempt_counts(conn, run_id)?;
     Ok(RunViewFacts {
         presentation_revision: presentation_revision(conn, run_id)?.unwrap_or(run.revision),
         worker: live_worker(conn, run_id)?,
@@ -210,7 +219,8 @@ fn live_worker(conn: &Connection, run_id: &str) -> StoreResult<Option<WorkerFact
         .optional()?)
 }
 
-fn unfinished_attempt(conn: &Connection, run_id: &str) -> StoreResult<Option<AttemptFacts>> {
+/// The run's one unfinished (running or waiting) attempt: its current node.
+pub fn unfinished_attempt(conn: &Connection, run_id: &str) -> StoreResult<Option<AttemptFacts>> {
     Ok(conn
         .prepare_cached(&format!(
             "SELECT {ATTEMPT_COLUMNS} FROM node_attempts WHERE run_id = ?1 AND status IN ('running', 'waiting')"
@@ -269,14 +279,15 @@ fn request_updates(conn: &Connection, request_id: &str) -> StoreResult<Vec<Updat
     Ok(views)
 }
 
-/// The pending request's kind alone (a run-list item needs nothing more).
-fn pending_kind(conn: &Connection, run_id: &str) -> StoreResult<Option<String>> {
+/// The pending request's ID and kind alone (run lists, summaries and submissions need
+/// nothing more).
+pub fn pending_request_brief(conn: &Connection, run_id: &str) -> StoreResult<Option<(String, String)>> {
     Ok(conn
         .prepare_cached(
-            "SELECT kind FROM interactive_requests WHERE run_id = ?1 AND status = 'pending'
+            "SELECT request_id, kind FROM interactive_requests WHERE run_id = ?1 AND status = 'pending'
              ORDER BY created_at DESC, request_id DESC LIMIT 1",
         )?
-        .query_row([run_id], |row| row.get(0))
+        .query_row([run_id], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?)
 }
 
@@ -325,8 +336,16 @@ pub struct RunListFacts {
 
 /// Runs newest first, strictly after the `(created_at, run_id)` cursor when given.
 pub fn runs_page(conn: &Connection, before: Option<(i64, &str)>, limit: usize) -> StoreResult<Vec<RunListFacts>> {
+    newest_runs(conn, before, limit)?
+        .into_iter()
+        .map(|run| list_facts(conn, run))
+        .collect()
+}
+
+/// Run rows newest first, strictly after the `(created_at, run_id)` cursor when given.
+pub fn newest_runs(conn: &Connection, before: Option<(i64, &str)>, limit: usize) -> StoreResult<Vec<RunFacts>> {
     assert!(limit <= RUNS_PAGE_MAX, "run pages are bounded");
-    let runs = match before {
+    Ok(match before {
         None => conn
             .prepare_cached(&format!(
                 "{RUN_SELECT} ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?1"
@@ -340,15 +359,14 @@ pub fn runs_page(conn: &Connection, before: Option<(i64, &str)>, limit: usize) -
             ))?
             .query_map(params![created_at, run_id, limit as i64], run_row)?
             .collect::<Result<Vec<_>, _>>()?,
-    };
-    runs.into_iter().map(|run| list_facts(conn, run)).collect()
+    })
 }
 
 fn list_facts(conn: &Connection, run: RunFacts) -> StoreResult<RunListFacts> {
     let run_id = run.run_id.clone();
     Ok(RunListFacts {
         worker_active: live_worker(conn, &run_id)?.is_some(),
-        pending_kind: pending_kind(conn, &run_id)?,
+        pending_kind: pending_request_brief(conn, &run_id)?.map(|(_, kind)| kind),
         ambiguous_effects: ambiguous_effects(conn, &run_id)?,
         current_node_id: unfinished_attempt(conn, &run_id)?.map(|attempt| attempt.node_id),
         run,

@@ -215,18 +215,15 @@ fn node_object(attempt: &AttemptFacts) -> Value {
 
 /// One history item: the attempt with its timing (no outputs, errors or prompts).
 pub fn attempt_item(attempt: &AttemptFacts) -> Value {
-    json!({
-        "seq": attempt.seq,
-        "attemptId": attempt.attempt_id,
-        "nodeId": attempt.node_id,
-        "nodePath": attempt.node_path,
-        "nodeType": attempt.node_type,
-        "visit": attempt.visit,
-        "status": attempt.status,
-        "startedAt": attempt.started_at,
-        "finishedAt": attempt.finished_at,
-        "durationMs": attempt.finished_at.map(|end| (end - attempt.started_at).max(0)),
-    })
+    let mut item = node_object(attempt);
+    let object = item.as_object_mut().expect("a JSON object");
+    object.insert("seq".into(), json!(attempt.seq));
+    object.insert("finishedAt".into(), json!(attempt.finished_at));
+    object.insert(
+        "durationMs".into(),
+        json!(attempt.finished_at.map(|end| (end - attempt.started_at).max(0))),
+    );
+    item
 }
 
 fn run_object(facts: &RunViewFacts) -> Value {
