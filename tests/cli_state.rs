@@ -21,7 +21,7 @@ struct StopsServer<'a>(&'a std::path::Path);
 
 impl Drop for StopsServer<'_> {
     fn drop(&mut self) {
-        let _ = pi_workflows(self.0, &["server", "stop"]);
+        common::stop_server(self.0);
     }
 }
 

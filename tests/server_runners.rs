@@ -77,11 +77,7 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = Command::new(env!("CARGO_BIN_EXE_pi-workflows"))
-            .arg("--state-dir")
-            .arg(self.dir.path())
-            .args(["server", "stop"])
-            .output();
+        common::stop_server(self.dir.path());
     }
 }
 

@@ -103,6 +103,15 @@ pub fn queue_runs_in(state_dir: &std::path::Path, run_ids: impl IntoIterator<Ite
     }
 }
 
+/// Stop the server of `state_dir`, if one runs (tests' clean-up; errors are irrelevant).
+pub fn stop_server(state_dir: &std::path::Path) {
+    let _ = std::process::Command::new(env!("CARGO_BIN_EXE_pi-workflows"))
+        .arg("--state-dir")
+        .arg(state_dir)
+        .args(["server", "stop"])
+        .output();
+}
+
 /// How long server tests wait for an outcome before failing.
 pub const SERVER_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
