@@ -13,7 +13,7 @@ use super::resolver::ResolveFailure;
 use crate::protocol::{JsonObject, Outcome, Request, canonical_sha256_hex, to_canonical_vec};
 use crate::store::blobs::{self, put_json};
 use crate::store::commands::{self, Accepted};
-use crate::store::interactions::{self, Submission, Submitted};
+use crate::store::interactions::{self, ClientValue, Submitted};
 use crate::store::run_summary;
 use crate::store::runs::{self, ExecutionMode, NewRun, RunOrigin};
 use crate::store::{StoreError, StoreResult, WriteTx};
@@ -242,20 +242,21 @@ pub async fn checkpoint_answer(ctx: &Arc<ServerContext>, request: &Request) -> A
     let expected = expected_revision_of(request);
     let stored = blocking::write(&ctx.store, move |tx| {
         commands::run_command(tx, &command, |tx| {
-            let request_id = match request_id {
-                Some(id) => id,
-                None => pending_request_of(tx, &run_id)?,
-            };
-            let payload_hash = put_json(tx, &answer, INPUT_BYTES_MAX)?;
             let submission_id = format!("sub-{}", &command.fingerprint[..24]);
-            let submission = Submission {
-                run_id: &run_id,
-                request_id: &request_id,
-                submission_id: &submission_id,
-                idempotency_key: &command.idempotency_key,
-                payload_hash: &payload_hash,
-            };
-            let revision = match interactions::submit(tx, &submission, expected)? {
+            let (request_id, submitted) = interactions::submit_value(
+                tx,
+                &ClientValue {
+                    run_id: &run_id,
+                    request_id: request_id.as_deref(),
+                    submission_id: &submission_id,
+                    idempotency_key: &command.idempotency_key,
+                    kind: None,
+                    value: &answer,
+                    value_bytes_max: INPUT_BYTES_MAX,
+                },
+                expected,
+            )?;
+            let revision = match submitted {
                 Submitted::Recorded { revision } => Some(revision),
                 Submitted::Adopted { .. } => None,
             };
@@ -268,16 +269,6 @@ pub async fn checkpoint_answer(ctx: &Arc<ServerContext>, request: &Request) -> A
     .await;
     ctx.wake_scheduler();
     answer_of(stored)
-}
-
-fn pending_request_of(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<String> {
-    crate::store::run_view::run_facts(tx.conn(), run_id)?;
-    crate::store::run_view::pending_request_brief(tx.conn(), run_id)?
-        .map(|(request_id, _)| request_id)
-        .ok_or_else(|| StoreError::InvalidInput {
-            what: "checkpoint.answer",
-            detail: format!("run {run_id} is not waiting for an answer"),
-        })
 }
 
 /// `run.status`: one run's summary; `includeResult: true` adds a terminal run's output or

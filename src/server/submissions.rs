@@ -17,7 +17,7 @@ use super::context::ServerContext;
 use super::handlers::{Answer, answer_of, command_request, commit_receipt, rejected, run_id_of, stored_answer};
 use crate::protocol::Request;
 use crate::store::commands::{self, CommandRequest};
-use crate::store::interactions::{self, Submission, Submitted};
+use crate::store::interactions::{self, ClientValue, Submitted};
 use crate::store::{StoreError, blobs};
 
 /// How long a submission waits for its verdict before the client is told to retry.
@@ -93,35 +93,20 @@ async fn record(
         if let Some(request_id) = interactions::submission_request(tx.conn(), &submission_id)? {
             return Ok((submission_id, request_id));
         }
-        crate::store::run_view::run_facts(tx.conn(), &run_id)?;
-        let request_id = match request_id {
-            Some(id) => id,
-            None => crate::store::run_view::pending_request_brief(tx.conn(), &run_id)?
-                .map(|(request_id, _)| request_id)
-                .ok_or_else(|| StoreError::InvalidInput {
-                    what: "submission",
-                    detail: format!("run {run_id} is not waiting for input"),
-                })?,
-        };
-        match interactions::pending_kind(tx.conn(), &run_id, &request_id)? {
-            Some(pending) if pending == kind => {}
-            Some(pending) => {
-                return Err(StoreError::InvalidInput {
-                    what: "submission",
-                    detail: format!("the pending request is a {pending}, not a {kind}; use the matching command"),
-                });
-            }
-            None => {}
-        }
-        let payload_hash = blobs::put_json(tx, &value, SUBMISSION_BYTES_MAX)?;
-        let submission = Submission {
-            run_id: &run_id,
-            request_id: &request_id,
-            submission_id: &submission_id,
-            idempotency_key: &command.idempotency_key,
-            payload_hash: &payload_hash,
-        };
-        let submission_id = match interactions::submit(tx, &submission, None)? {
+        let (request_id, submitted) = interactions::submit_value(
+            tx,
+            &ClientValue {
+                run_id: &run_id,
+                request_id: request_id.as_deref(),
+                submission_id: &submission_id,
+                idempotency_key: &command.idempotency_key,
+                kind: Some(kind),
+                value: &value,
+                value_bytes_max: SUBMISSION_BYTES_MAX,
+            },
+            None,
+        )?;
+        let submission_id = match submitted {
             Submitted::Recorded { .. } => submission_id,
             Submitted::Adopted { submission_id } => submission_id,
         };

@@ -424,3 +424,54 @@ pub fn submission_request(conn: &rusqlite::Connection, submission_id: &str) -> S
         .query_row([submission_id], |row| row.get(0))
         .optional()?)
 }
+
+/// A client's value for a run's pending request.
+pub struct ClientValue<'a> {
+    pub run_id: &'a str,
+    /// The request named by the client; the run's pending one when absent.
+    pub request_id: Option<&'a str>,
+    pub submission_id: &'a str,
+    pub idempotency_key: &'a str,
+    /// The request kind the command is for; `None` takes any.
+    pub kind: Option<&'a str>,
+    pub value: &'a serde_json::Value,
+    pub value_bytes_max: usize,
+}
+
+/// Resolve the request a client's value answers, check its kind, store the value and
+/// `submit` it. Returns the request ID and how the submission was taken.
+pub fn submit_value(
+    tx: &WriteTx<'_>,
+    client: &ClientValue<'_>,
+    expected: Option<i64>,
+) -> StoreResult<(String, Submitted)> {
+    let conn = tx.conn();
+    super::run_view::run_facts(conn, client.run_id)?;
+    let request_id = match client.request_id {
+        Some(id) => id.to_string(),
+        None => super::run_view::pending_request_brief(conn, client.run_id)?
+            .map(|(request_id, _)| request_id)
+            .ok_or_else(|| StoreError::InvalidInput {
+                what: "submission",
+                detail: format!("run {} is not waiting for input", client.run_id),
+            })?,
+    };
+    if let (Some(kind), Some(pending)) = (client.kind, pending_kind(conn, client.run_id, &request_id)?)
+        && pending != kind
+    {
+        return Err(StoreError::InvalidInput {
+            what: "submission",
+            detail: format!("the pending request is a {pending}, not a {kind}; use the matching command"),
+        });
+    }
+    let payload_hash = super::blobs::put_json(tx, client.value, client.value_bytes_max)?;
+    let submission = Submission {
+        run_id: client.run_id,
+        request_id: &request_id,
+        submission_id: client.submission_id,
+        idempotency_key: client.idempotency_key,
+        payload_hash: &payload_hash,
+    };
+    let submitted = submit(tx, &submission, expected)?;
+    Ok((request_id, submitted))
+}
