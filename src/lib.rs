@@ -9,6 +9,7 @@ pub mod package;
 pub mod paths;
 pub mod protocol;
 pub mod server;
+pub mod settings;
 pub mod store;
 pub mod view;
 mod wire_enum;

@@ -567,6 +567,39 @@ fn a_protected_decision_is_answered_with_decision_answer_only() {
 }
 
 #[test]
+fn an_assistant_message_step_takes_the_visible_reply_with_interaction_assistant_only() {
+    let server = Server::start(1, 3, "steps=3,checkpoint-at=2,request-kind=assistant,verdict=accept");
+    let mut client = server.client();
+    wait_for_status(&mut client, "run-0", "waiting");
+    let wrong = submit(
+        &mut client,
+        Operation::InteractionSubmit,
+        "k-0",
+        json!({"output": "done"}),
+    );
+    assert_eq!(
+        wrong.outcome,
+        Outcome::Rejected,
+        "an agent submission does not fit an assistant step"
+    );
+    let empty = submit(
+        &mut client,
+        Operation::InteractionAssistant,
+        "k-1",
+        json!({"text": "  "}),
+    );
+    assert_eq!(empty.error.expect("error").code, "invalidRequest");
+    let replied = submit(
+        &mut client,
+        Operation::InteractionAssistant,
+        "k-2",
+        json!({"text": "All set."}),
+    );
+    assert_eq!(replied.outcome, Outcome::Accepted, "{:?}", replied.error);
+    wait_for_status(&mut client, "run-0", "completed");
+}
+
+#[test]
 fn follow_ups_are_refused_for_a_headless_run_with_what_to_do() {
     let server = Server::start(1, 3, "steps=3");
     let mut client = server.client();

@@ -191,6 +191,7 @@ fn invalid_input_and_a_busy_session_are_stored_rejections_not_crashes() {
         node_type: "compute".to_string(),
         deadline_at: None,
         timeout_ms: None,
+        settings_change_number: None,
     };
     let err = t
         .store

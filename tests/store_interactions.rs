@@ -41,6 +41,7 @@ fn validating_run(store: &Store) -> ClaimAuthority {
                 node_type: "agent".to_string(),
                 deadline_at: None,
                 timeout_ms: None,
+                settings_change_number: None,
             };
             attempts::start_attempt(tx, &owned, None, &attempt)?;
             let interaction = NewInteraction {

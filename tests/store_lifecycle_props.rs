@@ -163,6 +163,7 @@ fn apply(t: &common::TestStore, world: &mut World, op: &Op) -> Applied {
                 node_type: "compute".to_string(),
                 deadline_at: None,
                 timeout_ms: None,
+                settings_change_number: None,
             };
             with_auth(store, world.authority(auth), move |tx, a| {
                 attempts::start_attempt(tx, a, None, &attempt)

@@ -5,6 +5,7 @@
 mod protocol_check;
 mod run;
 mod server;
+mod settings;
 mod state;
 mod view;
 mod workflow;

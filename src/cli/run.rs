@@ -1,4 +1,4 @@
-//! `pi-workflows run start|status|restart|pause|resume|cancel`: runs through the server.
+//! `pi-workflows run start|status|restart|pause|resume|cancel|settings`: runs through the server.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -67,6 +67,9 @@ pub enum RunCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Show a run's settings, or change them (`--set /pointer=VALUE`, `--patch JSON`): only
+    /// the paths its workflow declares changeable; nodes started afterwards see the change.
+    Settings(super::settings::SettingsArgs),
 }
 
 pub fn run(state_dir: PathBuf, command: RunCommand) -> anyhow::Result<ExitCode> {
@@ -92,6 +95,7 @@ pub fn run(state_dir: PathBuf, command: RunCommand) -> anyhow::Result<ExitCode> 
         RunCommand::Restart { run_id, follow, json } => {
             return super::workflow::restart(&state_dir, &run_id, follow, json);
         }
+        RunCommand::Settings(args) => return super::settings::settings(&state_dir, args),
         RunCommand::Pause { run_id, json } => (Operation::RunPause, run_id, json, "paused"),
         RunCommand::Resume { run_id, json } => (Operation::RunResume, run_id, json, "resumed"),
         RunCommand::Cancel { run_id, json } => (Operation::RunCancel, run_id, json, "cancelled"),

@@ -125,6 +125,10 @@ pub struct Response {
     pub result: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunnerError>,
+    /// A newer settings version (`{changeNumber, value}`) than the one the message's start
+    /// fields named: the runner gives it to the nodes it starts next. Not part of the receipt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -162,6 +166,7 @@ impl Response {
             revision: None,
             result: None,
             error: None,
+            settings: None,
         }
     }
 

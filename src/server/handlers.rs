@@ -1,6 +1,7 @@
 //! Request handling of the front door: `server.status`, `server.stop`, `run.pause`,
 //! `run.resume`, `run.cancel`, and (in `run_commands`) `run.start`, `run.restart`,
-//! `checkpoint.answer`, `run.status`, `run.list`. Every other operation is refused with a
+//! `checkpoint.answer`, `run.status`, `run.list`, and (in their modules) submissions, settings,
+//! follow-ups, views and state maintenance. Every other operation is refused with a
 //! clear `unsupportedOperation` error until its issue lands.
 
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use super::context::{ServerContext, StopReason};
 use super::follow_ups;
 use super::run_commands;
 use super::runner::{RunControl, RunnerMsg};
+use super::settings;
 use super::state_ops;
 use super::status;
 use super::submissions;
@@ -42,9 +44,11 @@ pub async fn handle_request(ctx: &Arc<ServerContext>, request: Request) -> Handl
         Operation::CheckpointAnswer => run_commands::checkpoint_answer(ctx, &request).await,
         Operation::InteractionSubmit => submissions::interaction_submit(ctx, &request).await,
         Operation::DecisionAnswer => submissions::decision_answer(ctx, &request).await,
+        Operation::InteractionAssistant => submissions::interaction_assistant(ctx, &request).await,
         Operation::InteractionUpdate => submissions::interaction_update(ctx, &request).await,
         Operation::FollowUpQueue => follow_ups::queue(ctx, &request).await,
         Operation::FollowUpRemove => follow_ups::remove(ctx, &request).await,
+        Operation::RunChangeSettings => settings::change_settings(ctx, &request).await,
         Operation::RunStatus => run_commands::run_status(ctx, &request).await,
         Operation::RunList => run_commands::run_list(ctx, &request).await,
         Operation::ViewRunGet => views::view_run_get(ctx, &request).await,

@@ -24,6 +24,7 @@ pub mod runner_channel;
 pub mod runner_messages;
 pub mod runner_pool;
 pub mod scheduler;
+pub mod settings;
 pub mod state_ops;
 pub mod status;
 pub mod submissions;

@@ -11,11 +11,13 @@ use super::context::ServerContext;
 use super::handlers::{Answer, answer_of, command_request, expected_revision_of, rejected, run_id_of, to_object};
 use super::resolver::ResolveFailure;
 use crate::protocol::{JsonObject, Outcome, Request, canonical_sha256_hex, to_canonical_vec};
+use crate::settings::Declaration;
 use crate::store::blobs::{self, put_json};
 use crate::store::commands::{self, Accepted};
 use crate::store::interactions::{self, ClientValue, Submitted};
 use crate::store::run_summary;
 use crate::store::runs::{self, ExecutionMode, NewRun, RunOrigin};
+use crate::store::settings;
 use crate::store::{StoreError, StoreResult, WriteTx};
 
 /// A run input, as canonical JSON.
@@ -60,6 +62,8 @@ struct StartRequest {
     source_json: String,
     definition_digest: String,
     snapshot: Vec<u8>,
+    /// The workflow's settings declaration, when it has one.
+    settings: Option<Value>,
     input: Value,
     execution: ExecutionMode,
 }
@@ -139,6 +143,10 @@ impl StartRequest {
                 "definitionDigest is not the SHA-256 of the canonical definitionSnapshot; resolve the workflow again",
             ));
         }
+        // Checked here so a bad declaration is refused before anything is queued.
+        let settings = Declaration::of_snapshot(&snapshot)
+            .map_err(|err| rejected(err.code(), &err.to_string()))?
+            .map(|_| snapshot["settings"].clone());
         let snapshot = bounded(&snapshot, SNAPSHOT_BYTES_MAX, "definitionSnapshot")?;
         let source = payload.get("workflowSource").cloned().unwrap_or(Value::Null);
         if !source.is_object() {
@@ -165,6 +173,7 @@ impl StartRequest {
             source_json,
             definition_digest,
             snapshot,
+            settings,
             input: payload.get("input").cloned().unwrap_or(Value::Null),
             execution,
         })
@@ -173,7 +182,7 @@ impl StartRequest {
     fn queue(&self, tx: &WriteTx<'_>) -> StoreResult<i64> {
         let input_hash = put_json(tx, &self.input, INPUT_BYTES_MAX)?;
         blobs::put_blob(tx, &self.snapshot, DEFINITION_MEDIA_TYPE)?;
-        runs::queue_run(
+        let revision = runs::queue_run(
             tx,
             &NewRun {
                 run_id: self.run_id.clone(),
@@ -187,7 +196,11 @@ impl StartRequest {
                 input_hash: format!("sha256:{input_hash}"),
                 execution: self.execution.clone(),
             },
-        )
+        )?;
+        if let Some(declared) = &self.settings {
+            settings::declare(tx, &self.run_id, declared)?;
+        }
+        Ok(revision)
     }
 }
 

@@ -119,6 +119,9 @@ pub struct RunnerState {
     /// Content offered to this runner (a run state above the frame limit): the only
     /// content `content.read` may return.
     pub(super) advertised: Vec<crate::store::blobs::BlobRef>,
+    /// The newest settings version this runner knows (from its run state, its start fields
+    /// and answers); an answer carries a newer one. `None`: the run declares no settings.
+    pub(super) settings_known: Option<i64>,
     pub(super) tasks: Vec<AbortHandle>,
 }
 
@@ -176,6 +179,7 @@ impl Actor for Runner {
             timed_out: false,
             finished: false,
             advertised: Vec::new(),
+            settings_known: None,
             tasks: vec![
                 reader,
                 ready_deadline.abort_handle(),

@@ -33,6 +33,10 @@ pub const PAYLOAD_ID_BYTES_MAX: usize = 1024;
 /// A presentation for the run's terminal message.
 pub const PRESENTATION_BYTES_MAX: usize = 64 * 1024;
 
+/// The start field naming the settings version a node saw; a message that carries it is
+/// answered with a newer version when there is one.
+pub const SETTINGS_CHANGE_NUMBER: &str = "settingsChangeNumber";
+
 /// What an accepted message committed: the new revision (if the run changed) and a small
 /// result for the runner (e.g. an effect reservation).
 pub type Applied = (Option<i64>, Option<Value>);
@@ -150,7 +154,20 @@ impl Payload<'_> {
             },
             deadline_at: self.0.payload.get("deadlineAt").and_then(Value::as_i64),
             timeout_ms: self.0.payload.get("timeoutMs").and_then(Value::as_i64),
+            settings_change_number: self.settings_change_number()?,
         })
+    }
+
+    /// The settings version a node started with (start fields of runs with settings).
+    fn settings_change_number(&self) -> StoreResult<Option<i64>> {
+        match self.0.payload.get(SETTINGS_CHANGE_NUMBER) {
+            None => Ok(None),
+            Some(number) => number
+                .as_i64()
+                .filter(|number| *number >= 0)
+                .map(Some)
+                .ok_or_else(|| invalid("payload.settingsChangeNumber must be a non-negative integer")),
+        }
     }
 
     /// The attempt a finishing message records when the node was never started: a pure

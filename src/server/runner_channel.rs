@@ -23,6 +23,8 @@ pub const RUN_STATE_MEDIA_TYPE: &str = "application/vnd.pi-workflows.run-state+j
 pub struct FirstFrame {
     pub bytes: Vec<u8>,
     pub advertised: Option<BlobRef>,
+    /// The settings version the run state carries (`None`: the run declares none).
+    pub settings_change_number: Option<i64>,
 }
 
 /// Build the one explicit command for the run's runner; a run state above the frame
@@ -48,12 +50,14 @@ pub async fn first_command_frame(ctx: &Arc<ServerContext>, run_id: &str) -> Stor
         parent_attempt_id: parent_attempt_id.clone(),
         payload,
     };
+    let settings_change_number = state.pointer("/settings/changeNumber").and_then(Value::as_i64);
     let inline = command(Map::from_iter([("runState".to_string(), state.clone())]));
     match encode_frame(&inline) {
         Ok(bytes) => {
             return Ok(FirstFrame {
                 bytes,
                 advertised: None,
+                settings_change_number,
             });
         }
         Err(crate::protocol::FrameError::TooLarge { .. }) => {}
@@ -69,6 +73,7 @@ pub async fn first_command_frame(ctx: &Arc<ServerContext>, run_id: &str) -> Stor
     Ok(FirstFrame {
         bytes,
         advertised: Some(reference),
+        settings_change_number,
     })
 }
 

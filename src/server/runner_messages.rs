@@ -8,18 +8,18 @@
 //! payload is read; a stale runner gets one `claimLost` answer and is stopped.
 
 use ractor::ActorProcessingErr;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
 use super::blocking;
 use super::runner::RunnerState;
-use super::runner_apply::{Applied, Checked, Registration, apply};
+use super::runner_apply::{Applied, Checked, Registration, SETTINGS_CHANGE_NUMBER, apply};
 use super::runner_channel;
 use crate::protocol::decode_frame;
 use crate::protocol::encode_frame;
 use crate::protocol::runner::{Message, MessageKind, Response, ResponseOutcome, fencing_of};
 use crate::store::writer::PendingAnswer;
-use crate::store::{StoreError, StoreResult, workers};
+use crate::store::{StoreError, StoreResult, settings, workers};
 
 /// Check, apply and answer frames that arrived together; false closes the channel (and
 /// stops the runner).
@@ -161,6 +161,7 @@ pub(super) async fn send_first_command(state: &mut RunnerState) -> bool {
         }
     };
     state.advertised.extend(frame.advertised);
+    state.settings_known = frame.settings_change_number;
     state.writer.write_all(&frame.bytes).await.is_ok()
 }
 
@@ -191,19 +192,21 @@ fn submit(state: &RunnerState, message: &Message) -> Submitted {
     }
     let checked = check_outside_store(state, message);
     let message_hash = message_hash(message);
-    let (authority, epoch, owned) = (
+    let (authority, epoch, owned, known) = (
         state.args.authority.clone(),
         state.args.runner_epoch.clone(),
         message.clone(),
+        state.settings_known,
     );
     Submitted::Queued(state.args.ctx.store.submit_write(move |tx| {
         if let Some(stored) = workers::message_receipt(tx.conn(), &epoch, &owned.message_id)? {
             return Ok(match stored.message_hash == message_hash {
-                true => Answer::Stored(stored),
+                true => Answer::Stored(stored, newer_settings(tx.conn(), &owned, known)?),
                 false => Answer::Reused,
             });
         }
         let (revision, result) = apply(tx, &authority, &owned, &checked)?;
+        let settings = newer_settings(tx.conn(), &owned, known)?;
         let result_json = result.as_ref().map(Value::to_string);
         let receipt = workers::MessageReceipt {
             outcome: "accepted".to_string(),
@@ -212,8 +215,23 @@ fn submit(state: &RunnerState, message: &Message) -> Submitted {
             message_hash,
         };
         workers::store_message_receipt(tx, &epoch, &owned.message_id, owned.kind.as_str(), &receipt)?;
-        Ok(Answer::Applied((revision, result)))
+        Ok(Answer::Applied((revision, result), settings))
     }))
+}
+
+/// The run's current settings version when it is newer than what the runner knows (its
+/// known version, or the one the message's start fields name), read in the message's own
+/// transaction; `None` otherwise, and without a read for a run that declares no settings.
+fn newer_settings(conn: &rusqlite::Connection, message: &Message, known: Option<i64>) -> StoreResult<Option<Value>> {
+    let claimed = message.payload.get(SETTINGS_CHANGE_NUMBER).and_then(Value::as_i64);
+    let Some(known) = known.max(claimed) else {
+        return Ok(None);
+    };
+    if settings::current_number(conn, &message.run_id)?.is_none_or(|current| current <= known) {
+        return Ok(None);
+    }
+    Ok(settings::current(conn, &message.run_id)?
+        .map(|version| json!({"changeNumber": version.change_number, "value": version.value})))
 }
 
 /// The answer to a submitted message, after its commit.
@@ -224,23 +242,43 @@ async fn finish(state: &mut RunnerState, message: &Message, submitted: Submitted
         Submitted::Queued(Err(err)) => Err(err),
     };
     match applied {
-        Ok(Answer::Stored(receipt)) => stored_response(message, receipt),
+        Ok(Answer::Stored(receipt, settings)) => with_settings(state, stored_response(message, receipt), settings),
         Ok(Answer::Reused) => Response::new(&message.message_id, ResponseOutcome::Rejected).with_error(
             "messageIdReused",
             "this message ID already named another message; nothing changed (use a new ID per message)",
         ),
-        Ok(Answer::Applied(applied)) => respond(state, message, Ok(applied)).await,
+        Ok(Answer::Applied(applied, settings)) => {
+            let response = respond(state, message, Ok(applied)).await;
+            with_settings(state, response, settings)
+        }
         Err(err) => respond(state, message, Err(err)).await,
     }
 }
 
 /// What a submitted message got.
 enum Answer {
-    /// A message seen before: its first answer, again.
-    Stored(workers::MessageReceipt),
+    /// A message seen before: its first answer, again (with newer settings, if any).
+    Stored(workers::MessageReceipt, Option<Value>),
     /// The ID named another message before: refused, nothing changed, nothing stored.
     Reused,
-    Applied(Applied),
+    /// Applied now, with newer settings than the message named, if any.
+    Applied(Applied, Option<Value>),
+}
+
+/// Attach a newer settings version to an answer, and remember that the runner knows it.
+fn with_settings(state: &mut RunnerState, mut response: Response, settings: Option<Value>) -> Response {
+    if response.outcome == ResponseOutcome::ClaimLost {
+        return response;
+    }
+    if let Some(number) = settings
+        .as_ref()
+        .and_then(|s| s.get("changeNumber"))
+        .and_then(Value::as_i64)
+    {
+        state.settings_known = state.settings_known.max(Some(number));
+    }
+    response.settings = settings;
+    response
 }
 
 /// SHA-256 of the canonical message: a repeat is the same message, byte for byte.

@@ -30,6 +30,24 @@ pub async fn interaction_submit(ctx: &Arc<ServerContext>, request: &Request) -> 
     submit_for_verdict(ctx, request, "output", "agent").await
 }
 
+/// `interaction.assistant` (`payload.text`, optional `payload.requestId`): the settled visible
+/// reply of the origin session for a pending assistant-message step. The runner checks it
+/// against the step (non-empty, within its `maxChars`) like any submission.
+pub async fn interaction_assistant(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+    if request
+        .payload
+        .get("text")
+        .and_then(Value::as_str)
+        .is_none_or(|text| text.trim().is_empty())
+    {
+        return Err(rejected(
+            "invalidRequest",
+            "interaction.assistant needs payload.text: the assistant's visible reply",
+        ));
+    }
+    submit_for_verdict(ctx, request, "text", "assistant").await
+}
+
 /// `decision.answer` (`payload.answer`, optional `payload.requestId`).
 pub async fn decision_answer(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
     submit_for_verdict(ctx, request, "answer", "decision").await

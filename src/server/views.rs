@@ -190,12 +190,15 @@ pub async fn view_run_get(ctx: &Arc<ServerContext>, request: &Request) -> Answer
     Ok((Outcome::Accepted, receipt, None))
 }
 
-/// `view.page`: one page of a run's attempt history (`kind: "attempts"`, `after`, `limit`).
+/// `view.page`: one page of a run's attempt history (`kind: "attempts"`, `after`, `limit`),
+/// or its settings (`kind: "settings"`, in `settings`).
 pub async fn view_page(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
     let run_id = run_id_of(request)?;
     let payload = &request.payload;
-    if payload.get("kind").and_then(Value::as_str).unwrap_or("attempts") != "attempts" {
-        return Err(rejected("invalidRequest", "view.page kinds: attempts"));
+    match payload.get("kind").and_then(Value::as_str).unwrap_or("attempts") {
+        "attempts" => {}
+        "settings" => return super::settings::settings_page(ctx, request).await,
+        _ => return Err(rejected("invalidRequest", "view.page kinds: attempts, settings")),
     }
     let after = payload.get("after").and_then(Value::as_i64);
     let limit = page_limit(payload, ATTEMPTS_PAGE_DEFAULT, ATTEMPTS_PAGE_MAX)?;

@@ -37,6 +37,8 @@ pub struct NewAttempt {
     pub node_type: String,
     pub deadline_at: Option<i64>,
     pub timeout_ms: Option<i64>,
+    /// The settings version whose frozen copy the node saw (`None`: no settings declared).
+    pub settings_change_number: Option<i64>,
 }
 
 /// How a node attempt ended.
@@ -161,11 +163,12 @@ fn insert_attempt(tx: &WriteTx<'_>, authority: &ClaimAuthority, attempt: &NewAtt
             attempt_id: open,
         });
     }
+    super::settings::check_attempt_version(tx.conn(), run_id, attempt.settings_change_number)?;
     tx.conn()
         .prepare_cached(
             "INSERT INTO node_attempts (attempt_id, run_id, node_id, node_path, visit, node_type, status,
-                        lease_generation, started_at, deadline_at, timeout_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, ?8, ?9, ?10)",
+                        lease_generation, started_at, deadline_at, timeout_ms, settings_change_number)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, ?8, ?9, ?10, ?11)",
         )?
         .execute(params![
             attempt.attempt_id,
@@ -177,7 +180,8 @@ fn insert_attempt(tx: &WriteTx<'_>, authority: &ClaimAuthority, attempt: &NewAtt
             authority.generation,
             tx.now_ms(),
             attempt.deadline_at,
-            attempt.timeout_ms
+            attempt.timeout_ms,
+            attempt.settings_change_number
         ])?;
     Ok(())
 }

@@ -121,6 +121,19 @@ pub enum StoreError {
     #[error(transparent)]
     Blob(#[from] super::blobs::BlobError),
 
+    #[error(transparent)]
+    Settings(#[from] crate::settings::SettingsError),
+
+    #[error(
+        "the settings of run {run_id} are at change {current}, not the expected {expected}; \
+         read them again (`pi-workflows run settings {run_id}`) and retry"
+    )]
+    SettingsChanged {
+        run_id: String,
+        expected: i64,
+        current: i64,
+    },
+
     #[error("{what} is {bytes} bytes, above the limit of {max} bytes")]
     TooLarge {
         what: &'static str,
@@ -170,6 +183,8 @@ impl StoreError {
             StoreError::InvalidInput { .. } => "invalidInput",
             StoreError::SessionBusy { .. } => "sessionBusy",
             StoreError::SubmissionRejected { .. } => "submissionRejected",
+            StoreError::Settings(err) => err.code(),
+            StoreError::SettingsChanged { .. } => "settingsChanged",
             _ => return None,
         })
     }

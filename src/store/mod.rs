@@ -32,6 +32,7 @@ pub mod run_view;
 pub mod runs;
 pub mod schema;
 pub mod server_lease;
+pub mod settings;
 pub mod verify;
 pub mod workers;
 pub mod writer;

@@ -123,7 +123,47 @@ pub fn read_run_state_within(conn: &Connection, run_id: &str, bytes_max: usize) 
         "effects": effects(conn, run_id, &budget)?,
         "interaction": interaction(conn, run_id, &budget)?,
         "continuation": continuation,
+        "settings": settings_version(conn, run_id, None, &budget)?,
+        "unfinishedSettings": unfinished_settings(conn, run_id, &budget)?,
     }))
+}
+
+/// `{changeNumber, value}` of the current settings version (or of `change_number`); null
+/// when the run declares no settings.
+fn settings_version(
+    conn: &Connection,
+    run_id: &str,
+    change_number: Option<i64>,
+    budget: &Budget,
+) -> StoreResult<Value> {
+    let row: Option<(i64, String)> = conn
+        .prepare_cached(
+            "SELECT c.change_number, c.settings_hash FROM run_settings s
+             JOIN run_setting_changes c ON c.run_id = s.run_id AND c.change_number = coalesce(?2, s.change_number)
+             WHERE s.run_id = ?1",
+        )?
+        .query_row(params![run_id, change_number], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    let Some((number, hash)) = row else {
+        return Ok(Value::Null);
+    };
+    Ok(json!({"changeNumber": number, "value": json_by_hash(conn, Some(&hash), budget)?}))
+}
+
+/// The frozen settings copy of the unfinished attempt when it is not the current version:
+/// the attempt continues in place and must see what it saw when it started.
+fn unfinished_settings(conn: &Connection, run_id: &str, budget: &Budget) -> StoreResult<Value> {
+    let frozen: Option<i64> = conn
+        .prepare_cached(
+            "SELECT a.settings_change_number FROM node_attempts a JOIN run_settings s ON s.run_id = a.run_id
+             WHERE a.run_id = ?1 AND a.status IN ('running', 'waiting') AND a.settings_change_number != s.change_number",
+        )?
+        .query_row([run_id], |row| row.get(0))
+        .optional()?;
+    match frozen {
+        Some(number) => settings_version(conn, run_id, Some(number), budget),
+        None => Ok(Value::Null),
+    }
 }
 
 fn json_by_hash(conn: &Connection, hash: Option<&str>, budget: &Budget) -> StoreResult<Value> {
@@ -148,9 +188,11 @@ fn attempts(conn: &Connection, run_id: &str, budget: &Budget) -> StoreResult<Vec
         String,
         Option<String>,
         Option<String>,
+        Option<i64>,
     );
     let mut statement = conn.prepare_cached(
-        "SELECT attempt_id, node_id, node_path, visit, node_type, status, output_hash, error_hash
+        "SELECT attempt_id, node_id, node_path, visit, node_type, status, output_hash, error_hash,
+                settings_change_number
          FROM node_attempts WHERE run_id = ?1 ORDER BY started_at, rowid LIMIT ?2",
     )?;
     let rows: Vec<Row> = statement
@@ -164,15 +206,16 @@ fn attempts(conn: &Connection, run_id: &str, budget: &Budget) -> StoreResult<Vec
                 row.get(5)?,
                 row.get(6)?,
                 row.get(7)?,
+                row.get(8)?,
             ))
         })?
         .collect::<Result<_, _>>()?;
     rows.into_iter()
         .map(
-            |(attempt_id, node_id, node_path, visit, node_type, status, output, error)| {
+            |(attempt_id, node_id, node_path, visit, node_type, status, output, error, settings)| {
                 Ok(json!({
                     "attemptId": attempt_id, "nodeId": node_id, "nodePath": node_path, "visit": visit,
-                    "nodeType": node_type, "status": status,
+                    "nodeType": node_type, "status": status, "settingsChangeNumber": settings,
                     "output": json_by_hash(conn, output.as_deref(), budget)?,
                     "error": json_by_hash(conn, error.as_deref(), budget)?,
                 }))

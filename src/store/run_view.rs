@@ -39,6 +39,8 @@ pub struct RunFacts {
     pub created_at: i64,
     pub updated_at: i64,
     pub finished_at: Option<i64>,
+    /// The current settings version (`None`: the workflow declares no settings).
+    pub settings_change_number: Option<i64>,
 }
 
 /// The run's live runner epoch, if one is starting or ready.
@@ -108,7 +110,8 @@ pub struct RunViewFacts {
 
 const RUN_SELECT: &str = "SELECT r.run_id, r.workflow_name, r.status, q.status, r.paused, r.status_detail,
         r.revision, b.execution_mode, r.origin, r.parent_run_id, r.definition_digest, r.error_hash,
-        r.created_at, r.updated_at, r.finished_at
+        r.created_at, r.updated_at, r.finished_at,
+        (SELECT s.change_number FROM run_settings s WHERE s.run_id = r.run_id)
      FROM runs r JOIN run_queue q ON q.run_id = r.run_id JOIN run_bindings b ON b.run_id = r.run_id";
 
 fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunFacts> {
@@ -128,6 +131,7 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunFacts> {
         created_at: row.get(12)?,
         updated_at: row.get(13)?,
         finished_at: row.get(14)?,
+        settings_change_number: row.get(15)?,
     })
 }
 
@@ -149,7 +153,8 @@ fn attempt_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<AttemptFacts> {
 }
 
 /// The run's presentation revision: its durable revision plus every state transition of
-/// its runner epochs (started, ready, finished) plus every reported step update. A view
+/// its runner epochs (started, ready, finished) plus every reported step update plus its
+/// settings change number. A view
 /// shows worker activity and updates, which do not change the run's revision; this number
 /// changes with everything a view shows, only grows, and is the same for the same durable
 /// state (so it survives a server restart).
@@ -161,6 +166,7 @@ pub fn presentation_revision(conn: &Connection, run_id: &str) -> StoreResult<Opt
                               + coalesce((SELECT sum(latest) FROM (SELECT max(u.update_seq) AS latest
                                            FROM interaction_updates u JOIN interactive_requests i ON i.request_id = u.request_id
                                            WHERE i.run_id = r.run_id GROUP BY u.request_id)), 0)
+                              + coalesce((SELECT s.change_number FROM run_settings s WHERE s.run_id = r.run_id), 0)
              FROM runs r WHERE r.run_id = ?1",
         )?
         .query_row([run_id], |row| row.get(0))

@@ -329,6 +329,9 @@ pub fn queue_run(tx: &WriteTx<'_>, new_run: &NewRun) -> StoreResult<i64> {
         &RunEvent::new("run.queued", Actor::System),
         None,
     )?;
+    if let Some(parent) = &new_run.parent_run_id {
+        super::settings::inherit(tx, parent, &new_run.run_id)?;
+    }
     Ok(1)
 }
 

@@ -164,6 +164,8 @@ CREATE TABLE node_attempts (
   timeout_ms INTEGER,
   output_hash TEXT,
   error_hash TEXT,
+  -- The settings change number whose frozen copy this attempt saw (NULL: no settings declared).
+  settings_change_number INTEGER CHECK (settings_change_number IS NULL OR settings_change_number >= 0),
   CHECK ((finished_at IS NULL) = (status IN ('running', 'waiting')))
 ) STRICT;
 
@@ -303,6 +305,32 @@ CREATE INDEX workflow_messages_by_run ON workflow_messages (run_id, status);
 -- At most one pending step message for one interactive request.
 CREATE UNIQUE INDEX workflow_messages_one_pending_step ON workflow_messages (source_id)
   WHERE kind = 'step' AND status = 'pending';
+
+-- Settings -------------------------------------------------------------------------------
+
+-- A run's changeable settings, only when its workflow declares them: the declaration
+-- (initial value and granted paths, a JSON blob) and the current change number. A restart
+-- starts from its parent run's current settings.
+CREATE TABLE run_settings (
+  run_id TEXT PRIMARY KEY REFERENCES runs (run_id) ON DELETE CASCADE,
+  declaration_hash TEXT NOT NULL,
+  change_number INTEGER NOT NULL CHECK (change_number >= 0),
+  updated_at INTEGER NOT NULL
+) STRICT;
+
+-- Every version of a run's settings: change 0 is the starting copy, each later one a
+-- client's JSON Patch (RFC 6902). An attempt names the version it saw.
+CREATE TABLE run_setting_changes (
+  run_id TEXT NOT NULL REFERENCES run_settings (run_id) ON DELETE CASCADE,
+  change_number INTEGER NOT NULL CHECK (change_number >= 0),
+  actor TEXT NOT NULL CHECK (actor IN ('workflow', 'human', 'session')),
+  patch_hash TEXT,
+  settings_hash TEXT NOT NULL,
+  changed_at INTEGER NOT NULL,
+  PRIMARY KEY (run_id, change_number),
+  CHECK ((change_number = 0) = (patch_hash IS NULL)),
+  CHECK ((change_number = 0) = (actor = 'workflow'))
+) STRICT, WITHOUT ROWID;
 
 -- Server commands ------------------------------------------------------------------------
 

@@ -59,6 +59,18 @@ pub const LIFECYCLE_INVARIANTS: &[(&str, &str)] = &[
         "SELECT count(*) FROM interactive_requests i JOIN runs r ON r.run_id = i.run_id
          WHERE i.status = 'pending' AND r.status IN ('completed', 'failed', 'timed_out', 'cancelled')",
     ),
+    (
+        "run settings whose versions are not numbered 0 to the current change without a gap",
+        "SELECT count(*) FROM run_settings s
+         WHERE s.change_number + 1 != (SELECT count(*) FROM run_setting_changes c WHERE c.run_id = s.run_id)
+            OR s.change_number != (SELECT max(change_number) FROM run_setting_changes c WHERE c.run_id = s.run_id)",
+    ),
+    (
+        "node attempt naming a settings version its run does not have",
+        "SELECT count(*) FROM node_attempts a LEFT JOIN run_settings s ON s.run_id = a.run_id
+         WHERE (a.settings_change_number IS NULL) != (s.run_id IS NULL)
+            OR a.settings_change_number > s.change_number",
+    ),
 ];
 
 /// One invariant that some rows violate.

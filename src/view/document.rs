@@ -240,6 +240,8 @@ fn run_object(facts: &RunViewFacts) -> Value {
         "finishedAt": run.finished_at,
         "completedSteps": facts.completed_steps,
         "attemptCount": facts.attempt_count,
+        // The value is a `view.page` read (kind `settings`); the view names only its version.
+        "settingsChangeNumber": run.settings_change_number,
     })
 }
 

@@ -2,6 +2,8 @@
 //! directory, a manual clock, and whole-database snapshots to prove "nothing changed".
 #![allow(dead_code)]
 
+pub mod e2e;
+
 use std::sync::Arc;
 
 use pi_workflows::store::runs::{ExecutionMode, NewRun};

@@ -2,6 +2,7 @@
 import { canonicalDigest } from "./canonical.js";
 import { assertNoIncludeCycle, edgeTargets } from "./define.js";
 import { resolveInclude } from "./include.js";
+import { type SettingsSnapshot, settingsSnapshot } from "./settings.js";
 import type { IncludeSpec, WorkflowDefinition, WorkflowEdge, WorkflowNode } from "./types.js";
 
 export const SNAPSHOT_SCHEMA = "pi-workflows.definition-snapshot.v1";
@@ -49,6 +50,8 @@ export interface DefinitionSnapshot {
   nodes: SnapshotNode[];
   includes: { path: string; workflow: string; maxSteps: number; startAt: string; exits: Record<string, string> }[];
   edges: ({ from: string; to: string } | { from: string; switch: { on: string; cases: Record<string, string> } })[];
+  /** Present when the root workflow declares settings (the server enforces it). */
+  settings?: SettingsSnapshot;
 }
 
 export interface CompiledWorkflow {
@@ -137,10 +140,16 @@ function buildSnapshot(root: CompiledScope): DefinitionSnapshot {
     }
     for (const mount of scope.mounts.values()) {
       const def = mount.scope.definition;
+      if (def.settings) {
+        throw new Error(
+          `workflow "${def.name}" (included at "${mount.path}") declares settings: only the root workflow declares them; move them to "${root.definition.name}"`,
+        );
+      }
       snapshot.includes.push({ path: mount.path, workflow: def.name, maxSteps: def.maxSteps, startAt: def.startAt, exits: { ...def.exits } });
       visit(mount.scope);
     }
   };
   visit(root);
+  if (root.definition.settings) snapshot.settings = settingsSnapshot(root.definition.settings);
   return snapshot;
 }

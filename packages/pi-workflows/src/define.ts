@@ -1,6 +1,7 @@
 // defineWorkflow: shape and graph validation at definition time; every error names its node.
 import { resolveInclude } from "./include.js";
 import { isOutcomeCase, parseSwitchOn } from "./edges.js";
+import { checkSettings } from "./settings.js";
 import type { IncludeSpec, WorkflowDefinition, WorkflowEdge, WorkflowNode, WorkflowOptions } from "./types.js";
 
 export const NODE_NAME = /^[A-Za-z_][A-Za-z0-9_-]*$/;
@@ -30,6 +31,7 @@ export function defineWorkflow<I = unknown>(options: WorkflowOptions<I>): Workfl
   const exits = checkExits(options.exits, nodes, edges, fail);
   checkDecisionEdges(nodes, edges, fail);
   checkReachable(startAt, nodes, includes, edges, fail);
+  const settings = options.settings === undefined ? undefined : checkSettings(options.settings, fail);
 
   const definition: WorkflowDefinition<I> = Object.freeze({
     kind: "workflow",
@@ -41,6 +43,7 @@ export function defineWorkflow<I = unknown>(options: WorkflowOptions<I>): Workfl
     exits: Object.freeze(exits),
     edges: Object.freeze([...edges]),
     maxSteps,
+    ...(settings ? { settings } : {}),
   });
   assertNoIncludeCycle(definition, [], true);
   return definition;

@@ -1,11 +1,12 @@
 // The workflow engine: walks a compiled workflow from RunState, replaying committed attempts and
 // proposing every new fact to a Host. One run generation per call.
 import type { CompiledNode, CompiledWorkflow } from "./compile.js";
+import { LiveSettings, parseSettingsVersion, type SettingsVersion } from "./settings.js";
 import type { NodeError } from "./types.js";
 import { type Attempt, type EngineEnv, type RunCommand, type StepOutcome } from "./engine/attempt.js";
 import { runAction, runShellNode } from "./engine/effect-node.js";
 import { type Frame, framesUpward, record, rootFrame } from "./engine/frames.js";
-import type { AgentExecutor, Host, RunState } from "./engine/host.js";
+import type { AgentExecutor, Host, RunState, RunStateAttempt } from "./engine/host.js";
 import { runInteractiveNode } from "./engine/interactive-node.js";
 import { nodeError } from "./engine/limits.js";
 import { ReplayIndex } from "./engine/replay.js";
@@ -27,6 +28,8 @@ export interface RunWorkflowOptions {
   loadAgentExecutor?: () => Promise<AgentExecutor>;
   signal?: AbortSignal;
   now?: () => number;
+  /** The newest settings a host told the runner about (default: the run state's, fixed). */
+  settings?: LiveSettings;
 }
 
 export type RunOutcome =
@@ -50,6 +53,7 @@ export async function runWorkflow(options: RunWorkflowOptions): Promise<RunOutco
     replay: new ReplayIndex(runState, command === "resume" || command === "continue"),
     interactive: runState.executionMode === "interactive",
     signal,
+    settings: options.settings ?? new LiveSettings(runState.settings),
     now: options.now ?? Date.now,
     loadAgentExecutor: options.loadAgentExecutor ?? (() => Promise.reject(new Error("no agent executor is available"))),
   };
@@ -94,6 +98,7 @@ export async function runWorkflow(options: RunWorkflowOptions): Promise<RunOutco
         started: open !== undefined,
         prior: open,
         interrupted: open ? undefined : prior,
+        settings: open ? frozenSettings(runState, open, env.settings) : env.settings.current(),
       };
       const step = await executeNode(attempt);
       if (step.kind === "waiting") return { kind: "waiting" };
@@ -102,6 +107,20 @@ export async function runWorkflow(options: RunWorkflowOptions): Promise<RunOutco
     record(frame, node.id, result);
     next = await route(frame, node, result, signal);
   }
+}
+
+/**
+ * The settings an unfinished attempt saw when it started: it continues in place, so it must
+ * see them again (an effect request computed from them must match its reservation).
+ */
+function frozenSettings(runState: RunState, open: RunStateAttempt, live: LiveSettings): SettingsVersion | null {
+  const number = open.settingsChangeNumber;
+  if (number === null || number === undefined) return null;
+  const current = live.current();
+  if (current?.changeNumber === number) return current;
+  const frozen = parseSettingsVersion(runState.unfinishedSettings);
+  if (frozen?.changeNumber === number) return frozen;
+  throw new Error(`the run state lacks settings version ${number} of unfinished attempt ${open.attemptId}`);
 }
 
 /** Count one node against the root and every enclosing invocation; an error when one is over. */

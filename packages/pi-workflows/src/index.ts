@@ -28,4 +28,5 @@ export type {
   RunStateEffect,
 } from "./engine/host.js";
 export { HostRejectedError } from "./engine/host.js";
+export { LiveSettings, type SettingsVersion, type SettingsSnapshot } from "./settings.js";
 export type * from "./types.js";

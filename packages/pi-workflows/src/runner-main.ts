@@ -5,6 +5,7 @@ import { sha256Hex } from "./canonical.js";
 import { runWorkflow, type RunCommand } from "./engine.js";
 import type { AgentExecutor, RunState } from "./engine/host.js";
 import { nodeError } from "./engine/limits.js";
+import { LiveSettings } from "./settings.js";
 import { WorkflowError } from "./errors.js";
 import { loadWorkflowFile, type LoadedWorkflow } from "./loader.js";
 import { channelHost } from "./runner/channel-host.js";
@@ -94,6 +95,9 @@ async function execute(session: RunnerSession, launch: Launch, loaded: LoadedWor
   const runState = await readRunState(session, (frame.payload ?? {}) as Record<string, unknown>);
   const controller = new AbortController();
   process.once("SIGTERM", () => controller.abort(new Error("runner stopped (SIGTERM)")));
+  // Settings changed while the run goes on reach the runner in answers to node starts.
+  const settings = new LiveSettings(runState.settings);
+  session.onSettings = (version) => settings.offer(version);
   const outcome = await runWorkflow({
     workflow: loaded.compiled,
     host: channelHost(session),
@@ -103,6 +107,7 @@ async function execute(session: RunnerSession, launch: Launch, loaded: LoadedWor
     attemptIdPrefix: "a" + sha256Hex(`${launch.runId}\0${launch.generation}\0${launch.runnerEpoch}`).slice(0, 20),
     loadAgentExecutor: lazyAgentExecutor(launch.projectPath),
     signal: controller.signal,
+    settings,
   });
   log(`run ${launch.runId} generation ${launch.generation}: ${outcome.kind}`);
 }

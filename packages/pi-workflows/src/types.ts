@@ -23,6 +23,13 @@ export interface NodeContext<I = any> {
   /** Latest `ok` output per local node id (a failure removes the earlier output). */
   outputs: Record<string, any>;
   results: Record<string, NodeResult>;
+  /**
+   * The run's settings as this node attempt saw them when it started: a frozen copy (a change
+   * made meanwhile applies from the next node). Absent when the workflow declares no settings.
+   */
+  settings?: Readonly<Record<string, any>>;
+  /** Which version `settings` is: 0 is the declared initial value, each change adds one. */
+  settingsChangeNumber?: number;
   signal: AbortSignal;
 }
 
@@ -148,6 +155,21 @@ export interface IncludeSpec<I = any> {
   readonly input?: (ctx: NodeContext<I>) => unknown;
 }
 
+/** An operation a client may apply at a settings path (RFC 6902; `test` is always allowed). */
+export type SettingsOperation = "add" | "remove" | "replace";
+
+/**
+ * Settings a run carries and clients may change while it runs (`run.changeSettings`, a JSON
+ * Patch). Only the listed JSON Pointers, at or below them, with the listed operations, may
+ * change; everything else is denied.
+ */
+export interface WorkflowSettings {
+  /** The starting value: a JSON object (at most 256 KiB as canonical JSON). */
+  initial: Record<string, unknown>;
+  /** JSON Pointer → the operations allowed at or below it, e.g. `{"/reviewers": ["add", "remove"]}`. */
+  changeable?: Record<string, readonly SettingsOperation[]>;
+}
+
 export interface WorkflowOptions<I = unknown> {
   name: string;
   input?: (raw: unknown) => I;
@@ -158,6 +180,8 @@ export interface WorkflowOptions<I = unknown> {
   exits?: Record<string, string | { from: string }>;
   edges: WorkflowEdge[];
   maxSteps?: number;
+  /** Run settings clients may change while the run is active (declared by a root workflow). */
+  settings?: WorkflowSettings;
 }
 
 /** A validated workflow, as `defineWorkflow` returns it. */
@@ -172,4 +196,5 @@ export interface WorkflowDefinition<I = any> {
   readonly exits: Readonly<Record<string, string>>;
   readonly edges: readonly WorkflowEdge[];
   readonly maxSteps: number;
+  readonly settings?: WorkflowSettings;
 }

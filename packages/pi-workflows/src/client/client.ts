@@ -242,6 +242,28 @@ export class WorkflowClient {
   /** Events for subscriptions whose handler is not registered yet (bounded). */
   private readonly early: Event[] = [];
 
+  /**
+   * Change a run's settings with a JSON Patch (RFC 6902: add, remove, replace, test) on the
+   * paths its workflow declares changeable. `expectedChangeNumber` refuses the change
+   * (`settingsChanged`) when someone changed them first. Answers the new change number.
+   */
+  async changeSettings(
+    runId: string,
+    patch: readonly JsonObject[],
+    options: { expectedChangeNumber?: number; actor?: "human" | "session"; idempotencyKey?: string } = {},
+  ): Promise<number> {
+    const payload: JsonObject = { patch: patch as unknown as JsonObject[] };
+    if (options.expectedChangeNumber !== undefined) payload.expectedChangeNumber = options.expectedChangeNumber;
+    if (options.actor !== undefined) payload.actor = options.actor;
+    const receipt = await this.call("run.changeSettings", { runId, payload, idempotencyKey: options.idempotencyKey });
+    return Number(receipt.changeNumber);
+  }
+
+  /** A run's settings: current value and change number, changeable paths, newest changes. */
+  async readSettings(runId: string): Promise<JsonObject> {
+    return this.call("view.page", { runId, payload: { kind: "settings" } });
+  }
+
   /** Read referenced content in chunks and verify it against the reference's digest. */
   async readContent(runId: string, reference: ContentRef): Promise<Buffer> {
     const parts: Buffer[] = [];

@@ -1,7 +1,8 @@
 // One node attempt and the messages that start, finish or fail it.
 import type { CompiledNode } from "../compile.js";
-import type { NodeError, NodeResult } from "../types.js";
-import type { Frame } from "./frames.js";
+import type { LiveSettings, SettingsVersion } from "../settings.js";
+import type { NodeContext, NodeError, NodeResult } from "../types.js";
+import { contextOf, type Frame } from "./frames.js";
 import { type AgentExecutor, type Host, HostRejectedError, type NodeStart, type RunState, type RunStateAttempt } from "./host.js";
 import { checkedOutput, OutputError, nodeError } from "./limits.js";
 import { outcomeOfError, type ReplayIndex } from "./replay.js";
@@ -18,6 +19,8 @@ export interface EngineEnv {
   replay: ReplayIndex;
   interactive: boolean;
   signal: AbortSignal;
+  /** The newest settings version known; a new attempt freezes it. */
+  settings: LiveSettings;
   now(): number;
   loadAgentExecutor(): Promise<AgentExecutor>;
 }
@@ -34,13 +37,17 @@ export interface Attempt {
   prior?: RunStateAttempt;
   /** An earlier attempt of this node visit that was interrupted (it reruns as this attempt). */
   interrupted?: RunStateAttempt;
+  /** The settings this attempt sees, frozen at its start (null: none declared). */
+  settings: SettingsVersion | null;
 }
 
 export type StepOutcome = { kind: "result"; result: NodeResult } | { kind: "waiting" };
 
 export function startFields(attempt: Attempt, extra: { deadlineAt?: number; timeoutMs?: number } = {}): NodeStart {
-  const { node, visit } = attempt;
-  return { nodeId: node.id, nodePath: node.path, visit, nodeType: node.type, ...extra };
+  const { node, visit, settings } = attempt;
+  const start: NodeStart = { nodeId: node.id, nodePath: node.path, visit, nodeType: node.type, ...extra };
+  if (settings) start.settingsChangeNumber = settings.changeNumber;
+  return start;
 }
 
 export async function ensureStarted(attempt: Attempt, extra?: { deadlineAt?: number; timeoutMs?: number }): Promise<void> {
@@ -76,4 +83,9 @@ export async function fail(attempt: Attempt, error: NodeError): Promise<StepOutc
   await attempt.env.host.nodeFailed(attempt.attemptId, { error, start });
   attempt.started = true;
   return { kind: "result", result: { outcome: outcomeOfError(error), error, visit: attempt.visit } };
+}
+
+/** The node context of an attempt: its frame's record plus its frozen settings. */
+export function attemptContext(attempt: Attempt): NodeContext {
+  return contextOf(attempt.frame, attempt.env.signal, attempt.settings);
 }

@@ -1,8 +1,7 @@
 // Action and shell nodes: reserve the effect, run it at most once, settle it, adopt stored results.
 import type { ActionNode, ActionContext, EffectContract, NodeError, ShellNode, ShellReceipt, ShellSpec } from "../types.js";
-import { type Attempt, complete, ensureStarted, fail, type StepOutcome } from "./attempt.js";
+import { type Attempt, attemptContext, complete, ensureStarted, fail, type StepOutcome } from "./attempt.js";
 import { idempotencyKey, requestFingerprint } from "./effect-keys.js";
-import { contextOf } from "./frames.js";
 import { checkedOutput, errorFrom, nodeError, OutputError, truncateUtf8, UPDATE_MESSAGE_BYTES_MAX, VALUE_BYTES_MAX } from "./limits.js";
 import { fitReceipt, normalizeShellSpec, runShell } from "./shell-exec.js";
 
@@ -65,7 +64,7 @@ export async function runAction(attempt: Attempt, node: ActionNode): Promise<Ste
   if (plan.kind === "adopt") return complete(attempt, plan.result);
   const { env } = attempt;
   const ctx: ActionContext = {
-    ...contextOf(attempt.frame, env.signal),
+    ...attemptContext(attempt),
     update: (progress) =>
       env.host.nodeUpdate(attempt.attemptId, { ...progress, message: truncateUtf8(String(progress.message), UPDATE_MESSAGE_BYTES_MAX) }),
   };
@@ -88,7 +87,7 @@ export async function runShellNode(attempt: Attempt, node: ShellNode): Promise<S
   await ensureStarted(attempt);
   let spec: Required<ShellSpec>;
   try {
-    spec = normalizeShellSpec(await node.exec(contextOf(attempt.frame, env.signal)), env.projectPath);
+    spec = normalizeShellSpec(await node.exec(attemptContext(attempt)), env.projectPath);
   } catch (error) {
     return fail(attempt, errorFrom(error));
   }

@@ -1,5 +1,6 @@
 // One invocation of a (root or included) workflow: its input and local outputs and results.
 import type { CompiledMount, CompiledScope } from "../compile.js";
+import type { SettingsVersion } from "../settings.js";
 import type { NodeContext, NodeResult } from "../types.js";
 
 export interface Frame {
@@ -18,8 +19,14 @@ export function rootFrame(scope: CompiledScope, input: unknown): Frame {
   return { scope, input, outputs: {}, results: {}, steps: 0 };
 }
 
-export function contextOf(frame: Frame, signal: AbortSignal): NodeContext {
-  return { input: frame.input, outputs: readOnly(frame.outputs), results: readOnly(frame.results), signal };
+/** `settings` only for node attempts: include inputs are recomputed on replay, so they see none. */
+export function contextOf(frame: Frame, signal: AbortSignal, settings: SettingsVersion | null = null): NodeContext {
+  const context: NodeContext = { input: frame.input, outputs: readOnly(frame.outputs), results: readOnly(frame.results), signal };
+  if (settings) {
+    context.settings = settings.value;
+    context.settingsChangeNumber = settings.changeNumber;
+  }
+  return context;
 }
 
 /** Refuses writes through the view (a TypeError in strict code). */

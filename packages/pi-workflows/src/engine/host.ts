@@ -14,6 +14,8 @@ export interface RunStateAttempt {
   status: AttemptStatus | string;
   output?: unknown;
   error?: NodeError | null;
+  /** The settings version this attempt saw (null when the run declares no settings). */
+  settingsChangeNumber?: number | null;
 }
 
 export interface RunStateEffect {
@@ -54,6 +56,10 @@ export interface RunState {
   continuation: RunStateContinuation | null;
   /** "interactive" sends agent steps to the origin session; anything else runs headless. */
   executionMode?: "interactive" | "headless";
+  /** The current settings version `{changeNumber, value}` (null: none declared). */
+  settings?: unknown;
+  /** The unfinished attempt's frozen settings when it is not the current version. */
+  unfinishedSettings?: unknown;
 }
 
 /** Start fields, sent with the first message of an attempt that was never started. */
@@ -64,6 +70,8 @@ export interface NodeStart {
   nodeType: string;
   deadlineAt?: number;
   timeoutMs?: number;
+  /** The settings version the attempt sees (runs with declared settings). */
+  settingsChangeNumber?: number;
 }
 
 export interface EffectReservation {

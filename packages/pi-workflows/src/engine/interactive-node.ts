@@ -2,8 +2,7 @@
 // whose answer (settled later through resume/continue) becomes the node output.
 import type { AgentNode, CheckpointNode, DecisionNode, Dynamic, NodeContext, NodeError } from "../types.js";
 import { checkDecision, decisionPrompt, parseAgentJson } from "./agent-output.js";
-import { type Attempt, complete, ensureStarted, fail, type StepOutcome } from "./attempt.js";
-import { contextOf } from "./frames.js";
+import { type Attempt, attemptContext, complete, ensureStarted, fail, type StepOutcome } from "./attempt.js";
 import { type AgentRunResult, HostRejectedError, type InteractionKind } from "./host.js";
 import { errorFrom, nodeError } from "./limits.js";
 
@@ -142,7 +141,7 @@ async function promptOf(node: AgentNode | DecisionNode, ctx: NodeContext): Promi
 
 async function requestInteraction(attempt: Attempt, node: AskNode): Promise<StepOutcome> {
   const { env } = attempt;
-  const ctx = contextOf(attempt.frame, env.signal);
+  const ctx = attemptContext(attempt);
   const requestId = `req:${attempt.attemptId}`;
   const contract: Record<string, unknown> = { workflow: env.runState.workflowName, nodePath: attempt.node.path, attemptId: attempt.attemptId };
   let timing: { deadlineAt?: number; timeoutMs?: number } = {};
@@ -179,7 +178,7 @@ async function runHeadlessAgent(attempt: Attempt, node: AgentNode | DecisionNode
   await ensureStarted(attempt, { timeoutMs, deadlineAt: env.now() + timeoutMs });
   let request: { prompt: string; expectedOutput?: string };
   try {
-    request = await promptOf(node, contextOf(attempt.frame, env.signal));
+    request = await promptOf(node, attemptContext(attempt));
   } catch (error) {
     return fail(attempt, errorFrom(error));
   }

@@ -1,7 +1,6 @@
 // Compute and notify nodes.
 import type { ComputeNode, NotifyNode } from "../types.js";
-import { type Attempt, complete, ensureStarted, fail, type StepOutcome } from "./attempt.js";
-import { contextOf } from "./frames.js";
+import { type Attempt, attemptContext, complete, ensureStarted, fail, type StepOutcome } from "./attempt.js";
 import { resolveDynamic } from "./interactive-node.js";
 import { checkedOutput, errorFrom, NOTIFICATION_BYTES_MAX, nodeError, OutputError, truncateUtf8 } from "./limits.js";
 
@@ -9,7 +8,7 @@ import { checkedOutput, errorFrom, NOTIFICATION_BYTES_MAX, nodeError, OutputErro
 export async function runCompute(attempt: Attempt, node: ComputeNode): Promise<StepOutcome> {
   let output: unknown;
   try {
-    output = await node.run(contextOf(attempt.frame, attempt.env.signal));
+    output = await node.run(attemptContext(attempt));
   } catch (error) {
     return fail(attempt, errorFrom(error));
   }
@@ -21,7 +20,7 @@ export async function runNotify(attempt: Attempt, node: NotifyNode): Promise<Ste
   const { env } = attempt;
   let message: string;
   try {
-    message = truncateUtf8(String(await resolveDynamic(node.message, contextOf(attempt.frame, env.signal))), NOTIFICATION_BYTES_MAX);
+    message = truncateUtf8(String(await resolveDynamic(node.message, attemptContext(attempt))), NOTIFICATION_BYTES_MAX);
   } catch (error) {
     return fail(attempt, errorFrom(error));
   }

@@ -26,6 +26,8 @@ export interface RunnerResponse {
   revision?: number;
   result?: unknown;
   error?: { code: string; message: string };
+  /** A newer settings version than a start message named (see docs/RUNNER-PROTOCOL.md). */
+  settings?: unknown;
 }
 
 export function parseLaunch(frame: Record<string, unknown>): Launch {
@@ -67,6 +69,9 @@ export class RunnerSession {
    * answer on; each accepted change advances it by one, and every answer resynchronizes it.
    */
   private expectedRevision?: number;
+
+  /** Told of every newer settings version an answer carries. */
+  onSettings?: (settings: unknown) => void;
 
   /** Whether any message was sent (before `runner.ready`, a goodbye would only be refused). */
   get hasSent(): boolean {
@@ -163,6 +168,7 @@ export class RunnerSession {
         // The server's revision after this answer; later answers of pipelined messages
         // arrive in order, so the newest one wins once nothing is in flight.
         if (typeof checked.revision === "number" && this.waiters.length === 0) this.expectedRevision = checked.revision;
+        if (checked.settings !== undefined) this.onSettings?.(checked.settings);
         waiter.resolve(checked);
       }
     } catch (error) {

@@ -23,6 +23,8 @@ function cli(...args) {
 }
 
 const workflow = path.join(state, "chain.workflow.ts");
+const tuned = path.join(state, "tuned.workflow.ts");
+const replying = path.join(state, "replying.workflow.ts");
 let client;
 
 before(async () => {
@@ -32,6 +34,35 @@ before(async () => {
   writeFileSync(
     workflow,
     `import { compute, defineWorkflow } from "pi-workflows";\nexport default defineWorkflow({\n  name: "chain",\n  startAt: "n1",\n  nodes: {\n${nodes.join("\n")}\n  },\n  edges: [${edges.join(", ")}],\n});\n`,
+  );
+  writeFileSync(
+    tuned,
+    `import { checkpoint, compute, defineWorkflow } from "pi-workflows";
+export default defineWorkflow({
+  name: "tuned",
+  settings: { initial: { mode: "quick" }, changeable: { "/mode": ["replace"] } },
+  startAt: "ask",
+  nodes: {
+    ask: checkpoint({ summary: "Go?" }),
+    report: compute({ run: ({ settings, settingsChangeNumber }) => ({ mode: settings.mode, number: settingsChangeNumber }) }),
+  },
+  edges: [{ from: "ask", to: "report" }],
+});
+`,
+  );
+  writeFileSync(
+    replying,
+    `import { agent, assistantMessage, compute, defineWorkflow } from "pi-workflows";
+export default defineWorkflow({
+  name: "replying",
+  startAt: "reply",
+  nodes: {
+    reply: agent({ prompt: "Say hello briefly.", expectedOutput: assistantMessage({ maxChars: 20 }) }),
+    done: compute({ run: ({ outputs }) => ({ said: outputs.reply }) }),
+  },
+  edges: [{ from: "reply", to: "done" }],
+});
+`,
   );
   cli("server", "start");
   const { version } = JSON.parse(readFileSync(path.join(packageDir, "package.json"), "utf8"));
@@ -89,4 +120,60 @@ test("reads fail clearly for unknown content and unknown runs", async () => {
     (error) => error.code === "contentUnavailable",
   );
   await assert.rejects(client.call("view.run.get", { runId: "run-none" }), (error) => error.code === "notFound");
+});
+
+/** Poll one run's view until `check(view)` holds (bounded). */
+async function viewUntil(runId, check) {
+  for (let i = 0; i < 600; i++) {
+    const { view } = await client.call("view.run.get", { runId });
+    if (check(view)) return view;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error(`run ${runId} never reached the expected view`);
+}
+
+test("settings change on a waiting run with compare-and-set, and the resumed run sees them", async () => {
+  const runId = `run-ts-settings-${Date.now()}`;
+  const started = await client.call("run.start", { runId, payload: { workflow: tuned, projectPath: state, executionMode: "headless" } });
+  assert.equal(started.runId, runId);
+  await viewUntil(runId, (view) => view.display.status === "waiting" && view.display.activity.kind === "none");
+  const before = await client.readSettings(runId);
+  assert.deepEqual([before.changeNumber, before.settings], [0, { mode: "quick" }]);
+
+  assert.equal(await client.changeSettings(runId, [{ op: "replace", path: "/mode", value: "careful" }], { expectedChangeNumber: 0 }), 1);
+  await assert.rejects(
+    client.changeSettings(runId, [{ op: "replace", path: "/mode", value: "late" }], { expectedChangeNumber: 0 }),
+    (error) => error.code === "settingsChanged",
+  );
+  await assert.rejects(
+    client.changeSettings(runId, [{ op: "add", path: "/other", value: 1 }]),
+    (error) => error.code === "settingsForbidden",
+  );
+  const after = await client.readSettings(runId);
+  assert.deepEqual([after.changeNumber, after.settings, after.changes.length], [1, { mode: "careful" }, 2]);
+  const view = await viewUntil(runId, (v) => v.run.settingsChangeNumber === 1);
+  assert.equal(view.display.status, "waiting", "a settings change does not disturb a waiting run");
+
+  await client.call("checkpoint.answer", { runId, payload: { answer: "go" } });
+  await viewUntil(runId, (v) => v.display.status === "completed" && v.display.activity.kind === "none");
+  const status = await client.call("run.status", { runId, payload: { includeResult: true } });
+  assert.deepEqual(status.result, { mode: "careful", number: 1 }, JSON.stringify(status));
+});
+
+test("an assistant-message step takes the visible reply; the step's own checks judge it", async () => {
+  const runId = `run-ts-assistant-${Date.now()}`;
+  const payload = { workflow: replying, projectPath: state, executionMode: "interactive", originSessionId: `session-${runId}` };
+  await client.call("run.start", { runId, payload });
+  const waiting = await viewUntil(runId, (view) => view.display.status === "waiting" && view.display.activity.kind === "none");
+  assert.equal(waiting.display.request.kind, "assistant");
+  const tooLong = await client.request("interaction.assistant", { runId, payload: { text: "x".repeat(21) } });
+  assert.equal(tooLong.outcome, "rejected");
+  assert.equal(tooLong.error.code, "submissionRejected");
+  assert.match(tooLong.error.message, /limit is 20/);
+  await viewUntil(runId, (view) => view.display.status === "waiting" && view.display.activity.kind === "none");
+  const accepted = await client.request("interaction.assistant", { runId, payload: { text: "Hello!" } });
+  assert.equal(accepted.outcome, "accepted", JSON.stringify(accepted.error));
+  await viewUntil(runId, (v) => v.display.status === "completed" && v.display.activity.kind === "none");
+  const status = await client.call("run.status", { runId, payload: { includeResult: true } });
+  assert.deepEqual(status.result, { said: "Hello!" });
 });

@@ -1,0 +1,230 @@
+//! Run settings: what a workflow declares changeable while it runs, and the JSON Patch
+//! (RFC 6902) changes clients make to a run's copy (`run.changeSettings`).
+//!
+//! A workflow declares `settings: {initial, paths}` in its definition snapshot: `initial` is
+//! a JSON object, `paths` grants operations (`add`, `remove`, `replace`) at JSON Pointers.
+//! Everything else is denied. A change is checked against the declaration, applied to a copy
+//! and bounded before anything is stored; each node attempt sees one frozen copy.
+//!
+//! Architecture Invariant: pure functions of JSON values — no I/O, no store, no workflow code.
+
+mod patch;
+
+pub use patch::{PatchOp, apply_patch, parse_patch};
+
+use serde_json::Value;
+
+/// A settings value (canonical JSON, UTF-8 bytes).
+pub const SETTINGS_BYTES_MAX: usize = 256 * 1024;
+/// Operations in one patch.
+pub const PATCH_OPS_MAX: usize = 256;
+/// One patch, canonical JSON.
+pub const PATCH_BYTES_MAX: usize = 64 * 1024;
+/// One JSON Pointer, UTF-8 bytes.
+pub const POINTER_BYTES_MAX: usize = 1024;
+/// Declared changeable paths of one workflow.
+pub const DECLARED_PATHS_MAX: usize = 64;
+
+/// Why a declaration or a change was refused. `code()` is the client error code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    #[error("the workflow's settings declaration is invalid: {0}")]
+    InvalidDeclaration(String),
+    #[error("the patch is invalid: {0}; send a JSON Patch array of add, remove, replace or test operations")]
+    InvalidPatch(String),
+    #[error(
+        "operation {index} ({op} {path}) is not allowed: the workflow declares no path at or above it that allows {op}; \
+         see the run's settings page for what may change"
+    )]
+    Forbidden {
+        index: usize,
+        op: &'static str,
+        path: String,
+    },
+    #[error("operation {index} (test {path}) failed: the value there differs; read the settings again and retry")]
+    TestFailed { index: usize, path: String },
+    #[error("operation {index} ({op} {path}) cannot apply: {why}")]
+    NotApplicable {
+        index: usize,
+        op: &'static str,
+        path: String,
+        why: String,
+    },
+    #[error("{what} is {bytes} bytes, above the limit of {max} bytes")]
+    TooLarge {
+        what: &'static str,
+        bytes: usize,
+        max: usize,
+    },
+}
+
+impl SettingsError {
+    /// The client protocol error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidDeclaration(_) => "invalidDefinition",
+            Self::InvalidPatch(_) => "invalidRequest",
+            Self::Forbidden { .. } => "settingsForbidden",
+            Self::TestFailed { .. } => "settingsTestFailed",
+            Self::NotApplicable { .. } => "settingsNotApplicable",
+            Self::TooLarge { .. } => "tooLarge",
+        }
+    }
+}
+
+/// One declared changeable path and the operations it grants at or below it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathGrant {
+    pub pointer: String,
+    tokens: Vec<String>,
+    pub add: bool,
+    pub remove: bool,
+    pub replace: bool,
+}
+
+impl PathGrant {
+    fn allows(&self, op: &PatchOp) -> bool {
+        let granted = match op {
+            PatchOp::Add { .. } => self.add,
+            PatchOp::Remove { .. } => self.remove,
+            PatchOp::Replace { .. } => self.replace,
+            // A test changes nothing: it is always allowed.
+            PatchOp::Test { .. } => true,
+        };
+        granted && op.tokens().starts_with(&self.tokens)
+    }
+}
+
+/// A workflow's settings declaration, from its definition snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Declaration {
+    pub initial: Value,
+    pub grants: Vec<PathGrant>,
+}
+
+impl Declaration {
+    /// The declaration in a definition snapshot (`snapshot.settings`), `None` when the
+    /// workflow declares no settings.
+    pub fn of_snapshot(snapshot: &Value) -> Result<Option<Self>, SettingsError> {
+        match snapshot.get("settings") {
+            None | Some(Value::Null) => Ok(None),
+            Some(declared) => Self::parse(declared).map(Some),
+        }
+    }
+
+    /// `{initial: {...}, paths: [{path, allow: ["add" | "remove" | "replace", ...]}]}`.
+    pub fn parse(declared: &Value) -> Result<Self, SettingsError> {
+        let invalid = |why: &str| SettingsError::InvalidDeclaration(why.to_string());
+        let initial = declared
+            .get("initial")
+            .cloned()
+            .unwrap_or(Value::Object(Default::default()));
+        if !initial.is_object() {
+            return Err(invalid("settings.initial must be a JSON object"));
+        }
+        check_size("settings.initial", &initial, SETTINGS_BYTES_MAX)?;
+        let paths = match declared.get("paths") {
+            None => &Vec::new(),
+            Some(Value::Array(paths)) => paths,
+            Some(_) => return Err(invalid("settings.paths must be a list")),
+        };
+        if paths.len() > DECLARED_PATHS_MAX {
+            return Err(invalid(&format!(
+                "at most {DECLARED_PATHS_MAX} settings paths may be declared"
+            )));
+        }
+        let grants = paths.iter().map(parse_grant).collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { initial, grants })
+    }
+
+    /// The declaration as the settings page shows it (paths and their operations).
+    pub fn paths_json(&self) -> Value {
+        Value::Array(
+            self.grants
+                .iter()
+                .map(|grant| {
+                    let allow: Vec<&str> = [("add", grant.add), ("remove", grant.remove), ("replace", grant.replace)]
+                        .into_iter()
+                        .filter_map(|(op, on)| on.then_some(op))
+                        .collect();
+                    serde_json::json!({ "path": grant.pointer, "allow": allow })
+                })
+                .collect(),
+        )
+    }
+
+    /// Check every operation against the grants, then apply the patch to `current`:
+    /// all or nothing, and the result stays an object within the size limit.
+    pub fn change(&self, current: &Value, patch: &[PatchOp]) -> Result<Value, SettingsError> {
+        if let Some((index, op)) = patch
+            .iter()
+            .enumerate()
+            .find(|(_, op)| !self.grants.iter().any(|grant| grant.allows(op)))
+        {
+            return Err(SettingsError::Forbidden {
+                index,
+                op: op.name(),
+                path: op.pointer().to_string(),
+            });
+        }
+        let changed = apply_patch(current, patch)?;
+        if !changed.is_object() {
+            return Err(SettingsError::NotApplicable {
+                index: 0,
+                op: "replace",
+                path: String::new(),
+                why: "the settings must stay a JSON object".to_string(),
+            });
+        }
+        check_size("the changed settings", &changed, SETTINGS_BYTES_MAX)?;
+        Ok(changed)
+    }
+}
+
+fn parse_grant(entry: &Value) -> Result<PathGrant, SettingsError> {
+    let invalid = |why: String| SettingsError::InvalidDeclaration(why);
+    let pointer = entry
+        .get("path")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid("each settings path needs a \"path\" JSON Pointer".to_string()))?;
+    let tokens = patch::parse_pointer(pointer).map_err(|why| invalid(format!("settings path {pointer:?}: {why}")))?;
+    let allow = entry.get("allow").and_then(Value::as_array).ok_or_else(|| {
+        invalid(format!(
+            "settings path {pointer:?} needs \"allow\": a list of add, remove, replace"
+        ))
+    })?;
+    let mut grant = PathGrant {
+        pointer: pointer.to_string(),
+        tokens,
+        add: false,
+        remove: false,
+        replace: false,
+    };
+    for op in allow {
+        match op.as_str() {
+            Some("add") => grant.add = true,
+            Some("remove") => grant.remove = true,
+            Some("replace") => grant.replace = true,
+            _ => {
+                return Err(invalid(format!(
+                    "settings path {pointer:?} allows {op}: use add, remove or replace"
+                )));
+            }
+        }
+    }
+    Ok(grant)
+}
+
+/// Refuse a value whose canonical JSON is above `max` bytes.
+pub fn check_size(what: &'static str, value: &Value, max: usize) -> Result<usize, SettingsError> {
+    let bytes = crate::protocol::to_canonical_vec(value)
+        .map_err(|err| SettingsError::InvalidPatch(err.to_string()))?
+        .len();
+    if bytes > max {
+        return Err(SettingsError::TooLarge { what, bytes, max });
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests;
