@@ -30,17 +30,7 @@ fn settings_change_while_a_run_is_live_and_each_attempt_sees_a_frozen_copy() {
     let work = short_temp_dir("piwg");
     let gate = work.path().join("gate");
     let input = json!({ "gate": gate }).to_string();
-    let fixture = fixture("tuned");
-    let out = env.cli(&[
-        "run",
-        "start",
-        fixture.to_str().expect("path"),
-        "--input-json",
-        &input,
-        "--json",
-    ]);
-    env.expect_code(&out, 0, "run start tuned");
-    let run_id = run_id_of(&out);
+    let run_id = env.start_fixture("tuned", Some(&input));
     env.wait_for_count(
         "the gate step runs",
         &format!(
@@ -165,10 +155,7 @@ fn settings_change_while_a_run_is_live_and_each_attempt_sees_a_frozen_copy() {
 #[test]
 fn a_run_without_declared_settings_refuses_changes() {
     let env = Env::new();
-    let fixture = fixture("slow-steps");
-    let out = env.cli(&["run", "start", fixture.to_str().expect("path"), "--json"]);
-    env.expect_code(&out, 0, "run start slow-steps");
-    let run_id = run_id_of(&out);
+    let run_id = env.start_fixture("slow-steps", None);
     let show = env.cli(&["run", "settings", &run_id]);
     env.expect_code(&show, 1, "settings of a run without any");
     assert!(stderr_of(&show).contains("noSettings"), "{}", stderr_of(&show));

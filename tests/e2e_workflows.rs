@@ -295,17 +295,7 @@ fn kill_runner_during_shell() -> KilledShell {
     let work = short_temp_dir("piwm");
     let marker = work.path().join("marker");
     let input = serde_json::json!({"marker": marker}).to_string();
-    let fixture = fixture("kill-during-shell");
-    let out = env.cli(&[
-        "run",
-        "start",
-        fixture.to_str().expect("path"),
-        "--input-json",
-        &input,
-        "--json",
-    ]);
-    env.expect_code(&out, 0, "run start kill-during-shell");
-    let run_id = run_id_of(&out);
+    let run_id = env.start_fixture("kill-during-shell", Some(&input));
     env.wait_until("the shell step appended its line", || line_count(&marker) == 1);
     env.wait_for_count(
         "the shell child is registered",
@@ -421,10 +411,7 @@ fn resuming_an_ambiguous_effect_never_runs_it_again_and_routes_the_failure() {
 #[test]
 fn sigkill_of_the_server_mid_run_resumes_after_restart_with_each_node_committed_once() {
     let env = Env::new();
-    let fixture = fixture("slow-steps");
-    let out = env.cli(&["run", "start", fixture.to_str().expect("path"), "--json"]);
-    env.expect_code(&out, 0, "run start slow-steps");
-    let run_id = run_id_of(&out);
+    let run_id = env.start_fixture("slow-steps", None);
     env.wait_for_count(
         "two nodes completed",
         "SELECT count(*) >= 2 FROM node_attempts WHERE status = 'completed'",

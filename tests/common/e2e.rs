@@ -88,6 +88,19 @@ impl Env {
         self.cli_in(&repo_root(), args)
     }
 
+    /// `run start <fixture> [--input-json INPUT] --json`, which must succeed: the run's ID.
+    pub fn start_fixture(&self, name: &str, input: Option<&str>) -> String {
+        let path = fixture(name);
+        let mut args = vec!["run", "start", path.to_str().expect("path")];
+        if let Some(input) = input {
+            args.extend(["--input-json", input]);
+        }
+        args.push("--json");
+        let out = self.cli(&args);
+        self.expect_code(&out, 0, &format!("run start {name}"));
+        run_id_of(&out)
+    }
+
     pub fn count(&self, sql: &str) -> i64 {
         query_db(self.dir(), sql)
     }
