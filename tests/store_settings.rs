@@ -162,10 +162,7 @@ fn ended_runs_refuse_changes_and_restarts_inherit_the_current_settings() {
         json!([{"op": "replace", "path": "/level", "value": 6}]),
         None,
     );
-    assert!(
-        matches!(&ended, Err(StoreError::InvalidInput { detail, .. }) if detail.contains("ended")),
-        "{ended:?}"
-    );
+    assert_eq!(ended.map_err(|err| err.refusal_code()).err(), Some(Some("runEnded")));
     assert_eq!(snapshot(&t.store), before);
 
     t.store
@@ -179,6 +176,17 @@ fn ended_runs_refuse_changes_and_restarts_inherit_the_current_settings() {
     assert_eq!(
         (inherited.change_number, inherited.value),
         (0, json!({"level": 5, "tags": []}))
+    );
+    let page = t
+        .store
+        .read(|conn| settings::page(conn, "run-2", None, 10))
+        .expect("page")
+        .expect("declared");
+    assert_eq!(page.changes.len(), 1);
+    assert_eq!(
+        (page.changes[0].0, page.changes[0].1.as_str()),
+        (0, "inherited"),
+        "change 0 names its source"
     );
     // The grants come along: the restart's settings change under the same rules.
     assert!(change(&t.store, "run-2", json!([{"op": "remove", "path": "/level"}]), None).is_err());

@@ -265,19 +265,19 @@ enum Answer {
     Applied(Applied, Option<Value>),
 }
 
-/// Attach a newer settings version to an answer, and remember that the runner knows it.
+/// Attach a newer settings version to an accepted or adopted answer (a refusal ends in a
+/// runner error path that would not adopt it), once per version, and remember that the
+/// runner knows it.
 fn with_settings(state: &mut RunnerState, mut response: Response, settings: Option<Value>) -> Response {
-    if response.outcome == ResponseOutcome::ClaimLost {
-        return response;
-    }
-    if let Some(number) = settings
+    let delivered = matches!(response.outcome, ResponseOutcome::Accepted | ResponseOutcome::Adopted);
+    let number = settings
         .as_ref()
         .and_then(|s| s.get("changeNumber"))
-        .and_then(Value::as_i64)
-    {
-        state.settings_known = state.settings_known.max(Some(number));
+        .and_then(Value::as_i64);
+    if let Some(number) = number.filter(|number| delivered && Some(*number) > state.settings_known) {
+        state.settings_known = Some(number);
+        response.settings = settings;
     }
-    response.settings = settings;
     response
 }
 

@@ -12,7 +12,7 @@ use super::context::ServerContext;
 use super::handlers::{Answer, answer_of, command_request, rejected, run_id_of};
 use super::views::read_refusal;
 use crate::protocol::{JsonObject, Outcome, Request};
-use crate::settings::parse_patch;
+use crate::settings::{SettingsError, parse_patch};
 use crate::store::StoreError;
 use crate::store::commands::{self, Accepted};
 use crate::store::settings::{self, CHANGES_PAGE_MAX, Change, SettingsActor};
@@ -91,10 +91,8 @@ pub async fn settings_page(ctx: &Arc<ServerContext>, request: &Request) -> Answe
         other => rejected("unavailable", &format!("the settings could not be read: {other}")),
     })?;
     let Some(page) = page else {
-        return Err(rejected(
-            "noSettings",
-            "this run's workflow declares no changeable settings (defineWorkflow({settings}))",
-        ));
+        let missing = SettingsError::NotDeclared;
+        return Err(rejected(missing.code(), &missing.to_string()));
     };
     let changes: Vec<Value> = page
         .changes

@@ -11,6 +11,7 @@
 mod patch;
 
 pub use patch::{PatchOp, apply_patch, parse_patch};
+use patch::{apply_op, replaces_existing};
 
 use serde_json::Value;
 
@@ -24,6 +25,9 @@ pub const PATCH_BYTES_MAX: usize = 64 * 1024;
 pub const POINTER_BYTES_MAX: usize = 1024;
 /// Declared changeable paths of one workflow.
 pub const DECLARED_PATHS_MAX: usize = 64;
+/// Nesting levels of a settings value: far below the JSON parser's 128, so a stored version
+/// always reads back (a patch could otherwise stack two deep values into an unreadable one).
+pub const SETTINGS_DEPTH_MAX: usize = 32;
 
 /// Why a declaration or a change was refused. `code()` is the client error code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -50,12 +54,20 @@ pub enum SettingsError {
         path: String,
         why: String,
     },
-    #[error("{what} is {bytes} bytes, above the limit of {max} bytes")]
+    #[error(
+        "{what} is {bytes} bytes, above the limit of {max} bytes; keep large data in files and put their paths in the settings"
+    )]
     TooLarge {
         what: &'static str,
         bytes: usize,
         max: usize,
     },
+    #[error("{what} nests deeper than {SETTINGS_DEPTH_MAX} levels; flatten it")]
+    TooDeep { what: &'static str },
+    #[error("this run's workflow declares no changeable settings (defineWorkflow({{settings}}))")]
+    NotDeclared,
+    #[error("the run ended ({status}); settings change only while a run is active (restart it to run again)")]
+    RunEnded { status: String },
 }
 
 impl SettingsError {
@@ -67,7 +79,9 @@ impl SettingsError {
             Self::Forbidden { .. } => "settingsForbidden",
             Self::TestFailed { .. } => "settingsTestFailed",
             Self::NotApplicable { .. } => "settingsNotApplicable",
-            Self::TooLarge { .. } => "tooLarge",
+            Self::TooLarge { .. } | Self::TooDeep { .. } => "tooLarge",
+            Self::NotDeclared => "noSettings",
+            Self::RunEnded { .. } => "runEnded",
         }
     }
 }
@@ -82,16 +96,44 @@ pub struct PathGrant {
     pub replace: bool,
 }
 
+/// What a patch operation does to the document, for the grant check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Effect {
+    Add,
+    Remove,
+    Replace,
+}
+
+impl Effect {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Add => "add",
+            Self::Remove => "remove",
+            Self::Replace => "replace",
+        }
+    }
+
+    /// What `op` does to `document` (`None` for a test, which changes nothing). An `add`
+    /// onto an existing object member replaces it (RFC 6902), so it counts as a replace.
+    fn of(op: &PatchOp, document: &Value) -> Option<Self> {
+        match op {
+            PatchOp::Test { .. } => None,
+            PatchOp::Add { tokens, .. } if replaces_existing(document, tokens) => Some(Self::Replace),
+            PatchOp::Add { .. } => Some(Self::Add),
+            PatchOp::Remove { .. } => Some(Self::Remove),
+            PatchOp::Replace { .. } => Some(Self::Replace),
+        }
+    }
+}
+
 impl PathGrant {
-    fn allows(&self, op: &PatchOp) -> bool {
-        let granted = match op {
-            PatchOp::Add { .. } => self.add,
-            PatchOp::Remove { .. } => self.remove,
-            PatchOp::Replace { .. } => self.replace,
-            // A test changes nothing: it is always allowed.
-            PatchOp::Test { .. } => true,
+    fn allows(&self, effect: Effect, tokens: &[String]) -> bool {
+        let granted = match effect {
+            Effect::Add => self.add,
+            Effect::Remove => self.remove,
+            Effect::Replace => self.replace,
         };
-        granted && op.tokens().starts_with(&self.tokens)
+        granted && tokens.starts_with(&self.tokens)
     }
 }
 
@@ -123,6 +165,7 @@ impl Declaration {
             return Err(invalid("settings.initial must be a JSON object"));
         }
         check_size("settings.initial", &initial, SETTINGS_BYTES_MAX)?;
+        check_depth("settings.initial", &initial)?;
         let paths = match declared.get("paths") {
             None => &Vec::new(),
             Some(Value::Array(paths)) => paths,
@@ -153,21 +196,23 @@ impl Declaration {
         )
     }
 
-    /// Check every operation against the grants, then apply the patch to `current`:
-    /// all or nothing, and the result stays an object within the size limit.
+    /// Check each operation against the grants on the document as the operations before it
+    /// left it, and apply it to a copy of `current`: all or nothing, and the result stays an
+    /// object within the size and depth limits. A `test` is always allowed.
     pub fn change(&self, current: &Value, patch: &[PatchOp]) -> Result<Value, SettingsError> {
-        if let Some((index, op)) = patch
-            .iter()
-            .enumerate()
-            .find(|(_, op)| !self.grants.iter().any(|grant| grant.allows(op)))
-        {
-            return Err(SettingsError::Forbidden {
-                index,
-                op: op.name(),
-                path: op.pointer().to_string(),
-            });
+        let mut changed = current.clone();
+        for (index, op) in patch.iter().enumerate() {
+            let denied = Effect::of(op, &changed)
+                .filter(|effect| !self.grants.iter().any(|grant| grant.allows(*effect, op.tokens())));
+            if let Some(effect) = denied {
+                return Err(SettingsError::Forbidden {
+                    index,
+                    op: effect.name(),
+                    path: op.pointer().to_string(),
+                });
+            }
+            apply_op(&mut changed, index, op)?;
         }
-        let changed = apply_patch(current, patch)?;
         if !changed.is_object() {
             return Err(SettingsError::NotApplicable {
                 index: 0,
@@ -177,6 +222,7 @@ impl Declaration {
             });
         }
         check_size("the changed settings", &changed, SETTINGS_BYTES_MAX)?;
+        check_depth("the changed settings", &changed)?;
         Ok(changed)
     }
 }
@@ -213,6 +259,27 @@ fn parse_grant(entry: &Value) -> Result<PathGrant, SettingsError> {
         }
     }
     Ok(grant)
+}
+
+/// Refuse a value nested deeper than SETTINGS_DEPTH_MAX (a scalar is depth 0).
+pub fn check_depth(what: &'static str, value: &Value) -> Result<(), SettingsError> {
+    // Level by level, without recursion, whatever the input.
+    let mut level: Vec<&Value> = vec![value];
+    for _ in 0..=SETTINGS_DEPTH_MAX {
+        level = level.into_iter().flat_map(children).collect();
+        if level.is_empty() {
+            return Ok(());
+        }
+    }
+    Err(SettingsError::TooDeep { what })
+}
+
+fn children(value: &Value) -> Box<dyn Iterator<Item = &Value> + '_> {
+    match value {
+        Value::Array(items) => Box::new(items.iter()),
+        Value::Object(map) => Box::new(map.values()),
+        _ => Box::new(std::iter::empty()),
+    }
 }
 
 /// Refuse a value whose canonical JSON is above `max` bytes.

@@ -158,31 +158,73 @@ fn parse_op(op: &Value) -> Result<PatchOp, String> {
 pub fn apply_patch(document: &Value, patch: &[PatchOp]) -> Result<Value, SettingsError> {
     let mut changed = document.clone();
     for (index, op) in patch.iter().enumerate() {
-        let not_applicable = |why: String| SettingsError::NotApplicable {
-            index,
-            op: op.name(),
-            path: op.pointer().to_string(),
-            why,
-        };
-        match op {
-            PatchOp::Add { tokens, value, .. } => add(&mut changed, tokens, value.clone()).map_err(not_applicable)?,
-            PatchOp::Remove { tokens, .. } => {
-                remove(&mut changed, tokens).map_err(not_applicable)?;
-            }
-            PatchOp::Replace { tokens, value, .. } => {
-                *locate(&mut changed, tokens).map_err(not_applicable)? = value.clone();
-            }
-            PatchOp::Test { tokens, value, pointer } => {
-                if locate(&mut changed, tokens).map_err(not_applicable)? != value {
-                    return Err(SettingsError::TestFailed {
-                        index,
-                        path: pointer.clone(),
-                    });
-                }
-            }
-        }
+        apply_op(&mut changed, index, op)?;
     }
     Ok(changed)
+}
+
+/// Apply operation `index` of a patch to `document` in place (the caller owns a copy).
+pub(super) fn apply_op(document: &mut Value, index: usize, op: &PatchOp) -> Result<(), SettingsError> {
+    let not_applicable = |why: String| SettingsError::NotApplicable {
+        index,
+        op: op.name(),
+        path: op.pointer().to_string(),
+        why,
+    };
+    match op {
+        PatchOp::Add { tokens, value, .. } => add(document, tokens, value.clone()).map_err(not_applicable),
+        PatchOp::Remove { tokens, .. } => remove(document, tokens).map(drop).map_err(not_applicable),
+        PatchOp::Replace { tokens, value, .. } => {
+            *locate(document, tokens).map_err(not_applicable)? = value.clone();
+            Ok(())
+        }
+        PatchOp::Test { tokens, value, pointer } => match locate(document, tokens) {
+            Ok(found) if json_equal(found, value) => Ok(()),
+            // A missing location fails the test too (RFC 6902 4.6).
+            _ => Err(SettingsError::TestFailed {
+                index,
+                path: pointer.clone(),
+            }),
+        },
+    }
+}
+
+/// Whether an `add` at `tokens` would replace an existing object member (RFC 6902 4.1).
+pub(super) fn replaces_existing(document: &Value, tokens: &[String]) -> bool {
+    let Some((last, parent)) = tokens.split_last() else {
+        return true; // the whole document
+    };
+    let mut current = document;
+    for token in parent {
+        current = match current {
+            Value::Object(map) => match map.get(token) {
+                Some(inner) => inner,
+                None => return false,
+            },
+            Value::Array(items) => match array_index(token, items.len()) {
+                Ok(index) => &items[index],
+                Err(_) => return false,
+            },
+            _ => return false,
+        };
+    }
+    matches!(current, Value::Object(map) if map.contains_key(last))
+}
+
+/// JSON equality as RFC 6902 4.6 defines it: numbers compare by value (`1` equals `1.0`).
+fn json_equal(left: &Value, right: &Value) -> bool {
+    match (left, right) {
+        (Value::Number(a), Value::Number(b)) => match (a.as_i64(), b.as_i64(), a.as_u64(), b.as_u64()) {
+            (Some(x), Some(y), _, _) => x == y,
+            (_, _, Some(x), Some(y)) => x == y,
+            _ => a.as_f64() == b.as_f64(),
+        },
+        (Value::Array(a), Value::Array(b)) => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| json_equal(x, y)),
+        (Value::Object(a), Value::Object(b)) => {
+            a.len() == b.len() && a.iter().all(|(key, x)| b.get(key).is_some_and(|y| json_equal(x, y)))
+        }
+        _ => left == right,
+    }
 }
 
 /// The value a pointer names; it must exist.

@@ -41,6 +41,9 @@ fn anything_not_granted_is_denied_and_changes_nothing() {
         (json!([{"op": "remove", "path": "/limits/retries"}]), "remove"),
         (json!([{"op": "add", "path": "/limits/extra", "value": 1}]), "add"),
         (json!([{"op": "add", "path": "/reviewersX", "value": 1}]), "add"),
+        // An add onto an existing member replaces it (RFC 6902), so it needs `replace`.
+        (json!([{"op": "add", "path": "/reviewers", "value": "x"}]), "replace"),
+        (json!([{"op": "add", "path": "/limits", "value": {}}]), "replace"),
     ] {
         match change(patch.clone()) {
             Err(SettingsError::Forbidden { op: refused, .. }) => assert_eq!(refused, op, "{patch}"),
@@ -172,4 +175,79 @@ fn declarations_are_checked() {
         decl.paths_json(),
         json!([{"path": "/reviewers", "allow": ["add", "remove"]}, {"path": "/limits/retries", "allow": ["replace"]}])
     );
+}
+
+#[test]
+fn a_test_is_allowed_anywhere_and_compares_numbers_by_value() {
+    let ok = change(json!([
+        {"op": "test", "path": "/mode", "value": "fast"},
+        {"op": "test", "path": "/limits/retries", "value": 2.0},
+        {"op": "replace", "path": "/limits/retries", "value": 3},
+    ]))
+    .expect("a test needs no grant, and 2.0 equals 2");
+    assert_eq!(ok["limits"]["retries"], json!(3));
+    let missing = change(json!([{"op": "test", "path": "/nothing", "value": 1}]));
+    assert!(
+        matches!(missing, Err(SettingsError::TestFailed { index: 0, .. })),
+        "{missing:?}"
+    );
+    let other = change(json!([{"op": "test", "path": "/reviewers", "value": ["ann", "bob"]}]));
+    assert!(matches!(other, Err(SettingsError::TestFailed { .. })));
+}
+
+#[test]
+fn an_add_that_creates_a_member_or_inserts_into_a_list_needs_only_add() {
+    let decl = Declaration::parse(&json!({
+        "initial": {"labels": {"a": 1}, "list": [1]},
+        "paths": [{"path": "/labels", "allow": ["add"]}, {"path": "/list", "allow": ["add"]}],
+    }))
+    .expect("valid");
+    let patch = parse_patch(&json!([
+        {"op": "add", "path": "/labels/b", "value": 2},
+        {"op": "add", "path": "/list/0", "value": 0},
+    ]))
+    .expect("parses");
+    assert_eq!(
+        decl.change(&decl.initial, &patch).expect("creates and inserts"),
+        json!({"labels": {"a": 1, "b": 2}, "list": [0, 1]})
+    );
+    // Created by an earlier operation of the same patch, the member then exists.
+    let twice = parse_patch(&json!([
+        {"op": "add", "path": "/labels/c", "value": 1},
+        {"op": "add", "path": "/labels/c", "value": 2},
+    ]))
+    .expect("parses");
+    assert!(matches!(
+        decl.change(&decl.initial, &twice),
+        Err(SettingsError::Forbidden {
+            index: 1,
+            op: "replace",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn settings_nest_at_most_the_depth_limit_even_when_a_patch_stacks_values() {
+    let deep = |levels: usize| -> Value { (0..levels).fold(json!(1), |inner, _| json!([inner])) };
+    assert!(matches!(
+        Declaration::parse(&json!({"initial": {"x": deep(SETTINGS_DEPTH_MAX)}})),
+        Err(SettingsError::TooDeep { .. })
+    ));
+    assert!(Declaration::parse(&json!({"initial": {"x": deep(SETTINGS_DEPTH_MAX - 1)}})).is_ok());
+    let decl = Declaration::parse(&json!({"initial": {"list": []}, "paths": [{"path": "/list", "allow": ["add"]}]}))
+        .expect("valid");
+    // Each value alone fits; stacked in one patch they would not.
+    let half = SETTINGS_DEPTH_MAX / 2 + 1;
+    let mut inner_path = String::from("/list/0");
+    for _ in 0..half - 1 {
+        inner_path.push_str("/0");
+    }
+    let patch = parse_patch(&json!([
+        {"op": "add", "path": "/list/-", "value": deep(half)},
+        {"op": "add", "path": format!("{inner_path}/-"), "value": deep(half)},
+    ]))
+    .expect("parses");
+    let refused = decl.change(&decl.initial, &patch);
+    assert!(matches!(refused, Err(SettingsError::TooDeep { .. })), "{refused:?}");
 }

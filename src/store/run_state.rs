@@ -124,7 +124,7 @@ pub fn read_run_state_within(conn: &Connection, run_id: &str, bytes_max: usize) 
         "interaction": interaction(conn, run_id, &budget)?,
         "continuation": continuation,
         "settings": settings_version(conn, run_id, None, &budget)?,
-        "unfinishedSettings": unfinished_settings(conn, run_id, &budget)?,
+        "settingsVersions": attempt_settings_versions(conn, run_id, &budget)?,
     }))
 }
 
@@ -150,20 +150,23 @@ fn settings_version(
     Ok(json!({"changeNumber": number, "value": json_by_hash(conn, Some(&hash), budget)?}))
 }
 
-/// The frozen settings copy of the unfinished attempt when it is not the current version:
-/// the attempt continues in place and must see what it saw when it started.
-fn unfinished_settings(conn: &Connection, run_id: &str, budget: &Budget) -> StoreResult<Value> {
-    let frozen: Option<i64> = conn
+/// The frozen settings copies that unfinished and interrupted attempts saw, where they are
+/// not the current version: such an attempt continues in place (or reruns as the same node
+/// visit) and must see the same copy, so an effect request computed from it matches.
+fn attempt_settings_versions(conn: &Connection, run_id: &str, budget: &Budget) -> StoreResult<Vec<Value>> {
+    let numbers: Vec<i64> = conn
         .prepare_cached(
-            "SELECT a.settings_change_number FROM node_attempts a JOIN run_settings s ON s.run_id = a.run_id
-             WHERE a.run_id = ?1 AND a.status IN ('running', 'waiting') AND a.settings_change_number != s.change_number",
+            "SELECT DISTINCT a.settings_change_number FROM node_attempts a JOIN run_settings s ON s.run_id = a.run_id
+             WHERE a.run_id = ?1 AND a.status IN ('running', 'waiting', 'interrupted')
+               AND a.settings_change_number != s.change_number
+             ORDER BY 1",
         )?
-        .query_row([run_id], |row| row.get(0))
-        .optional()?;
-    match frozen {
-        Some(number) => settings_version(conn, run_id, Some(number), budget),
-        None => Ok(Value::Null),
-    }
+        .query_map([run_id], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    numbers
+        .into_iter()
+        .map(|number| settings_version(conn, run_id, Some(number), budget))
+        .collect()
 }
 
 fn json_by_hash(conn: &Connection, hash: Option<&str>, budget: &Budget) -> StoreResult<Value> {

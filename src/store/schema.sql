@@ -318,18 +318,19 @@ CREATE TABLE run_settings (
   updated_at INTEGER NOT NULL
 ) STRICT;
 
--- Every version of a run's settings: change 0 is the starting copy, each later one a
+-- Every version of a run's settings: change 0 is the starting copy (the declaration's
+-- initial value, or `inherited` from the run a restart came from), each later one a
 -- client's JSON Patch (RFC 6902). An attempt names the version it saw.
 CREATE TABLE run_setting_changes (
   run_id TEXT NOT NULL REFERENCES run_settings (run_id) ON DELETE CASCADE,
   change_number INTEGER NOT NULL CHECK (change_number >= 0),
-  actor TEXT NOT NULL CHECK (actor IN ('workflow', 'human', 'session')),
+  actor TEXT NOT NULL CHECK (actor IN ('workflow', 'inherited', 'human', 'session')),
   patch_hash TEXT,
   settings_hash TEXT NOT NULL,
   changed_at INTEGER NOT NULL,
   PRIMARY KEY (run_id, change_number),
   CHECK ((change_number = 0) = (patch_hash IS NULL)),
-  CHECK ((change_number = 0) = (actor = 'workflow'))
+  CHECK ((change_number = 0) = (actor IN ('workflow', 'inherited')))
 ) STRICT, WITHOUT ROWID;
 
 -- Server commands ------------------------------------------------------------------------

@@ -13,7 +13,7 @@ use super::blobs::{put_json, read_json};
 use super::error::{StoreError, StoreResult};
 use super::runs::read_run;
 use super::writer::WriteTx;
-use crate::settings::{Declaration, PATCH_BYTES_MAX, PatchOp, SETTINGS_BYTES_MAX};
+use crate::settings::{Declaration, PATCH_BYTES_MAX, PatchOp, SETTINGS_BYTES_MAX, SettingsError};
 use crate::wire_enum::wire_enum;
 
 /// A declaration blob: the initial value plus at most DECLARED_PATHS_MAX small grants.
@@ -26,6 +26,8 @@ wire_enum! {
     pub enum SettingsActor {
         /// The workflow's declaration (change 0).
         Workflow = "workflow",
+        /// Change 0 of a restart: the current settings of the run it restarts.
+        Inherited = "inherited",
         /// A person, through the CLI or `piw`.
         Human = "human",
         /// The run's origin Pi session.
@@ -45,7 +47,7 @@ pub fn declare(tx: &WriteTx<'_>, run_id: &str, declared: &Value) -> StoreResult<
     let declaration = Declaration::parse(declared)?;
     let declaration_hash = put_json(tx, declared, DECLARATION_BYTES_MAX)?;
     let settings_hash = put_json(tx, &declaration.initial, SETTINGS_BYTES_MAX)?;
-    insert_start(tx, run_id, &declaration_hash, &settings_hash)
+    insert_start(tx, run_id, &declaration_hash, &settings_hash, SettingsActor::Workflow)
 }
 
 /// A run made from another (a restart) starts from that run's current settings.
@@ -62,19 +64,27 @@ pub fn inherit(tx: &WriteTx<'_>, parent_run_id: &str, run_id: &str) -> StoreResu
         })
         .optional()?;
     match parent {
-        Some((declaration_hash, settings_hash)) => insert_start(tx, run_id, &declaration_hash, &settings_hash),
+        Some((declaration_hash, settings_hash)) => {
+            insert_start(tx, run_id, &declaration_hash, &settings_hash, SettingsActor::Inherited)
+        }
         None => Ok(()),
     }
 }
 
-fn insert_start(tx: &WriteTx<'_>, run_id: &str, declaration_hash: &str, settings_hash: &str) -> StoreResult<()> {
+fn insert_start(
+    tx: &WriteTx<'_>,
+    run_id: &str,
+    declaration_hash: &str,
+    settings_hash: &str,
+    actor: SettingsActor,
+) -> StoreResult<()> {
     let now = tx.now_ms();
     tx.conn()
         .prepare_cached(
             "INSERT INTO run_settings (run_id, declaration_hash, change_number, updated_at) VALUES (?1, ?2, 0, ?3)",
         )?
         .execute(params![run_id, declaration_hash, now])?;
-    insert_version(tx, run_id, 0, SettingsActor::Workflow, None, settings_hash)
+    insert_version(tx, run_id, 0, actor, None, settings_hash)
 }
 
 fn insert_version(
@@ -117,24 +127,17 @@ pub struct Change<'a> {
 /// without declared settings, a stale `expected_change_number` or a denied operation.
 pub fn change(tx: &WriteTx<'_>, change: &Change<'_>) -> StoreResult<SettingsVersion> {
     assert!(
-        change.actor != SettingsActor::Workflow,
-        "only change 0 is the workflow's"
+        matches!(change.actor, SettingsActor::Human | SettingsActor::Session),
+        "change 0 alone comes from the workflow or the restarted run"
     );
     let run = read_run(tx, change.run_id)?;
     if run.status.is_terminal() {
-        return Err(StoreError::InvalidInput {
-            what: "settings change",
-            detail: format!(
-                "the run ended {}; settings change only while a run is active",
-                run.status
-            ),
-        });
+        return Err(SettingsError::RunEnded {
+            status: run.status.to_string(),
+        }
+        .into());
     }
-    let (declaration_hash, current) =
-        current_row(tx.conn(), change.run_id)?.ok_or_else(|| StoreError::InvalidInput {
-            what: "settings change",
-            detail: "this run's workflow declares no changeable settings (defineWorkflow({settings}))".to_string(),
-        })?;
+    let (declaration_hash, current) = current_row(tx.conn(), change.run_id)?.ok_or(SettingsError::NotDeclared)?;
     if let Some(expected) = change
         .expected_change_number
         .filter(|expected| *expected != current.change_number)

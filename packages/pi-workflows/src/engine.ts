@@ -98,7 +98,8 @@ export async function runWorkflow(options: RunWorkflowOptions): Promise<RunOutco
         started: open !== undefined,
         prior: open,
         interrupted: open ? undefined : prior,
-        settings: open ? frozenSettings(runState, open, env.settings) : env.settings.current(),
+        // A rerun of an interrupted attempt is the same node visit: it keeps that copy too.
+        settings: prior ? frozenSettings(runState, prior, env.settings) : env.settings.current(),
       };
       const step = await executeNode(attempt);
       if (step.kind === "waiting") return { kind: "waiting" };
@@ -110,17 +111,20 @@ export async function runWorkflow(options: RunWorkflowOptions): Promise<RunOutco
 }
 
 /**
- * The settings an unfinished attempt saw when it started: it continues in place, so it must
- * see them again (an effect request computed from them must match its reservation).
+ * The settings an unfinished or interrupted attempt saw when it started: it continues in place
+ * (or reruns as the same node visit), so it must see them again (an effect request computed
+ * from them must match its reservation).
  */
-function frozenSettings(runState: RunState, open: RunStateAttempt, live: LiveSettings): SettingsVersion | null {
-  const number = open.settingsChangeNumber;
-  if (number === null || number === undefined) return null;
+function frozenSettings(runState: RunState, prior: RunStateAttempt, live: LiveSettings): SettingsVersion | null {
+  const number = prior.settingsChangeNumber;
+  if (number === null || number === undefined) return live.current();
   const current = live.current();
   if (current?.changeNumber === number) return current;
-  const frozen = parseSettingsVersion(runState.unfinishedSettings);
-  if (frozen?.changeNumber === number) return frozen;
-  throw new Error(`the run state lacks settings version ${number} of unfinished attempt ${open.attemptId}`);
+  for (const raw of runState.settingsVersions ?? []) {
+    const version = parseSettingsVersion(raw);
+    if (version?.changeNumber === number) return version;
+  }
+  throw new Error(`the run state lacks settings version ${number} of attempt ${prior.attemptId}`);
 }
 
 /** Count one node against the root and every enclosing invocation; an error when one is over. */

@@ -7,6 +7,7 @@ import type { SettingsOperation, WorkflowSettings } from "./types.js";
 export const SETTINGS_BYTES_MAX = 256 * 1024;
 export const POINTER_BYTES_MAX = 1024;
 export const DECLARED_PATHS_MAX = 64;
+export const SETTINGS_DEPTH_MAX = 32;
 const OPERATIONS: readonly SettingsOperation[] = ["add", "remove", "replace"];
 
 /** What the definition snapshot records: `{initial, paths: [{path, allow}]}`, paths sorted. */
@@ -33,6 +34,7 @@ export function checkSettings(settings: WorkflowSettings, fail: (what: string) =
   }
   const bytes = canonicalByteLength(json);
   if (bytes > SETTINGS_BYTES_MAX) fail(`settings.initial is ${bytes} bytes, above the ${SETTINGS_BYTES_MAX}-byte limit`);
+  if (depthOf(json) > SETTINGS_DEPTH_MAX) fail(`settings.initial nests deeper than ${SETTINGS_DEPTH_MAX} levels; flatten it`);
   const changeable = settings.changeable ?? {};
   if (typeof changeable !== "object" || Array.isArray(changeable)) fail("settings.changeable must map JSON Pointers to operations");
   const entries = Object.entries(changeable);
@@ -45,6 +47,17 @@ export function checkSettings(settings: WorkflowSettings, fail: (what: string) =
     }
   }
   return Object.freeze({ initial: deepFreeze(json as Record<string, unknown>), changeable: Object.freeze({ ...changeable }) });
+}
+
+/** Nesting depth of a JSON value (a scalar is 0), level by level without recursion. */
+function depthOf(value: unknown): number {
+  let level: unknown[] = [value];
+  let depth = -1;
+  while (level.length > 0) {
+    depth += 1;
+    level = level.flatMap((item) => (item && typeof item === "object" ? Object.values(item as Record<string, unknown>) : []));
+  }
+  return depth;
 }
 
 function pointerProblem(pointer: string): string | undefined {

@@ -55,6 +55,7 @@ test("bad declarations are refused at definition time", () => {
     [{ initial: {}, changeable: { "/x": [] } }, "add, remove or replace"],
     [{ initial: {}, changeable: { "/a~2": ["add"] } }, "followed by 0 or 1"],
     [{ initial: { big: "y".repeat(300 * 1024) } }, "above the"],
+    [{ initial: { deep: JSON.parse("[".repeat(40) + "]".repeat(40)) } }, "nests deeper than 32"],
   ]) {
     assert.throws(() => defineWorkflow({ ...base, settings }), (error) => error.message.includes(fragment), fragment);
   }
@@ -104,7 +105,7 @@ test("a resumed unfinished attempt sees the copy it started with, later nodes th
   const state = {
     ...host.runState(),
     settings: { changeNumber: 3, value: { x: 30, list: [] } },
-    unfinishedSettings: { changeNumber: 0, value: { x: 1, list: [] } },
+    settingsVersions: [{ changeNumber: 0, value: { x: 1, list: [] } }],
   };
   const outcome = await runWorkflow({ workflow: compileWorkflow(chain()), host, runState: state, command: "resume", projectPath: process.cwd(), attemptIdPrefix: "r" });
   assert.equal(outcome.kind, "completed");
@@ -113,4 +114,19 @@ test("a resumed unfinished attempt sees the copy it started with, later nodes th
     { name: "b", x: 1, number: 0 },
     { name: "c", x: 30, number: 3 },
   ]);
+});
+
+test("a rerun of an interrupted attempt keeps the copy that attempt saw", async () => {
+  const host = new FakeHost();
+  host.attempts.set("old-a", { attemptId: "old-a", nodeId: "a", nodePath: "a", visit: 1, nodeType: "compute", status: "interrupted", output: null, error: null, settingsChangeNumber: 1 });
+  const state = {
+    ...host.runState(),
+    settings: { changeNumber: 2, value: { x: 20, list: [] } },
+    settingsVersions: [{ changeNumber: 1, value: { x: 10, list: [] } }],
+  };
+  const outcome = await runWorkflow({ workflow: compileWorkflow(chain()), host, runState: state, command: "resume", projectPath: process.cwd(), attemptIdPrefix: "i" });
+  assert.equal(outcome.kind, "completed");
+  const starts = host.messages.filter((m) => m.payload?.nodePath).map((m) => `${m.payload.nodePath}=${m.payload.settingsChangeNumber}`);
+  assert.deepEqual(starts, ["a=1", "b=2", "c=2"]);
+  assert.deepEqual(host.messages[0].payload.output, { name: "a", x: 10, number: 1 });
 });

@@ -58,8 +58,8 @@ export interface RunState {
   executionMode?: "interactive" | "headless";
   /** The current settings version `{changeNumber, value}` (null: none declared). */
   settings?: unknown;
-  /** The unfinished attempt's frozen settings when it is not the current version. */
-  unfinishedSettings?: unknown;
+  /** Frozen settings versions of unfinished and interrupted attempts that are not current. */
+  settingsVersions?: unknown[];
 }
 
 /** Start fields, sent with the first message of an attempt that was never started. */
