@@ -17,7 +17,9 @@
 //!   chains each node returns its predecessor's whole output, so node k's output nests k
 //!   levels and the work per node grows with k (JSON encoding, hashing, storing);
 //! - a 100-step chain whose nodes return only their predecessor's number: the overhead per
-//!   node without the growing payload.
+//!   node without the growing payload;
+//! - the same chain with declared run settings that every node reads (each start names its
+//!   settings version and the server checks it), as a ratio to the chain without settings.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -41,6 +43,7 @@ fn main() -> anyhow::Result<()> {
     let ten = write_chain(&workflows, "chain10", 10, Chained::WholeOutput)?;
     let hundred = write_chain(&workflows, "chain100", 100, Chained::WholeOutput)?;
     let hundred_flat = write_chain(&workflows, "flat100", 100, Chained::Number)?;
+    let hundred_settings = write_chain(&workflows, "settings100", 100, Chained::NumberAndSettings)?;
 
     let baseline = measure_node_start()?;
     println!("bench_workflows: {}", exe.display());
@@ -67,6 +70,10 @@ fn main() -> anyhow::Result<()> {
     for _ in 0..5 {
         per_node_100_flat.push(start_and_wait(&exe, &state, &workflows, &hundred_flat)?.per_node_ms);
     }
+    let mut per_node_100_settings = Vec::new();
+    for _ in 0..5 {
+        per_node_100_settings.push(start_and_wait(&exe, &state, &workflows, &hundred_settings)?.per_node_ms);
+    }
     run_cli(&exe, &state, &workflows, &["server", "stop"])?;
 
     report_ms("run start → first node committed", &first_node);
@@ -77,6 +84,14 @@ fn main() -> anyhow::Result<()> {
     report_ms("per-node overhead, 10-step compute", &per_node_10);
     report_ms("per-node overhead, 100-step compute", &per_node_100);
     report_ms("per-node overhead, 100-step, flat outputs", &per_node_100_flat);
+    report_ms(
+        "per-node overhead, 100-step, flat, with settings",
+        &per_node_100_settings,
+    );
+    println!(
+        "  ratio to the flat chain without settings p50: {:.2}",
+        percentile(&per_node_100_settings, 50.0) / percentile(&per_node_100_flat, 50.0)
+    );
     Ok(())
 }
 
@@ -96,17 +111,24 @@ fn locate_binary() -> anyhow::Result<PathBuf> {
 enum Chained {
     WholeOutput,
     Number,
+    /// The number, plus a declared settings value each node reads.
+    NumberAndSettings,
 }
 
 fn write_chain(dir: &Path, name: &str, steps: usize, chained: Chained) -> anyhow::Result<PathBuf> {
-    let field = match chained {
-        Chained::WholeOutput => "",
-        Chained::Number => "?.i",
+    let (field, read, declared) = match chained {
+        Chained::WholeOutput => ("", "", ""),
+        Chained::Number => ("?.i", "", ""),
+        Chained::NumberAndSettings => (
+            "?.i",
+            ", step: settings?.step",
+            "  settings: { initial: { step: 1 }, changeable: { \"/step\": [\"replace\"] } },\n",
+        ),
     };
     let nodes: Vec<String> = (1..=steps)
         .map(|i| {
             format!(
-                "    n{i}: compute({{ run: ({{ outputs }}) => ({{ i: {i}, prev: outputs.n{}{field} ?? null }}) }}),",
+                "    n{i}: compute({{ run: ({{ outputs, settings }}) => ({{ i: {i}, prev: outputs.n{}{field} ?? null{read} }}) }}),",
                 i - 1
             )
         })
@@ -116,7 +138,7 @@ fn write_chain(dir: &Path, name: &str, steps: usize, chained: Chained) -> anyhow
         .collect();
     let source = format!(
         "import {{ compute, defineWorkflow }} from \"pi-workflows\";\n\
-         export default defineWorkflow({{\n  name: \"{name}\",\n  startAt: \"n1\",\n  nodes: {{\n{}\n  }},\n  edges: [{}],\n}});\n",
+         export default defineWorkflow({{\n  name: \"{name}\",\n{declared}  startAt: \"n1\",\n  nodes: {{\n{}\n  }},\n  edges: [{}],\n}});\n",
         nodes.join("\n"),
         edges.join(", ")
     );
