@@ -64,6 +64,9 @@ pub enum Command {
     /// Answer a run's pending checkpoint.
     #[command(subcommand)]
     Checkpoint(CheckpointCommand),
+    /// Answer a run's pending decision.
+    #[command(subcommand)]
+    Decision(DecisionCommand),
     /// Check client.v1 protocol lines from standard input, one per line.
     #[command(name = "protocol-check")]
     ProtocolCheck(protocol_check::ProtocolCheckArgs),
@@ -76,6 +79,21 @@ pub enum CheckpointCommand {
         run_id: String,
         /// The answer as JSON, e.g. '{"approved": true}'.
         answer: String,
+        #[arg(long)]
+        follow: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DecisionCommand {
+    /// Answer the run's pending decision with one of its choices; the run continues once the
+    /// step's checks accept it (an answer that is not a choice is refused with the choices).
+    Answer {
+        run_id: String,
+        /// One of the decision's choices, e.g. `ship` (or a JSON object naming one).
+        choice: String,
         #[arg(long)]
         follow: bool,
         #[arg(long)]
@@ -111,6 +129,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             follow,
             json,
         }) => workflow::answer(&resolve_state_dir(cli.state_dir)?, &run_id, &answer, follow, json),
+        Command::Decision(DecisionCommand::Answer {
+            run_id,
+            choice,
+            follow,
+            json,
+        }) => workflow::decide(&resolve_state_dir(cli.state_dir)?, &run_id, &choice, follow, json),
         Command::ProtocolCheck(args) => protocol_check::run(args),
     }
 }

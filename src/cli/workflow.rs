@@ -326,10 +326,33 @@ pub fn answer(
 ) -> anyhow::Result<ExitCode> {
     let answer: Value = serde_json::from_str(answer_json)
         .context("the answer must be JSON, e.g. '{\"approved\": true}' or '\"yes\"'")?;
+    send_answer(state_dir, Operation::CheckpointAnswer, run_id, answer, follow_run, json)
+}
+
+/// `decision answer`: one of the decision's choices (or a JSON object naming one); the
+/// answer is accepted only after the step's own checks.
+pub fn decide(state_dir: &Path, run_id: &str, choice: &str, follow_run: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let answer = match choice.trim_start().starts_with('{') {
+        true => {
+            serde_json::from_str(choice).context("a JSON answer must be an object, e.g. '{\"route\": \"ship\"}'")?
+        }
+        false => Value::String(choice.to_string()),
+    };
+    send_answer(state_dir, Operation::DecisionAnswer, run_id, answer, follow_run, json)
+}
+
+fn send_answer(
+    state_dir: &Path,
+    operation: Operation,
+    run_id: &str,
+    answer: Value,
+    follow_run: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let mut client = connect(state_dir)?;
     let mut payload = JsonObject::new();
     payload.insert("answer".into(), answer);
-    let response = client.request_for(Operation::CheckpointAnswer, Some(run_id), payload)?;
+    let response = client.request_for(operation, Some(run_id), payload)?;
     accepted(&response)?;
     if follow_run {
         return follow(&mut client, run_id, json);

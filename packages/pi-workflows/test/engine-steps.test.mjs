@@ -267,3 +267,27 @@ test("a validating candidate is judged by the node's own checks: accepted comple
     else assert.deepEqual(outcome, { kind: "waiting" });
   }
 });
+
+test("a decision answer may be the bare choice; anything else must name one of the choices", async () => {
+  const choices = ["ship", "fix"];
+  const wf = () =>
+    defineWorkflow({
+      name: "gate",
+      startAt: "pick",
+      nodes: { pick: decision({ question: "ship it?", choices }), ship: compute({ run: () => "shipped" }), fix: compute({ run: () => "fixing" }) },
+      edges: [decisionEdge({ from: "pick", choices, cases: { ship: "ship", fix: "fix" } })],
+    });
+  for (const [payload, expected] of [
+    ["ship", "interaction.accepted"],
+    [{ route: "fix" }, "interaction.accepted"],
+    ["maybe", "interaction.rejected"],
+    [{ route: "later" }, "interaction.rejected"],
+  ]) {
+    const host = new FakeHost({ executionMode: "interactive" });
+    assert.deepEqual(await run(wf(), host), { kind: "waiting" });
+    host.interaction = { ...host.interaction, validating: { submissionId: "s1", payload } };
+    await run(wf(), host, "resume");
+    assert.ok(host.kinds().includes(expected), `${JSON.stringify(payload)}: ${host.kinds()}`);
+    if (payload === "ship") assert.deepEqual(host.messages.find((m) => m.kind === "interaction.accepted").payload.output, { route: "ship" });
+  }
+});

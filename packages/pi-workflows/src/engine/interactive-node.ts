@@ -112,7 +112,9 @@ async function acceptAnswer(attempt: Attempt, node: AskNode, value: unknown): Pr
 function shapeAnswer(node: AskNode, value: unknown): unknown {
   if (node.kind === "checkpoint") return value;
   if (node.kind === "decision") {
-    return checkDecision(typeof value === "string" ? parseAgentJson(value) : value, node.choices, node.field);
+    // A person answers with the bare choice; a model with JSON text or an object.
+    if (typeof value === "string" && node.choices.includes(value)) return { [node.field]: value };
+    return checkDecision(typeof value === "string" ? decisionText(value, node.choices) : value, node.choices, node.field);
   }
   if (typeof node.expectedOutput === "string") {
     const parsed = typeof value === "string" ? parseAgentJson(value) : value;
@@ -125,6 +127,15 @@ function shapeAnswer(node: AskNode, value: unknown): unknown {
   const maxChars = node.expectedOutput?.maxChars;
   if (maxChars !== undefined && text.length > maxChars) throw new Error(`the assistant reply has ${text.length} characters; the limit is ${maxChars}`);
   return text;
+}
+
+/** A model's JSON reply; a person's text that is neither JSON nor a choice names the choices. */
+function decisionText(text: string, choices: readonly string[]): unknown {
+  try {
+    return parseAgentJson(text);
+  } catch {
+    throw new Error(`${JSON.stringify(text.slice(0, 100))} is not one of: ${choices.join(", ")}`);
+  }
 }
 
 function interactionKind(node: AskNode): InteractionKind {

@@ -25,6 +25,7 @@ function cli(...args) {
 const workflow = path.join(state, "chain.workflow.ts");
 const tuned = path.join(state, "tuned.workflow.ts");
 const replying = path.join(state, "replying.workflow.ts");
+const deciding = path.join(state, "deciding.workflow.ts");
 let client;
 
 before(async () => {
@@ -61,6 +62,18 @@ export default defineWorkflow({
     done: compute({ run: ({ outputs }) => ({ said: outputs.reply }) }),
   },
   edges: [{ from: "reply", to: "done" }],
+});
+`,
+  );
+  writeFileSync(
+    deciding,
+    `import { compute, decision, decisionEdge, defineWorkflow } from "pi-workflows";
+const choices = ["ship", "fix"];
+export default defineWorkflow({
+  name: "deciding",
+  startAt: "pick",
+  nodes: { pick: decision({ question: "Ship it?", choices }), ship: compute({ run: () => "shipped" }), fix: compute({ run: () => "fixing" }) },
+  edges: [decisionEdge({ from: "pick", choices, cases: { ship: "ship", fix: "fix" } })],
 });
 `,
   );
@@ -176,4 +189,20 @@ test("an assistant-message step takes the visible reply; the step's own checks j
   await viewUntil(runId, (v) => v.display.status === "completed" && v.display.activity.kind === "none");
   const status = await client.call("run.status", { runId, payload: { includeResult: true } });
   assert.deepEqual(status.result, { said: "Hello!" });
+});
+
+test("a person answers a decision from the CLI with a bare choice; other answers are refused with the choices", async () => {
+  const runId = `run-ts-decision-${Date.now()}`;
+  const payload = { workflow: deciding, projectPath: state, executionMode: "interactive", originSessionId: `session-${runId}` };
+  await client.call("run.start", { runId, payload });
+  const waiting = await viewUntil(runId, (view) => view.display.status === "waiting" && view.display.activity.kind === "none");
+  assert.deepEqual(waiting.display.controls.includes("human-answer"), true);
+  const refused = spawnSync(binary, ["--state-dir", state, "decision", "answer", runId, "maybe"], { env, encoding: "utf8" });
+  assert.equal(refused.status, 1, refused.stderr);
+  assert.match(refused.stderr, /one of: ship, fix/);
+  await viewUntil(runId, (view) => view.display.status === "waiting" && view.display.activity.kind === "none");
+  const out = JSON.parse(cli("decision", "answer", runId, "ship", "--follow", "--json").trim().split("\n").at(-1));
+  assert.equal(out.status, "completed", JSON.stringify(out));
+  const status = await client.call("run.status", { runId, payload: { includeResult: true } });
+  assert.equal(status.result, "shipped");
 });
