@@ -148,6 +148,13 @@ fn settings_change_while_a_run_is_live_and_each_attempt_sees_a_frozen_copy() {
     let view = env.cli(&["view", &run_id, "--once", "--json"]);
     env.expect_code(&view, 0, "view --once");
     assert_eq!(json_of(&view)["run"]["settingsChangeNumber"], 2);
+    let human = env.cli(&["view", &run_id, "--once"]);
+    env.expect_code(&human, 0, "view --once (human)");
+    assert!(
+        String::from_utf8_lossy(&human.stdout).contains("settings: change 2 (changed"),
+        "{}",
+        String::from_utf8_lossy(&human.stdout)
+    );
     let verify = env.cli(&["state", "verify"]);
     env.expect_code(&verify, 0, "state verify after settings changes");
 }

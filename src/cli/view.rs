@@ -162,6 +162,13 @@ fn summary_lines(view: &Value, now_ms: i64) -> Vec<String> {
             text(&reason["message"])
         ));
     }
+    if let Some(change) = run["settingsChangeNumber"].as_i64() {
+        let how = if change == 0 { "as declared" } else { "changed" };
+        lines.push(format!(
+            "settings: change {change} ({how}; `pi-workflows run settings {}`)",
+            text(&view["runId"])
+        ));
+    }
     let controls: Vec<&str> = display["controls"].as_array().into_iter().flatten().map(text).collect();
     lines.push(format!("controls: {}", controls.join(", ")));
     lines
