@@ -255,7 +255,7 @@ pub async fn checkpoint_answer(ctx: &Arc<ServerContext>, request: &Request) -> A
     let expected = expected_revision_of(request);
     let stored = blocking::write(&ctx.store, move |tx| {
         commands::run_command(tx, &command, |tx| {
-            let submission_id = format!("sub-{}", &command.fingerprint[..24]);
+            let submission_id = interactions::submission_id_of(&command.fingerprint);
             let (request_id, submitted) = interactions::submit_value(
                 tx,
                 &ClientValue {

@@ -227,10 +227,10 @@ fn newer_settings(conn: &rusqlite::Connection, message: &Message, known: Option<
     let Some(known) = known.max(claimed) else {
         return Ok(None);
     };
-    if settings::current_number(conn, &message.run_id)?.is_none_or(|current| current <= known) {
+    let Some(current) = settings::current_number(conn, &message.run_id)?.filter(|current| *current > known) else {
         return Ok(None);
-    }
-    Ok(settings::current(conn, &message.run_id)?
+    };
+    Ok(settings::version(conn, &message.run_id, current)?
         .map(|version| json!({"changeNumber": version.change_number, "value": version.value})))
 }
 

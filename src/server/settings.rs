@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::blocking;
 use super::context::ServerContext;
 use super::handlers::{Answer, answer_of, command_request, rejected, run_id_of};
-use super::views::read_refusal;
+use super::views::{page_limit, read_refusal};
 use crate::protocol::{JsonObject, Outcome, Request};
 use crate::settings::{SettingsError, parse_patch};
 use crate::store::StoreError;
@@ -68,18 +68,7 @@ pub async fn settings_page(ctx: &Arc<ServerContext>, request: &Request) -> Answe
     let run_id = run_id_of(request)?;
     let payload = &request.payload;
     let before = payload.get("before").and_then(Value::as_i64);
-    let limit = match payload.get("limit") {
-        None => CHANGES_PAGE_DEFAULT,
-        Some(limit) => match limit.as_u64() {
-            Some(limit) if (1..=CHANGES_PAGE_MAX as u64).contains(&limit) => limit as usize,
-            _ => {
-                return Err(rejected(
-                    "invalidRequest",
-                    &format!("limit must be 1 to {CHANGES_PAGE_MAX}"),
-                ));
-            }
-        },
-    };
+    let limit = page_limit(payload, CHANGES_PAGE_DEFAULT, CHANGES_PAGE_MAX)?;
     let owned = run_id.clone();
     let page = blocking::read(&ctx.store, move |conn| {
         crate::store::run_view::run_facts(conn, &owned)?;

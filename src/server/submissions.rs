@@ -107,7 +107,7 @@ async fn record(
     blocking::write(&ctx.store, move |tx| {
         // A retry of a submission recorded before (its request may be settled by now): the
         // same submission, whatever is pending today.
-        let submission_id = format!("sub-{}", &command.fingerprint[..24]);
+        let submission_id = interactions::submission_id_of(&command.fingerprint);
         if let Some(request_id) = interactions::submission_request(tx.conn(), &submission_id)? {
             return Ok((submission_id, request_id));
         }

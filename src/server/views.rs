@@ -272,7 +272,7 @@ fn parse_runs_cursor(cursor: &Value) -> Result<(i64, String), (Outcome, Response
     }
 }
 
-fn page_limit(payload: &JsonObject, default: usize, max: usize) -> Result<usize, (Outcome, ResponseError)> {
+pub(super) fn page_limit(payload: &JsonObject, default: usize, max: usize) -> Result<usize, (Outcome, ResponseError)> {
     match payload.get("limit") {
         None => Ok(default),
         Some(limit) => match limit.as_u64() {

@@ -10,7 +10,7 @@
 
 mod patch;
 
-pub use patch::{PatchOp, apply_patch, parse_patch};
+pub use patch::{PatchOp, parse_patch};
 use patch::{apply_op, replaces_existing};
 
 use serde_json::Value;
@@ -262,7 +262,7 @@ fn parse_grant(entry: &Value) -> Result<PathGrant, SettingsError> {
 }
 
 /// Refuse a value nested deeper than SETTINGS_DEPTH_MAX (a scalar is depth 0).
-pub fn check_depth(what: &'static str, value: &Value) -> Result<(), SettingsError> {
+fn check_depth(what: &'static str, value: &Value) -> Result<(), SettingsError> {
     // Level by level, without recursion, whatever the input.
     let mut level: Vec<&Value> = vec![value];
     for _ in 0..=SETTINGS_DEPTH_MAX {

@@ -154,16 +154,8 @@ fn parse_op(op: &Value) -> Result<PatchOp, String> {
     })
 }
 
-/// Apply `patch` to a copy of `document`; the first failing operation refuses the whole patch.
-pub fn apply_patch(document: &Value, patch: &[PatchOp]) -> Result<Value, SettingsError> {
-    let mut changed = document.clone();
-    for (index, op) in patch.iter().enumerate() {
-        apply_op(&mut changed, index, op)?;
-    }
-    Ok(changed)
-}
-
-/// Apply operation `index` of a patch to `document` in place (the caller owns a copy).
+/// Apply operation `index` of a patch to `document` in place (the caller owns a copy; the
+/// first failing operation refuses the whole patch).
 pub(super) fn apply_op(document: &mut Value, index: usize, op: &PatchOp) -> Result<(), SettingsError> {
     let not_applicable = |why: String| SettingsError::NotApplicable {
         index,

@@ -208,6 +208,12 @@ pub enum Submitted {
     Adopted { submission_id: String },
 }
 
+/// The submission ID of a client command: derived from its durable request fingerprint, so
+/// a retry names the same submission.
+pub fn submission_id_of(command_fingerprint: &str) -> String {
+    format!("sub-{}", &command_fingerprint[..24])
+}
+
 /// Submit input for a waiting run's pending request. A checkpoint answer is accepted at
 /// once (checkpoints have no validator); agent output becomes a `validating` candidate
 /// that a supervised runner accepts or rejects. Either way the run is queued to continue.
