@@ -49,6 +49,9 @@ async fn main() -> anyhow::Result<()> {
         on_started: Some(Arc::new(move |identity: &StartIdentity| {
             *record.lock().expect("lock") = Some(identity.clone());
         })),
+        on_exit: None,
+        details: None,
+        adopt: None,
     };
     let child = ChildSpec::worker("handshake", Restart::Temporary, move || (ProcessActor, config.clone()))
         .with_label(format!("ready deadline {} ms", DEADLINE.as_millis()));

@@ -80,6 +80,9 @@ async fn main() -> anyhow::Result<()> {
         on_started: Some(Arc::new(move |id: &StartIdentity| {
             *record.lock().expect("lock") = Some(id.pid)
         })),
+        on_exit: None,
+        details: None,
+        adopt: None,
     };
     let child = ChildSpec::worker("stubborn", Restart::Permanent, move || (ProcessActor, config.clone()))
         .with_label(format!("grace {} ms", GRACE.as_millis()));

@@ -42,6 +42,9 @@ async fn main() -> anyhow::Result<()> {
         on_started: Some(Arc::new(move |id: &StartIdentity| {
             *record.lock().expect("lock") = Some(id.to_string())
         })),
+        on_exit: None,
+        details: None,
+        adopt: None,
     };
     let child = ChildSpec::worker("sleeper", Restart::Temporary, move || (ProcessActor, config.clone()));
     let spec = SupervisorSpec::new("procs", Strategy::OneForOne)

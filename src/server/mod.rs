@@ -1,34 +1,30 @@
 //! The server daemon: one per state directory. `run` holds the global lock, takes the
-//! server lease (epoch + 1), starts the supervision tree and serves the socket until it is
-//! asked to stop (client, signal, idle, or lost lease), then stops the tree in reverse order
-//! so in-flight commands finish and commit first.
+//! server lease (epoch + 1), recovers, starts the supervision tree (`tree.rs`) and serves the
+//! socket until it is asked to stop (client, signal, idle, lost lease, a dead store, or a
+//! tree that kept failing), then stops the tree in reverse order so in-flight commands finish
+//! and commit first, and releases the lease last.
+//!
+//! The folders follow the tree: `clients/`, `runners/`, `resolvers/` hold their subtrees'
+//! children; `ops/` the operations behind the front door; `views/` view building and feeds;
+//! the root files are what everything shares (`shared`, `config`, `answers`, `spawn`, …).
 //!
 //! Architecture Invariant: the server never loads or runs workflow code.
 
+pub mod answers;
 pub mod blocking;
-pub mod connection;
-pub mod context;
-pub mod feeds;
-pub mod follow_ups;
+pub mod clients;
+pub mod config;
 pub mod frames;
-pub mod handlers;
-pub mod listener;
 pub mod logging;
+pub mod ops;
 pub mod ownership;
-pub mod resolver;
-pub mod retention_sweep;
-pub mod run_commands;
-pub mod runner;
-pub mod runner_apply;
-pub mod runner_channel;
-pub mod runner_messages;
-pub mod runner_pool;
+pub mod resolvers;
+pub mod retention;
+pub mod runners;
 pub mod scheduler;
-pub mod settings;
-pub mod state_ops;
-pub mod status;
-pub mod submissions;
-pub mod subscriptions;
+pub mod shared;
+pub mod spawn;
+pub mod store_owner;
 pub mod tree;
 pub mod views;
 
@@ -41,101 +37,14 @@ use anyhow::Context;
 use ractor::Actor;
 use supervisors::Supervisor;
 
-pub use context::{ServerContext, StopReason};
-use ownership::ServerPaths;
+pub use config::{READY_FD_ENV, ServerConfig};
+pub use shared::StopReason;
 
 use crate::store::server_lease::{self, ServerLease};
 use crate::store::{Store, SystemClock};
 
 /// How long the whole tree may take to stop before the process exits anyway.
 pub const SHUTDOWN_TIMEOUT_MS: u64 = 30_000;
-/// Environment variable naming the file descriptor on which `server start` waits for
-/// "ready"; set only by `server start`.
-pub const READY_FD_ENV: &str = "PI_WORKFLOWS_READY_FD";
-pub const IDLE_EXIT_ENV: &str = "PI_WORKFLOWS_IDLE_EXIT_MS";
-
-pub const RUNNER_ENV: &str = "PI_WORKFLOWS_RUNNER";
-pub const MAX_WORKERS_ENV: &str = "PI_WORKFLOWS_MAX_WORKERS";
-pub const RUNNER_READY_ENV: &str = "PI_WORKFLOWS_RUNNER_READY_MS";
-pub const MAX_WORKERS_DEFAULT: usize = 4;
-/// A generous bound on capacity: each runner is an OS process.
-pub const MAX_WORKERS_LIMIT: usize = 256;
-pub const RUNNER_READY_MS_DEFAULT: u64 = 10_000;
-pub const WARM_RUNNERS_ENV: &str = "PI_WORKFLOWS_WARM_RUNNERS";
-
-pub struct ServerConfig {
-    pub paths: ServerPaths,
-    pub idle_exit: Duration,
-    pub json_logs: bool,
-    pub runner: context::RunnerSettings,
-    /// Days finished run trees are kept (`PI_WORKFLOWS_RETENTION_DAYS`); `None`: no sweep.
-    pub retention_days: Option<i64>,
-}
-
-fn env_number(name: &str, default: u64) -> anyhow::Result<u64> {
-    match std::env::var(name) {
-        Ok(text) => text
-            .trim()
-            .parse::<u64>()
-            .with_context(|| format!("{name} must be a non-negative integer, not {text:?}")),
-        Err(_) => Ok(default),
-    }
-}
-
-impl ServerConfig {
-    pub fn from_env(paths: ServerPaths) -> anyhow::Result<Self> {
-        let idle_exit_ms = env_number(IDLE_EXIT_ENV, scheduler::IDLE_EXIT_MS_DEFAULT)?;
-        let json_logs = std::env::var("PI_WORKFLOWS_LOG_JSON").is_ok_and(|value| value == "1");
-        let max_workers = env_number(MAX_WORKERS_ENV, MAX_WORKERS_DEFAULT as u64)? as usize;
-        if !(1..=MAX_WORKERS_LIMIT).contains(&max_workers) {
-            anyhow::bail!("{MAX_WORKERS_ENV} must be between 1 and {MAX_WORKERS_LIMIT}, not {max_workers}");
-        }
-        // One warm runner by default with the Node runner; a custom runner program (tests'
-        // scripted runner) starts on demand unless asked otherwise.
-        let custom_runner = std::env::var_os(RUNNER_ENV).is_some_and(|value| !value.is_empty());
-        let warm_runners = env_number(WARM_RUNNERS_ENV, u64::from(!custom_runner))? as usize;
-        if warm_runners > runner_pool::WARM_RUNNERS_MAX {
-            anyhow::bail!(
-                "{WARM_RUNNERS_ENV} must be between 0 and {}, not {warm_runners}",
-                runner_pool::WARM_RUNNERS_MAX
-            );
-        }
-        let resolver = crate::package::node_program("resolver-main.js")
-            .ok()
-            .map(|program| (program.node.clone(), [program.args(), vec!["--serve".into()]].concat()));
-        let runner = context::RunnerSettings {
-            resolver,
-            warm_runners,
-            program: runner_program(),
-            max_workers,
-            ready_timeout: Duration::from_millis(env_number(RUNNER_READY_ENV, RUNNER_READY_MS_DEFAULT)?),
-            logs_dir: paths.logs_dir.join("runners"),
-            cache_dir: paths.cache_dir.clone(),
-        };
-        Ok(Self {
-            paths,
-            idle_exit: Duration::from_millis(idle_exit_ms),
-            json_logs,
-            runner,
-            retention_days: retention_sweep::retention_days()?,
-        })
-    }
-}
-
-/// `PI_WORKFLOWS_RUNNER` (a program taking no arguments, e.g. the scripted test runner),
-/// else the package's Node runner. Without either, queued runs wait (logged at start).
-fn runner_program() -> Option<(std::path::PathBuf, Vec<std::ffi::OsString>)> {
-    if let Some(program) = std::env::var_os(RUNNER_ENV).filter(|value| !value.is_empty()) {
-        return Some((program.into(), Vec::new()));
-    }
-    match crate::package::node_program("runner-main.js") {
-        Ok(program) => Some((program.node.clone(), program.args())),
-        Err(err) => {
-            tracing::warn!(error = %err, "no runner program: queued runs wait");
-            None
-        }
-    }
-}
 
 /// Run the server in this process until it stops; returns why it stopped.
 pub async fn run(config: ServerConfig) -> anyhow::Result<StopReason> {
@@ -157,31 +66,24 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<StopReason> {
 
     recover(&store, &server_id).await?;
 
-    let ctx = ServerContext::new(Arc::clone(&store), lease.epoch, server_id, config.runner.clone());
-    let spec = tree::root_spec(&ctx, &lease, paths.socket.clone(), config.idle_exit);
-    let (root, root_done) = Actor::spawn(None, Supervisor, spec)
+    let parts = tree_parts(&config, Arc::clone(&store), &lease, server_id);
+    let shared = Arc::clone(&parts.shared);
+    // Startup recovery is done: the tree starts, the retention sweep among its children may
+    // look now (recovery step 12).
+    let (root, root_done) = Actor::spawn(None, Supervisor, tree::root_spec(&parts))
         .await
         .context("the supervision tree did not start")?;
-    let _ = ctx.root.set(root.clone());
+    shared.set_root(root.clone());
     announce_ready(lease.epoch);
     tracing::info!(epoch = lease.epoch, "server ready");
-    runner_pool::refill_soon(&ctx, Duration::ZERO);
-    let warming = Arc::clone(&ctx);
-    tokio::spawn(async move { warming.resolvers.prewarm(&warming).await });
-    // Startup recovery is done: the retention sweep may look now (recovery step 12).
-    if let Some(days) = config.retention_days {
-        retention_sweep::spawn(Arc::clone(&ctx), days);
-    }
 
     let reason = tokio::select! {
-        reason = ctx.stopped() => reason,
+        reason = shared.stopped() => reason,
         () = signals.received() => StopReason::Signal,
-        _ = wait_root(&root) => StopReason::LeaseLost,
+        _ = wait_root(&root) => StopReason::TreeFailed,
     };
-    ctx.request_stop(reason);
+    shared.request_stop(reason);
     tracing::info!(reason = reason.as_str(), "server stopping");
-    ctx.runner_pool.shutdown().await;
-    ctx.resolvers.shutdown().await;
     let stopped = root
         .stop_and_wait(
             Some(reason.as_str().to_string()),
@@ -192,8 +94,43 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<StopReason> {
         tracing::error!("the supervision tree did not stop in time");
     }
     drop(root_done);
+    release_lease(&store, lease).await;
     tracing::info!(reason = reason.as_str(), "server stopped");
     Ok(reason)
+}
+
+/// The handles the tree's children share, built once per server.
+fn tree_parts(config: &ServerConfig, store: Arc<Store>, lease: &ServerLease, server_id: String) -> tree::TreeParts {
+    let shared = shared::Shared::new(store, lease.epoch, server_id);
+    let runners = runners::registry::Runners::new(config.runner.clone());
+    let resolvers = resolvers::handle::Resolvers::new(config.resolver.clone(), config.runner.clone(), lease.epoch);
+    let views = views::cache::Views::new(Arc::clone(&shared.store));
+    let ops = ops::context::OpsContext::new(
+        Arc::clone(&shared),
+        Arc::clone(&runners),
+        Arc::clone(&resolvers),
+        Arc::clone(&views),
+    );
+    let feeds = views::feeds::Feeds::new(Arc::clone(&shared), views);
+    tree::TreeParts {
+        shared,
+        runners,
+        resolvers,
+        ops,
+        feeds,
+        lease: lease.clone(),
+        socket: config.paths.socket.clone(),
+        idle_exit: config.idle_exit,
+        retention_days: config.retention_days,
+    }
+}
+
+/// The lease is released last, after every child that could write under it has stopped; a
+/// lost lease needs no release.
+async fn release_lease(store: &Arc<Store>, lease: ServerLease) {
+    if let Err(err) = blocking::write(store, move |tx| server_lease::release_server_lease(tx, &lease)).await {
+        tracing::warn!(error = %err, "server lease was not released");
+    }
 }
 
 /// Startup recovery before any runner is admitted: stop processes an older server left
@@ -215,14 +152,15 @@ async fn recover(store: &Arc<Store>, server_id: &str) -> anyhow::Result<()> {
         }
     }
     // Registered headless Pi groups of those runners: no runner of this server lives yet.
-    runner::reap_registered(store, None).await;
+    runners::settle::reap_registered(store, None).await;
     let owner = server_id.to_string();
     let report = blocking::write(store, move |tx| crate::store::recovery::recover(tx, &owner, &stale)).await?;
     tracing::info!(?report, "startup recovery done");
     Ok(())
 }
 
-/// Resolves if the root supervisor dies on its own (it escalated past its intensity).
+/// Resolves if the root supervisor dies on its own (a child kept failing past the root's
+/// restart intensity).
 async fn wait_root(root: &ractor::ActorRef<supervisors::SupervisorMsg>) {
     while root.get_status() <= ractor::ActorStatus::Running {
         tokio::time::sleep(Duration::from_millis(200)).await;

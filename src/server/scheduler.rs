@@ -1,9 +1,14 @@
-//! The scheduler actor: the server's timers. Today: server-lease renewal and the idle-exit
-//! rule. (Run admission, claim renewal and deadlines join it with the runner issue.)
+//! The scheduler (a permanent worker under the root): server-lease renewal, run admission
+//! (a new `runner-N` child under `runners` per admitted run generation) and the idle-exit
+//! rule. Claim renewal is each runner's own timer.
 //!
 //! Idle exit: the server stops after `idle_exit` with no client connection, no runner and
 //! no unsettled work (admitted or running runs, deadlines, unsettled effects, validating
 //! submissions). A later client starts it again with `pi-workflows server start`.
+//!
+//! A restart is real: the scheduler keeps nothing that the store, the runner registry and the
+//! lease (owned by the server, not by the scheduler) do not know; a restarted scheduler
+//! renews the same lease and admits where the old one stopped.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,8 +20,11 @@ use ractor::rpc::CallResult;
 use supervisors::{ChildSpec, Restart, Shutdown, SupervisorMsg};
 
 use super::blocking;
-use super::context::{ServerContext, StopReason};
-use super::runner::{RUNNER_GRACE_MS, Runner, RunnerArgs, abandon_launch};
+use super::runners::registry::Runners;
+use super::runners::runner::{RUNNER_GRACE_MS, Runner};
+use super::runners::settle::abandon_launch;
+use super::runners::state::{RunnerArgs, runner_epoch_name};
+use super::shared::{Shared, StopReason};
 use crate::store::runs;
 use crate::store::server_lease::{self, Renewal, SERVER_LEASE_MS, ServerLease};
 use crate::store::verify;
@@ -26,13 +34,13 @@ use crate::store::workers;
 pub const TICK_MS: u64 = 500;
 /// The server lease is renewed after a third of its life.
 pub const LEASE_RENEW_MS: u64 = (SERVER_LEASE_MS / 3) as u64;
-/// Default idle period before exit; `PI_WORKFLOWS_IDLE_EXIT_MS` overrides it.
-pub const IDLE_EXIT_MS_DEFAULT: u64 = 5 * 60 * 1_000;
 
 pub struct Scheduler;
 
+#[derive(Clone)]
 pub struct SchedulerArgs {
-    pub ctx: Arc<ServerContext>,
+    pub shared: Arc<Shared>,
+    pub runners: Arc<Runners>,
     pub lease: ServerLease,
     pub idle_exit: Duration,
 }
@@ -42,15 +50,16 @@ pub enum SchedulerMsg {
 }
 
 pub struct SchedulerState {
-    ctx: Arc<ServerContext>,
+    shared: Arc<Shared>,
+    runners: Arc<Runners>,
     lease: ServerLease,
     idle_exit: Duration,
     idle_since: Option<Instant>,
     renewed_at: Instant,
     ticker: Option<JoinHandle<()>>,
     wake_task: Option<JoinHandle<()>>,
-    runners: Option<ActorRef<SupervisorMsg>>,
-    launched: u64,
+    /// The `runners` supervisor, looked up again when it restarted.
+    runners_supervisor: Option<ActorRef<SupervisorMsg>>,
 }
 
 impl Actor for Scheduler {
@@ -66,7 +75,7 @@ impl Actor for Scheduler {
         let ticker = myself.send_interval(Duration::from_millis(TICK_MS), || SchedulerMsg::Tick);
         // Admit at once at start (crash-to-resume) and whenever capacity or work appears,
         // not only on the next tick.
-        let wakes = args.ctx.scheduler_wakes();
+        let wakes = args.shared.scheduler_wakes();
         let waker = myself.clone();
         let wake_task = tokio::spawn(async move {
             loop {
@@ -78,29 +87,26 @@ impl Actor for Scheduler {
         });
         let _ = myself.cast(SchedulerMsg::Tick);
         Ok(SchedulerState {
-            ctx: args.ctx,
+            shared: args.shared,
+            runners: args.runners,
             lease: args.lease,
             idle_exit: args.idle_exit,
             idle_since: None,
-            renewed_at: Instant::now(),
+            // A restarted scheduler renews at once: it cannot know when the lease was renewed.
+            renewed_at: Instant::now()
+                .checked_sub(Duration::from_millis(LEASE_RENEW_MS))
+                .unwrap_or_else(Instant::now),
             ticker: Some(ticker),
             wake_task: Some(wake_task),
-            runners: None,
-            launched: 0,
+            runners_supervisor: None,
         })
     }
 
     async fn post_stop(&self, _: ActorRef<SchedulerMsg>, state: &mut SchedulerState) -> Result<(), ActorProcessingErr> {
+        // The lease is the server's: it is released after the whole tree stopped, never by a
+        // scheduler that is only being restarted.
         for task in [state.ticker.take(), state.wake_task.take()].into_iter().flatten() {
             task.abort();
-        }
-        let lease = state.lease.clone();
-        if let Err(err) = blocking::write(&state.ctx.store, move |tx| {
-            server_lease::release_server_lease(tx, &lease)
-        })
-        .await
-        {
-            tracing::warn!(error = %err, "server lease was not released");
         }
         Ok(())
     }
@@ -131,11 +137,15 @@ async fn renew_lease_when_due(state: &mut SchedulerState) {
         return;
     }
     let lease = state.lease.clone();
-    match blocking::write(&state.ctx.store, move |tx| server_lease::renew_server_lease(tx, &lease)).await {
+    match blocking::write(&state.shared.store, move |tx| {
+        server_lease::renew_server_lease(tx, &lease)
+    })
+    .await
+    {
         Ok(Renewal::Renewed | Renewal::Rearmed) => state.renewed_at = Instant::now(),
         Err(err) if err.claim_lost_reason().is_some() => {
             tracing::error!(epoch = state.lease.epoch, error = %err, "server lease lost; stopping");
-            state.ctx.request_stop(StopReason::LeaseLost);
+            state.shared.request_stop(StopReason::LeaseLost);
         }
         Err(err) => tracing::warn!(error = %err, "server lease renewal failed; will retry"),
     }
@@ -152,17 +162,16 @@ enum Admission {
 
 /// Start queued runs while capacity allows (running and pending launches both count).
 async fn admit(state: &mut SchedulerState) -> Admission {
-    let ctx = Arc::clone(&state.ctx);
-    let Some(program) = ctx.runner_settings.program.clone() else {
+    let (shared, runners) = (Arc::clone(&state.shared), Arc::clone(&state.runners));
+    let Some(program) = runners.settings.program.clone() else {
         return Admission::Done;
     };
-    let running = ctx.runners.load(std::sync::atomic::Ordering::SeqCst);
-    let free = ctx.runner_settings.max_workers.saturating_sub(running);
-    if free == 0 || ctx.stop_requested().is_some() {
+    let free = runners.settings.max_workers.saturating_sub(runners.live());
+    if free == 0 || shared.stop_requested().is_some() {
         return Admission::Done;
     }
-    let now = ctx.store.now_ms();
-    let Ok(queued) = blocking::read(&ctx.store, move |conn| workers::admissible_runs(conn, now, free)).await else {
+    let now = shared.store.now_ms();
+    let Ok(queued) = blocking::read(&shared.store, move |conn| workers::admissible_runs(conn, now, free)).await else {
         return Admission::Done;
     };
     if queued.is_empty() {
@@ -172,32 +181,32 @@ async fn admit(state: &mut SchedulerState) -> Admission {
         return Admission::RetrySoon;
     };
     for run in queued {
-        let (run_id, owner) = (run.run_id.clone(), ctx.server_id.clone());
-        let authority = match blocking::write(&ctx.store, move |tx| runs::start_run(tx, &run_id, &owner)).await {
+        let (run_id, owner) = (run.run_id.clone(), shared.server_id.clone());
+        let authority = match blocking::write(&shared.store, move |tx| runs::start_run(tx, &run_id, &owner)).await {
             Ok(started) => started.value,
             Err(err) => {
                 tracing::warn!(run_id = %run.run_id, error = %err, "could not admit a run");
                 continue;
             }
         };
-        state.launched += 1;
-        let runner_epoch = format!(
-            "e{}-{}",
-            ctx.epoch,
-            crate::digest::random_hex(8).unwrap_or_else(|| state.launched.to_string())
-        );
+        let number = runners.next_launch();
+        let suffix = crate::digest::random_hex(8).unwrap_or_else(|| number.to_string());
+        let runner_epoch = runner_epoch_name(shared.epoch, &suffix);
+        let details = supervisors::DetailsCell::default();
         let args = RunnerArgs {
-            ctx: Arc::clone(&ctx),
+            shared: Arc::clone(&shared),
+            runners: Arc::clone(&runners),
             run,
             authority: authority.clone(),
             runner_epoch: runner_epoch.clone(),
             program: program.clone(),
+            details: details.clone(),
         };
-        let shutdown = Duration::from_millis(RUNNER_GRACE_MS + supervisors::process::KILL_WAIT_MS_MAX + 1_000);
-        let spec = ChildSpec::worker(format!("runner-{}", state.launched), Restart::Temporary, move || {
+        let shutdown = supervisors::process_shutdown_wait(Duration::from_millis(RUNNER_GRACE_MS));
+        let spec = ChildSpec::worker(format!("runner-{number}"), Restart::Temporary, move || {
             (Runner, args.clone())
         })
-        .with_label(format!("generation {}", authority.generation))
+        .with_details(details)
         .with_shutdown(Shutdown::Timeout(shutdown));
         match supervisor
             .call(|reply| SupervisorMsg::StartChild(spec, reply), None)
@@ -211,7 +220,7 @@ async fn admit(state: &mut SchedulerState) -> Admission {
                     Err(err) => err.to_string(),
                 };
                 tracing::warn!(run_id = %authority.resource_id, error = %why, "runner launch failed; parking the run");
-                abandon_launch(&ctx, authority, runner_epoch).await;
+                abandon_launch(&shared.store, authority, runner_epoch).await;
             }
         }
     }
@@ -220,32 +229,23 @@ async fn admit(state: &mut SchedulerState) -> Admission {
 
 async fn runners_supervisor(state: &mut SchedulerState) -> Option<ActorRef<SupervisorMsg>> {
     if state
-        .runners
+        .runners_supervisor
         .as_ref()
         .is_some_and(|runners| runners.get_status() != ractor::ActorStatus::Running)
     {
-        state.runners = None;
+        state.runners_supervisor = None;
     }
-    if state.runners.is_none() {
-        let root = state.ctx.root.get()?;
-        let cell = match root
-            .call(|reply| SupervisorMsg::Child("runners".to_string(), reply), None)
-            .await
-        {
-            Ok(CallResult::Success(Some(cell))) => cell,
-            _ => return None,
-        };
-        state.runners = Some(cell.into());
+    if state.runners_supervisor.is_none() {
+        state.runners_supervisor = state.shared.supervisor(&["runners"]).await;
     }
-    state.runners.clone()
+    state.runners_supervisor.clone()
 }
 
 async fn check_idle(state: &mut SchedulerState) {
-    let ctx = &state.ctx;
-    let busy_in_memory = ctx.connections.load(std::sync::atomic::Ordering::SeqCst) > 0
-        || ctx.runners.load(std::sync::atomic::Ordering::SeqCst) > 0;
+    let shared = &state.shared;
+    let busy_in_memory = shared.connections() > 0 || state.runners.live() > 0;
     let busy = busy_in_memory
-        || blocking::read(&ctx.store, verify::unsettled_work)
+        || blocking::read(&shared.store, verify::unsettled_work)
             .await
             .map_or(true, |work| work > 0);
     if busy {
@@ -255,6 +255,6 @@ async fn check_idle(state: &mut SchedulerState) {
     let idle_since = *state.idle_since.get_or_insert_with(Instant::now);
     if idle_since.elapsed() >= state.idle_exit {
         tracing::info!(idle_ms = state.idle_exit.as_millis() as u64, "idle; stopping");
-        ctx.request_stop(StopReason::Idle);
+        shared.request_stop(StopReason::Idle);
     }
 }

@@ -109,6 +109,11 @@ impl Store {
         self.writer.submit(change)
     }
 
+    /// Whether the writer thread still runs; false means no write can commit any more.
+    pub fn writer_running(&self) -> bool {
+        self.writer.is_running()
+    }
+
     /// Changes after every committed write transaction (see `Writer::commits`).
     pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
         self.writer.commits()

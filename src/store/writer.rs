@@ -126,6 +126,12 @@ impl Writer {
         })
     }
 
+    /// Whether the writer thread still runs (it ends only when its last handle is dropped,
+    /// or if it died: then no write can ever commit again).
+    pub fn is_running(&self) -> bool {
+        self.thread.as_ref().is_some_and(|thread| !thread.is_finished())
+    }
+
     /// The commit counter: it changes after every committed transaction (answers first).
     pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
         self.commits.clone()

@@ -36,6 +36,12 @@ impl Fence {
         }
     }
 
+    /// The fence of an owner that knows the one stamp it issued (e.g. a child started with
+    /// the claim generation the store granted): everything else is refused.
+    pub fn issued(current: Stamp) -> Self {
+        Self { current }
+    }
+
     pub fn current(&self) -> Stamp {
         self.current
     }

@@ -94,6 +94,14 @@ impl Default for Intensity {
     }
 }
 
+/// How long a supervisor waits for an actor owning a process with this grace to stop: the
+/// SIGTERM grace, the SIGKILL wait and a margin, so the owner's cleanup (not a brutal kill)
+/// always ends the process group.
+pub fn process_shutdown_wait(grace: Duration) -> Duration {
+    const MARGIN_MS: u64 = 1_000;
+    grace + Duration::from_millis(crate::process::KILL_WAIT_MS_MAX + MARGIN_MS)
+}
+
 /// Whether a child is itself a supervisor (its snapshot nests) or a worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -116,6 +124,8 @@ pub struct ChildSpec {
     pub kind: ChildKind,
     /// A short public label for the tree (e.g. "generation 3, epoch 2"); never private data.
     pub label: Option<String>,
+    /// Live facts the child keeps current (its processes, generation, epoch).
+    pub details: Option<crate::DetailsCell>,
     pub start: StartFn,
 }
 
@@ -127,6 +137,7 @@ impl std::fmt::Debug for ChildSpec {
             .field("shutdown", &self.shutdown)
             .field("kind", &self.kind)
             .field("label", &self.label)
+            .field("details", &self.details.as_ref().map(crate::DetailsCell::get))
             .finish()
     }
 }
@@ -152,6 +163,7 @@ impl ChildSpec {
             shutdown: Shutdown::default(),
             kind: ChildKind::Worker,
             label: None,
+            details: None,
             start,
         }
     }
@@ -170,10 +182,11 @@ impl ChildSpec {
 
     /// An OS process child. The supervisor's shutdown wait covers the process's own SIGTERM
     /// grace and SIGKILL wait, so the actor's cleanup (not a brutal kill) always ends it.
-    pub fn process(id: impl Into<String>, restart: Restart, config: crate::ProcessConfig, grace: Duration) -> Self {
-        const MARGIN_MS: u64 = 1_000;
-        let wait = grace + Duration::from_millis(crate::process::KILL_WAIT_MS_MAX + MARGIN_MS);
-        Self::worker(id, restart, move || (crate::ProcessActor, config.clone())).with_shutdown(Shutdown::Timeout(wait))
+    pub fn process(id: impl Into<String>, restart: Restart, mut config: crate::ProcessConfig, grace: Duration) -> Self {
+        let details = config.details.get_or_insert_with(crate::DetailsCell::default).clone();
+        Self::worker(id, restart, move || (crate::ProcessActor, config.clone()))
+            .with_shutdown(Shutdown::Timeout(process_shutdown_wait(grace)))
+            .with_details(details)
     }
 
     pub fn with_shutdown(mut self, shutdown: Shutdown) -> Self {
@@ -189,6 +202,12 @@ impl ChildSpec {
 
     pub fn with_label(mut self, label: impl Into<String>) -> Self {
         self.label = Some(label.into());
+        self
+    }
+
+    /// Show the details the child keeps in `cell` in the tree.
+    pub fn with_details(mut self, cell: crate::DetailsCell) -> Self {
+        self.details = Some(cell);
         self
     }
 }

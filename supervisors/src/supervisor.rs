@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::sync::mpsc;
 
-use crate::snapshot::{NodeState, TreeSnapshot};
+use crate::snapshot::{DetailsCell, NodeState, TreeSnapshot};
 use crate::spec::{ChildKind, ChildSpec, INTENSITY_RESTARTS_MAX, Intensity, Restart, Shutdown, Strategy};
 
 /// Children per supervisor at most (runners are bounded by the scheduler well below this).
@@ -32,6 +32,8 @@ pub struct SupervisorSpec {
     pub children: Vec<ChildSpec>,
     /// Optional observer of lifecycle reports (tests, examples, the server's log).
     pub observer: Option<mpsc::Sender<Report>>,
+    /// Facts the supervisor's owner shows on this node (e.g. the root's epoch).
+    pub details: Option<DetailsCell>,
 }
 
 impl SupervisorSpec {
@@ -42,7 +44,13 @@ impl SupervisorSpec {
             intensity: Intensity::default(),
             children: Vec::new(),
             observer: None,
+            details: None,
         }
+    }
+
+    pub fn with_details(mut self, details: DetailsCell) -> Self {
+        self.details = Some(details);
+        self
     }
 
     pub fn with_intensity(mut self, max_restarts: u32, period: Duration) -> Self {
@@ -129,6 +137,9 @@ struct Child {
     cell: Option<ActorCell>,
     restarts: u32,
     status: ChildStatus,
+    /// Added by `StartChild`: removed once it exits for good (as in OTP's
+    /// simple_one_for_one), so short-lived children cannot pile up as stopped entries.
+    dynamic: bool,
 }
 
 pub struct SupervisorState {
@@ -136,6 +147,7 @@ pub struct SupervisorState {
     strategy: Strategy,
     intensity: Intensity,
     observer: Option<mpsc::Sender<Report>>,
+    details: Option<DetailsCell>,
     children: Vec<Child>,
     restart_times: VecDeque<Instant>,
     reports_dropped: u64,
@@ -163,6 +175,7 @@ impl Actor for Supervisor {
             strategy: spec.strategy,
             intensity: spec.intensity,
             observer: spec.observer,
+            details: spec.details,
             children: Vec::with_capacity(spec.children.len()),
             restart_times: VecDeque::new(),
             reports_dropped: 0,
@@ -173,6 +186,7 @@ impl Actor for Supervisor {
                 cell: None,
                 restarts: 0,
                 status: ChildStatus::Stopped,
+                dynamic: false,
             });
         }
         // Start in order; if one fails, stop those already started (reverse) and fail.
@@ -284,6 +298,7 @@ async fn add_child(
         cell: None,
         restarts: 0,
         status: ChildStatus::Stopped,
+        dynamic: true,
     });
     let index = state.children.len() - 1;
     let started = start_child(myself, state, index).await;
@@ -357,7 +372,12 @@ async fn on_child_exit(
     let child = &mut state.children[index];
     child.cell = None;
     child.status = ChildStatus::Stopped;
-    let (supervisor, id, restart) = (state.id.clone(), child.spec.id.clone(), child.spec.restart);
+    let (supervisor, id, restart, dynamic) = (
+        state.id.clone(),
+        child.spec.id.clone(),
+        child.spec.restart,
+        child.dynamic,
+    );
     report(
         state,
         Report::Exited {
@@ -369,6 +389,10 @@ async fn on_child_exit(
     );
     match restart {
         Restart::Temporary => {
+            state.children.remove(index);
+            Ok(())
+        }
+        Restart::Transient if !abnormal && dynamic => {
             state.children.remove(index);
             Ok(())
         }
@@ -461,6 +485,7 @@ async fn snapshot(state: &SupervisorState) -> TreeSnapshot {
         state: NodeState::Running,
         restarts: 0,
         label: None,
+        details: state.details.as_ref().map(DetailsCell::get).unwrap_or_default(),
         children,
     }
 }
@@ -479,6 +504,11 @@ async fn child_snapshot(child: &Child) -> TreeSnapshot {
         state,
         restarts: child.restarts,
         label: child.spec.label.clone(),
+        // A stopped child owns nothing, whatever its cell last said.
+        details: match (child.status, &child.spec.details) {
+            (ChildStatus::Running | ChildStatus::Stopping, Some(cell)) => cell.get(),
+            _ => Default::default(),
+        },
         children: Vec::new(),
     };
     let (ChildKind::Supervisor, Some(cell)) = (child.spec.kind, child.cell.as_ref()) else {
@@ -492,6 +522,11 @@ async fn child_snapshot(child: &Child) -> TreeSnapshot {
             restart: leaf.restart,
             restarts: leaf.restarts,
             label: leaf.label,
+            details: if leaf.details.is_empty() {
+                inner.details
+            } else {
+                leaf.details
+            },
             ..inner
         },
         _ => TreeSnapshot {

@@ -42,6 +42,9 @@ fn config(
         on_started: Some(Arc::new(move |identity: &StartIdentity| {
             record.lock().expect("lock").push(identity.pid);
         })),
+        on_exit: None,
+        details: None,
+        adopt: None,
     };
     (config, started)
 }

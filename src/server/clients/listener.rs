@@ -12,7 +12,8 @@ use tokio::net::UnixListener;
 use tokio::task::JoinHandle;
 
 use super::connection::{Connection, ConnectionArgs};
-use super::context::ServerContext;
+use crate::server::ops::context::OpsContext;
+use crate::server::views::feeds::Feeds;
 
 const SOCKET_MODE: u32 = 0o600;
 /// Client connections at once; more are closed at accept.
@@ -20,16 +21,20 @@ pub const CONNECTIONS_MAX: usize = 256;
 
 pub struct Listener;
 
+#[derive(Clone)]
 pub struct ListenerArgs {
-    pub ctx: Arc<ServerContext>,
+    pub ops: Arc<OpsContext>,
+    pub feeds: Arc<Feeds>,
     pub socket: PathBuf,
+    /// Connections accepted so far: names each connection child uniquely, also across a
+    /// restart of the listener.
+    pub accepted: Arc<AtomicU64>,
 }
 
 pub enum ListenerMsg {}
 
 pub struct ListenerState {
-    ctx: Arc<ServerContext>,
-    socket: PathBuf,
+    args: ListenerArgs,
     /// Bound in `pre_start`, served from `post_start` (once linked to `clients`).
     listener: Option<UnixListener>,
     accept_loop: Option<JoinHandle<()>>,
@@ -55,8 +60,7 @@ impl Actor for Listener {
         std::fs::set_permissions(&args.socket, std::fs::Permissions::from_mode(SOCKET_MODE))?;
         tracing::info!("listening");
         Ok(ListenerState {
-            ctx: args.ctx,
-            socket: args.socket,
+            args,
             listener: Some(listener),
             accept_loop: None,
         })
@@ -72,7 +76,7 @@ impl Actor for Listener {
             .ok_or("the listener must run under the clients supervisor")?
             .into();
         let listener = state.listener.take().ok_or("the listener socket was not bound")?;
-        state.accept_loop = Some(tokio::spawn(accept_loop(listener, clients, Arc::clone(&state.ctx))));
+        state.accept_loop = Some(tokio::spawn(accept_loop(listener, clients, state.args.clone())));
         Ok(())
     }
 
@@ -80,13 +84,12 @@ impl Actor for Listener {
         if let Some(accept_loop) = state.accept_loop.take() {
             accept_loop.abort();
         }
-        let _ = std::fs::remove_file(&state.socket);
+        let _ = std::fs::remove_file(&state.args.socket);
         Ok(())
     }
 }
 
-async fn accept_loop(listener: UnixListener, clients: ActorRef<SupervisorMsg>, ctx: Arc<ServerContext>) {
-    let counter = AtomicU64::new(0);
+async fn accept_loop(listener: UnixListener, clients: ActorRef<SupervisorMsg>, args: ListenerArgs) {
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -96,14 +99,14 @@ async fn accept_loop(listener: UnixListener, clients: ActorRef<SupervisorMsg>, c
                 continue;
             }
         };
-        if ctx.connections.load(Ordering::SeqCst) >= CONNECTIONS_MAX {
+        if args.ops.shared.connections() >= CONNECTIONS_MAX {
             tracing::warn!(max = CONNECTIONS_MAX, "too many client connections; closing a new one");
             continue;
         }
-        let number = counter.fetch_add(1, Ordering::SeqCst) + 1;
-        let args = ConnectionArgs::new(Arc::clone(&ctx), stream, number);
+        let number = args.accepted.fetch_add(1, Ordering::SeqCst) + 1;
+        let connection = ConnectionArgs::new(Arc::clone(&args.ops), Arc::clone(&args.feeds), stream, number);
         let spec = ChildSpec::worker(format!("connection-{number}"), Restart::Temporary, move || {
-            (Connection, args.clone())
+            (Connection, connection.clone())
         });
         match clients.call(|reply| SupervisorMsg::StartChild(spec, reply), None).await {
             Ok(ractor::rpc::CallResult::Success(Ok(()))) => {}

@@ -3,15 +3,13 @@
 //! "settings"`). A change commits with its receipt and answers its change number; a live
 //! runner gives the new version to the nodes it starts next.
 
-use std::sync::Arc;
-
 use serde_json::{Value, json};
 
-use super::blocking;
-use super::context::ServerContext;
-use super::handlers::{Answer, answer_of, command_request, rejected, run_id_of};
-use super::views::{page_limit, read_refusal};
+use super::context::OpsContext;
 use crate::protocol::{JsonObject, Outcome, Request};
+use crate::server::answers::{Answer, answer_of, command_request, rejected, run_id_of};
+use crate::server::answers::{page_limit, read_refusal};
+use crate::server::blocking;
 use crate::settings::{SettingsError, parse_patch};
 use crate::store::StoreError;
 use crate::store::commands::{self, Accepted};
@@ -22,7 +20,7 @@ const CHANGES_PAGE_DEFAULT: usize = 50;
 
 /// `run.changeSettings`: check the patch against the workflow's declaration and store the
 /// run's next settings version.
-pub async fn change_settings(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+pub async fn change_settings(ctx: &OpsContext, request: &Request) -> Answer {
     let command = command_request(request)?;
     let run_id = run_id_of(request)?;
     let payload = &request.payload;
@@ -64,7 +62,7 @@ pub async fn change_settings(ctx: &Arc<ServerContext>, request: &Request) -> Ans
 
 /// `view.page` with `kind: "settings"`: the declared paths, the current version and its
 /// value, and the newest changes (`before`: page back through older change numbers).
-pub async fn settings_page(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+pub async fn settings_page(ctx: &OpsContext, request: &Request) -> Answer {
     let run_id = run_id_of(request)?;
     let payload = &request.payload;
     let before = payload.get("before").and_then(Value::as_i64);

@@ -8,33 +8,24 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use ractor::ActorRef;
+use ractor::ActorCell;
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
-use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::blocking;
-use super::connection::{ConnectionMsg, WRITE_TIMEOUT_MS};
-use super::context::ServerContext;
-use super::feeds::{ListReceiver, RunFeed, Snapshot, SnapshotReceiver};
-use super::handlers::{Answer, rejected, run_id_of};
-use super::views::read_refusal;
+use super::writer::{SharedWriter, write_shared};
 use crate::protocol::{
     ClientMessage, ClientSchema, Event, EventKind, JsonObject, OpaqueId, Operation, Outcome, Request, Revision,
-    encode_client_message,
 };
+use crate::server::answers::{Answer, read_refusal, rejected, run_id_of};
+use crate::server::blocking;
+use crate::server::views::feeds::{Feeds, ListReceiver, RunFeed, Snapshot, SnapshotReceiver};
 use crate::store::run_view;
 use crate::view::patch;
 
 /// Subscriptions one connection may hold at once.
 pub const SUBSCRIPTIONS_PER_CONNECTION_MAX: usize = 64;
-
-/// The write half every writer of one connection shares (responses and events).
-pub type SharedWriter = Arc<tokio::sync::Mutex<OwnedWriteHalf>>;
 
 pub struct Subscriptions {
     tasks: HashMap<String, Forwarding>,
@@ -87,15 +78,15 @@ impl Subscriptions {
     }
 
     /// Answer a subscription request; a new subscription's forwarder starts with `start`.
-    pub async fn handle(&mut self, ctx: &Arc<ServerContext>, request: &Request) -> (Answer, Option<Pending>) {
+    pub async fn handle(&mut self, feeds: &Arc<Feeds>, request: &Request) -> (Answer, Option<Pending>) {
         match request.operation {
-            Operation::ViewRunWatch => self.watch_run(ctx, request).await,
-            Operation::ViewRunsWatch => self.watch_list(ctx),
+            Operation::ViewRunWatch => self.watch_run(feeds, request).await,
+            Operation::ViewRunsWatch => self.watch_list(feeds).await,
             _ => (self.unwatch(request).await, None),
         }
     }
 
-    async fn watch_run(&mut self, ctx: &Arc<ServerContext>, request: &Request) -> (Answer, Option<Pending>) {
+    async fn watch_run(&mut self, feeds: &Arc<Feeds>, request: &Request) -> (Answer, Option<Pending>) {
         let run_id = match run_id_of(request).and_then(|run_id| self.room().map(|()| run_id)) {
             Ok(run_id) => run_id,
             Err(refusal) => return (Err(refusal), None),
@@ -103,7 +94,8 @@ impl Subscriptions {
         let owned = run_id.clone();
         // The first event is at least this new: a client that changed the run and then
         // watches it never gets a view from before its own change (a feed may lag a commit).
-        let floor = match blocking::read(&ctx.store, move |conn| run_view::presentation_revision(conn, &owned)).await {
+        let floor = match blocking::read(feeds.store(), move |conn| run_view::presentation_revision(conn, &owned)).await
+        {
             Ok(Some(revision)) => revision,
             Ok(None) => {
                 let missing = crate::store::StoreError::RunNotFound { run_id };
@@ -112,7 +104,9 @@ impl Subscriptions {
             Err(err) => return (Err(read_refusal(err)), None),
         };
         let since = request.payload.get("sinceRevision").and_then(Value::as_i64);
-        let (feed, receiver) = ctx.feeds.watch_run(ctx, &run_id);
+        let Some((feed, receiver)) = feeds.watch_run(&run_id).await else {
+            return (Err(feeds_unavailable()), None);
+        };
         let id = self.next_id("run");
         let answer = subscribed(&id);
         let target = Target::Run {
@@ -125,11 +119,13 @@ impl Subscriptions {
         (answer, Some(Pending { id, target }))
     }
 
-    fn watch_list(&mut self, ctx: &Arc<ServerContext>) -> (Answer, Option<Pending>) {
+    async fn watch_list(&mut self, feeds: &Arc<Feeds>) -> (Answer, Option<Pending>) {
         if let Err(refusal) = self.room() {
             return (Err(refusal), None);
         }
-        let receiver = ctx.feeds.watch_list(ctx);
+        let Some(receiver) = feeds.watch_list().await else {
+            return (Err(feeds_unavailable()), None);
+        };
         let id = self.next_id("runs");
         (
             subscribed(&id),
@@ -162,7 +158,7 @@ impl Subscriptions {
     }
 
     /// Start the forwarder of a subscription whose response was written.
-    pub fn start(&mut self, pending: Pending, writer: SharedWriter, connection: ActorRef<ConnectionMsg>) {
+    pub fn start(&mut self, pending: Pending, writer: SharedWriter, connection: ActorCell) {
         let id = pending.id.clone();
         let (stop, stopping) = watch::channel(false);
         let task = match pending.target {
@@ -229,7 +225,7 @@ struct RunForwarder {
     subscription_id: String,
     run_id: String,
     writer: SharedWriter,
-    connection: ActorRef<ConnectionMsg>,
+    connection: ActorCell,
 }
 
 impl RunForwarder {
@@ -311,7 +307,7 @@ async fn forward_list(
     subscription_id: String,
     mut receiver: ListReceiver,
     writer: SharedWriter,
-    connection: ActorRef<ConnectionMsg>,
+    connection: ActorCell,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
@@ -370,19 +366,10 @@ fn object<const N: usize>(entries: [(&str, Value); N]) -> JsonObject {
         .collect()
 }
 
-/// Write one message to a shared writer, giving up after [`WRITE_TIMEOUT_MS`] — waiting for
-/// the writer included. A write given up may have been cut; every caller then closes the
-/// connection, so a cut frame is never followed by another.
-pub async fn write_shared(writer: &SharedWriter, message: &ClientMessage) -> Result<(), ()> {
-    let bytes = encode_client_message(message).map_err(|err| {
-        tracing::warn!(error = %err, "client message could not be encoded");
-    })?;
-    let write = async {
-        let mut writer = writer.lock().await;
-        writer.write_all(&bytes).await
-    };
-    match tokio::time::timeout(Duration::from_millis(WRITE_TIMEOUT_MS), write).await {
-        Ok(Ok(())) => Ok(()),
-        _ => Err(()),
-    }
+/// The feeds' supervisor is not running (the server is starting or stopping).
+fn feeds_unavailable() -> (Outcome, crate::protocol::ResponseError) {
+    rejected(
+        "unavailable",
+        "live views are not available right now (the server is starting or stopping); retry",
+    )
 }

@@ -1,4 +1,5 @@
-//! The automatic retention sweep (recovery step 12, spec "State retention"): after startup
+//! The automatic retention sweep (recovery step 12, spec "State retention"), a supervised
+//! task under the root (transient: a panic restarts it, a stop ends it): after startup
 //! recovery and whenever the last runner exits, at most once a day, while the server is idle,
 //! delete expired run trees one transaction each with the same selector as `state prune`.
 //! New work stops it between trees; it stays due and retries after five idle minutes.
@@ -14,7 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::blocking;
-use super::context::ServerContext;
+use super::runners::registry::Runners;
+use super::shared::Shared;
 use crate::store::{retention, workers};
 
 /// How often a completed sweep runs again.
@@ -23,37 +25,26 @@ pub const SWEEP_INTERVAL_MS: u64 = 24 * 60 * 60 * 1000;
 pub const SWEEP_RETRY_MS: u64 = 5 * 60 * 1000;
 /// Trees selected per round (the sweep re-checks idleness before each one).
 const TREES_PER_ROUND: usize = 16;
-/// `PI_WORKFLOWS_RETENTION_DAYS`: days finished runs are kept (default 30), or `off`.
-pub const RETENTION_ENV: &str = "PI_WORKFLOWS_RETENTION_DAYS";
-
-/// The retention period from the environment: `None` disables the automatic sweep.
-pub fn retention_days() -> anyhow::Result<Option<i64>> {
-    match std::env::var(RETENTION_ENV) {
-        Err(_) => Ok(Some(retention::RETENTION_DAYS_DEFAULT)),
-        Ok(value) if value == "off" => Ok(None),
-        Ok(value) => match value.parse::<i64>() {
-            Ok(days) if (1..=retention::RETENTION_DAYS_MAX).contains(&days) => Ok(Some(days)),
-            _ => anyhow::bail!(
-                "{RETENTION_ENV}={value} is not a number of days from 1 to {} or `off`",
-                retention::RETENTION_DAYS_MAX
-            ),
-        },
-    }
+/// What the sweep needs: the store and stop signal, and whether runners live.
+#[derive(Clone)]
+pub struct SweepArgs {
+    pub shared: Arc<Shared>,
+    pub runners: Arc<Runners>,
+    pub days: i64,
 }
 
-pub fn spawn(ctx: Arc<ServerContext>, days: i64) {
-    tokio::spawn(sweeper(ctx, days));
-}
-
-async fn sweeper(ctx: Arc<ServerContext>, days: i64) {
-    let wakes = ctx.sweep_wakes();
+/// Sweep when due until the server stops. A restarted sweeper (after a panic) has forgotten
+/// its last sweep and looks again at once; a sweep is idempotent.
+pub async fn sweeper(args: SweepArgs) -> Result<(), String> {
+    let (ctx, days) = (&args, args.days);
+    let wakes = ctx.shared.sweep_wakes();
     let mut last_completed: Option<Instant> = None;
     let mut wait = Duration::ZERO;
     loop {
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
             () = wakes.notified() => {}
-            _ = ctx.stopped() => return,
+            _ = ctx.shared.stopped() => return Ok(()),
         }
         let interval = Duration::from_millis(SWEEP_INTERVAL_MS);
         if let Some(done) = last_completed
@@ -62,7 +53,7 @@ async fn sweeper(ctx: Arc<ServerContext>, days: i64) {
             wait = interval - done.elapsed();
             continue;
         }
-        wait = match sweep_once(&ctx, days).await {
+        wait = match sweep_once(ctx, days).await {
             Sweep::Completed { trees, blobs } => {
                 tracing::info!(trees, blobs, "retention sweep completed");
                 last_completed = Some(Instant::now());
@@ -87,11 +78,11 @@ enum Sweep {
     Failed(String),
 }
 
-async fn sweep_once(ctx: &Arc<ServerContext>, days: i64) -> Sweep {
-    let cutoff_ms = ctx.store.now_ms() - days * retention::DAY_MS;
+async fn sweep_once(ctx: &SweepArgs, days: i64) -> Sweep {
+    let cutoff_ms = ctx.shared.store.now_ms() - days * retention::DAY_MS;
     let mut trees = 0;
     loop {
-        let round = match blocking::read(&ctx.store, move |conn| {
+        let round = match blocking::read(&ctx.shared.store, move |conn| {
             retention::expired_trees(conn, cutoff_ms, TREES_PER_ROUND)
         })
         .await
@@ -108,7 +99,11 @@ async fn sweep_once(ctx: &Arc<ServerContext>, days: i64) -> Sweep {
                 return Sweep::Interrupted;
             }
             let root = tree.root_run_id;
-            match blocking::write(&ctx.store, move |tx| retention::delete_tree(tx, &root, cutoff_ms)).await {
+            match blocking::write(&ctx.shared.store, move |tx| {
+                retention::delete_tree(tx, &root, cutoff_ms)
+            })
+            .await
+            {
                 Ok(deleted) => {
                     trees += usize::from(deleted);
                     deleted_any |= deleted;
@@ -125,7 +120,7 @@ async fn sweep_once(ctx: &Arc<ServerContext>, days: i64) -> Sweep {
     if busy(ctx).await {
         return Sweep::Interrupted;
     }
-    let blobs = match blocking::write(&ctx.store, retention::collect_unreferenced_blobs).await {
+    let blobs = match blocking::write(&ctx.shared.store, retention::collect_unreferenced_blobs).await {
         Ok(blobs) => blobs,
         Err(err) => return Sweep::Failed(err.to_string()),
     };
@@ -135,11 +130,11 @@ async fn sweep_once(ctx: &Arc<ServerContext>, days: i64) -> Sweep {
 
 /// While still idle: return free pages to the file system in short steps when enough are
 /// free, then truncate the WAL. A skipped or failed compaction changes nothing committed.
-async fn compact(ctx: &Arc<ServerContext>) {
-    let due = blocking::read(&ctx.store, retention::compaction_due).await;
+async fn compact(ctx: &SweepArgs) {
+    let due = blocking::read(&ctx.shared.store, retention::compaction_due).await;
     if due.unwrap_or(false) {
         while !busy(ctx).await {
-            match blocking::write(&ctx.store, retention::vacuum_step).await {
+            match blocking::write(&ctx.shared.store, retention::vacuum_step).await {
                 Ok(0) => break,
                 Ok(_) => tokio::task::yield_now().await,
                 Err(err) => {
@@ -152,7 +147,7 @@ async fn compact(ctx: &Arc<ServerContext>) {
     if busy(ctx).await {
         return;
     }
-    let live = ctx.store.path().to_path_buf();
+    let live = ctx.shared.store.path().to_path_buf();
     let truncated = tokio::task::spawn_blocking(move || retention::truncate_wal(&live)).await;
     if !matches!(truncated, Ok(Ok(()))) {
         tracing::warn!("the WAL was not truncated after the sweep; it is checkpointed as usual");
@@ -160,12 +155,12 @@ async fn compact(ctx: &Arc<ServerContext>) {
 }
 
 /// A live runner, admissible queued work, or a stop in progress.
-async fn busy(ctx: &Arc<ServerContext>) -> bool {
-    if ctx.stop_requested().is_some() || ctx.runners.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+async fn busy(ctx: &SweepArgs) -> bool {
+    if ctx.shared.stop_requested().is_some() || ctx.runners.live() > 0 {
         return true;
     }
-    let now = ctx.store.now_ms();
-    blocking::read(&ctx.store, move |conn| workers::admissible_runs(conn, now, 1))
+    let now = ctx.shared.store.now_ms();
+    blocking::read(&ctx.shared.store, move |conn| workers::admissible_runs(conn, now, 1))
         .await
         .map_or(true, |queued| !queued.is_empty())
 }

@@ -4,20 +4,19 @@
 //! CLI uses these instead of opening the live database.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::blocking;
-use super::context::ServerContext;
-use super::handlers::{Answer, command_request, commit_receipt, rejected, stored_answer, to_object};
+use super::context::OpsContext;
 use crate::protocol::{Outcome, Request, ResponseError};
+use crate::server::answers::{Answer, command_request, commit_receipt, rejected, stored_answer, to_object};
+use crate::server::blocking;
 use crate::store::{retention, schema, verify};
 
 type Refusal = (Outcome, ResponseError);
 
 /// `state.status`: run, claim, interaction and effect counts (no IDs, paths or payloads).
-pub async fn state_status(ctx: &Arc<ServerContext>, _request: &Request) -> Answer {
+pub async fn state_status(ctx: &OpsContext, _request: &Request) -> Answer {
     let now = ctx.store.now_ms();
     let counts = blocking::read(&ctx.store, move |conn| verify::state_counts(conn, now))
         .await
@@ -31,7 +30,7 @@ pub async fn state_status(ctx: &Arc<ServerContext>, _request: &Request) -> Answe
 }
 
 /// `state.verify`: the report, in one read snapshot.
-pub async fn state_verify(ctx: &Arc<ServerContext>, _request: &Request) -> Answer {
+pub async fn state_verify(ctx: &OpsContext, _request: &Request) -> Answer {
     let report = blocking::read(&ctx.store, verify::verify)
         .await
         .map_err(|err| rejected("unavailable", &format!("the state could not be verified: {err}")))?;
@@ -44,22 +43,22 @@ const BACKUP_PATH_BYTES_MAX: usize = 1024;
 /// `state.backup` (`path`: a new absolute file): a verified copy of the database. The copy
 /// is made before the receipt commits; a retry with the same key adopts the receipt and
 /// makes no second copy.
-pub async fn state_backup(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+pub async fn state_backup(ctx: &OpsContext, request: &Request) -> Answer {
     let command = command_request(request)?;
-    if let Some(stored) = stored_answer(ctx, &command).await? {
+    if let Some(stored) = stored_answer(&ctx.store, &command).await? {
         return Ok(stored);
     }
     let dest = backup_path(&request.payload, "path")?;
     let report = make_backup(ctx, dest.clone()).await?;
     let receipt = json!({"path": dest.display().to_string(), "backup": report});
-    commit_receipt(ctx, command, receipt).await
+    commit_receipt(&ctx.store, command, receipt).await
 }
 
 /// `state.prune`: terminal root-run trees older than `olderThanDays` (default 30) that
 /// nothing protects. Without `apply` it only reports them; with `apply: true` it first writes
 /// a verified backup to `backupPath` (a new absolute file), then deletes the trees one
 /// transaction each (each checked again) and collects unreferenced blobs.
-pub async fn state_prune(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+pub async fn state_prune(ctx: &OpsContext, request: &Request) -> Answer {
     let payload = &request.payload;
     let days = payload
         .get("olderThanDays")
@@ -82,7 +81,7 @@ pub async fn state_prune(ctx: &Arc<ServerContext>, request: &Request) -> Answer 
         return Ok((Outcome::Accepted, to_object(&receipt)?, None));
     }
     let command = command_request(request)?;
-    if let Some(stored) = stored_answer(ctx, &command).await? {
+    if let Some(stored) = stored_answer(&ctx.store, &command).await? {
         return Ok(stored);
     }
     let dest = backup_path(payload, "backupPath")?;
@@ -90,10 +89,10 @@ pub async fn state_prune(ctx: &Arc<ServerContext>, request: &Request) -> Answer 
     let (trees, runs, blobs) = prune_trees(ctx, cutoff_ms).await?;
     let receipt = json!({"applied": true, "olderThanDays": days, "trees": trees, "runs": runs,
                          "blobsCollected": blobs, "backupPath": dest.display().to_string(), "backup": backup});
-    commit_receipt(ctx, command, receipt).await
+    commit_receipt(&ctx.store, command, receipt).await
 }
 
-async fn expired(ctx: &Arc<ServerContext>, cutoff_ms: i64) -> Result<Vec<retention::ExpiredTree>, Refusal> {
+async fn expired(ctx: &OpsContext, cutoff_ms: i64) -> Result<Vec<retention::ExpiredTree>, Refusal> {
     blocking::read(&ctx.store, move |conn| {
         retention::expired_trees(conn, cutoff_ms, retention::TREES_PER_SELECTION_MAX)
     })
@@ -103,7 +102,7 @@ async fn expired(ctx: &Arc<ServerContext>, cutoff_ms: i64) -> Result<Vec<retenti
 
 /// Delete expired trees in rounds (each tree its own transaction); blobs are collected only
 /// when no runner is live (a live runner's run state is a blob only it names).
-async fn prune_trees(ctx: &Arc<ServerContext>, cutoff_ms: i64) -> Result<(usize, i64, usize), Refusal> {
+async fn prune_trees(ctx: &OpsContext, cutoff_ms: i64) -> Result<(usize, i64, usize), Refusal> {
     let (mut trees, mut runs) = (0, 0);
     loop {
         let round = expired(ctx, cutoff_ms).await?;
@@ -123,7 +122,7 @@ async fn prune_trees(ctx: &Arc<ServerContext>, cutoff_ms: i64) -> Result<(usize,
             break;
         }
     }
-    let blobs = match ctx.runners.load(std::sync::atomic::Ordering::SeqCst) {
+    let blobs = match ctx.runners.live() {
         0 => blocking::write(&ctx.store, retention::collect_unreferenced_blobs)
             .await
             .map_err(|err| rejected("unavailable", &format!("blobs could not be collected: {err}")))?,
@@ -144,7 +143,7 @@ fn backup_path(payload: &crate::protocol::JsonObject, key: &str) -> Result<PathB
     Ok(path)
 }
 
-async fn make_backup(ctx: &Arc<ServerContext>, dest: PathBuf) -> Result<retention::BackupReport, Refusal> {
+async fn make_backup(ctx: &OpsContext, dest: PathBuf) -> Result<retention::BackupReport, Refusal> {
     let live = ctx.store.path().to_path_buf();
     tokio::task::spawn_blocking(move || retention::backup_to(&live, &dest))
         .await

@@ -11,19 +11,19 @@ use ractor::ActorProcessingErr;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
-use super::blocking;
-use super::runner::RunnerState;
-use super::runner_apply::{Applied, Checked, Registration, SETTINGS_CHANGE_NUMBER, apply};
-use super::runner_channel;
+use super::apply::{Applied, Checked, Registration, SETTINGS_CHANGE_NUMBER, apply};
+use super::channel;
+use super::state::RunnerState;
 use crate::protocol::decode_frame;
 use crate::protocol::encode_frame;
 use crate::protocol::runner::{Message, MessageKind, Response, ResponseOutcome, fencing_of};
+use crate::server::blocking;
 use crate::store::writer::PendingAnswer;
 use crate::store::{StoreError, StoreResult, settings, workers};
 
 /// Check, apply and answer frames that arrived together; false closes the channel (and
 /// stops the runner).
-pub(super) async fn on_frames(state: &mut RunnerState, lines: Vec<Vec<u8>>) -> bool {
+pub async fn on_frames(state: &mut RunnerState, lines: Vec<Vec<u8>>) -> bool {
     let mut pipelined: Vec<(Message, Submitted)> = Vec::new();
     for line in lines {
         let message = match parse(state, &line) {
@@ -109,13 +109,8 @@ fn parse(state: &mut RunnerState, line: &[u8]) -> Parsed {
         tracing::warn!(run_id = %state.args.run.run_id, "runner message without valid fencing fields; stopping it");
         return Parsed::Bad;
     };
-    let current = (
-        &state.args.run.run_id,
-        state.args.authority.generation as u64,
-        &state.args.runner_epoch,
-    );
-    if (&fencing.run_id, fencing.generation, &fencing.runner_epoch) != current {
-        tracing::warn!(run_id = %state.args.run.run_id, generation = fencing.generation, "stale runner message; claimLost");
+    if let Err(refused) = state.fence.admit(&fencing) {
+        tracing::warn!(run_id = %state.args.run.run_id, generation = fencing.generation, %refused, "stale runner message; claimLost");
         state.runner_stale = true;
         return Parsed::Stale(fencing.message_id);
     }
@@ -129,7 +124,7 @@ fn parse(state: &mut RunnerState, line: &[u8]) -> Parsed {
 /// One message on its own: a read, or a state change answered before the next frame.
 async fn handle(state: &mut RunnerState, message: Message) -> bool {
     if message.kind == MessageKind::ContentRead {
-        let response = match runner_channel::read_content(&state.args.ctx, &state.advertised, &message).await {
+        let response = match channel::read_content(&state.args.shared.store, &state.advertised, &message).await {
             Ok(result) => {
                 let mut response = Response::new(&message.message_id, ResponseOutcome::Accepted);
                 response.result = Some(result);
@@ -152,8 +147,8 @@ async fn handle(state: &mut RunnerState, message: Message) -> bool {
 }
 
 /// After `runner.ready`: the one explicit command, with the narrow run state.
-pub(super) async fn send_first_command(state: &mut RunnerState) -> bool {
-    let frame = match runner_channel::first_command_frame(&state.args.ctx, &state.args.run.run_id).await {
+pub async fn send_first_command(state: &mut RunnerState) -> bool {
+    let frame = match channel::first_command_frame(&state.args.shared.store, &state.args.run.run_id).await {
         Ok(frame) => frame,
         Err(err) => {
             tracing::warn!(run_id = %state.args.run.run_id, error = %err, "runner command could not be built; stopping the runner");
@@ -165,7 +160,7 @@ pub(super) async fn send_first_command(state: &mut RunnerState) -> bool {
     state.writer.write_all(&frame.bytes).await.is_ok()
 }
 
-pub(super) async fn reply(state: &mut RunnerState, response: Response) -> Result<(), ActorProcessingErr> {
+pub async fn reply(state: &mut RunnerState, response: Response) -> Result<(), ActorProcessingErr> {
     send(state, &response).await
 }
 
@@ -198,7 +193,7 @@ fn submit(state: &RunnerState, message: &Message) -> Submitted {
         message.clone(),
         state.settings_known,
     );
-    Submitted::Queued(state.args.ctx.store.submit_write(move |tx| {
+    Submitted::Queued(state.args.shared.store.submit_write(move |tx| {
         if let Some(stored) = workers::message_receipt(tx.conn(), &epoch, &owned.message_id)? {
             return Ok(match stored.message_hash == message_hash {
                 true => Answer::Stored(stored, newer_settings(tx.conn(), &owned, known)?),
@@ -312,7 +307,7 @@ fn check_outside_store(state: &RunnerState, message: &Message) -> Checked {
         .filter(|pid| *pid > 1);
     let registration = match pid.filter(|_| registering) {
         None => Registration::None,
-        Some(pid) => classify_registration(pid, state.child.pid()),
+        Some(pid) => classify_registration(pid, state.pid),
     };
     Checked { registration }
 }
@@ -341,6 +336,8 @@ async fn respond(state: &mut RunnerState, message: &Message, applied: StoreResul
                 MessageKind::RunnerReady => {
                     state.ready = true;
                     state.revision_at_ready = revision;
+                    // The handshake is done: the process actor's ready deadline no longer applies.
+                    let _ = state.process.cast(supervisors::ProcessMsg::Ready);
                 }
                 // The run left this runner's hands (its claim is released): no more claim
                 // renewals, and its exit is not a crash to park.
@@ -378,7 +375,7 @@ async fn respond(state: &mut RunnerState, message: &Message, applied: StoreResul
                 result_json: None,
                 message_hash: message_hash(message),
             };
-            let _ = blocking::write(&state.args.ctx.store, move |tx| {
+            let _ = blocking::write(&state.args.shared.store, move |tx| {
                 workers::store_message_receipt(tx, &epoch, &id, kind, &receipt)
             })
             .await;

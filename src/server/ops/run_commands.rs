@@ -2,15 +2,15 @@
 //! `checkpoint.answer` (each commits its change with its command receipt before it
 //! answers), `run.status` and `run.list` (reads; no receipts).
 
-use std::sync::Arc;
-
 use serde_json::{Value, json};
 
-use super::blocking;
-use super::context::ServerContext;
-use super::handlers::{Answer, answer_of, command_request, expected_revision_of, rejected, run_id_of, to_object};
-use super::resolver::ResolveFailure;
+use super::context::OpsContext;
 use crate::protocol::{JsonObject, Outcome, Request, canonical_sha256_hex, to_canonical_vec};
+use crate::server::answers::{
+    Answer, answer_of, command_request, expected_revision_of, rejected, run_id_of, to_object,
+};
+use crate::server::blocking;
+use crate::server::resolvers::handle::ResolveFailure;
 use crate::settings::Declaration;
 use crate::store::blobs::{self, put_json};
 use crate::store::commands::{self, Accepted};
@@ -33,7 +33,7 @@ pub use crate::view::document::DEFINITION_MEDIA_TYPE;
 /// `run.start`: queue a new run with its source identity, definition and input. A request
 /// that names the workflow (`workflow`, `projectPath`, `inputJson`) is resolved first by the
 /// server's warm resolver; one that carries a resolution is checked as given.
-pub async fn run_start(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+pub async fn run_start(ctx: &OpsContext, request: &Request) -> Answer {
     let command = command_request(request)?;
     let run_id = run_id_of(request)?;
     let payload = match request.payload.get("workflow") {
@@ -51,7 +51,7 @@ pub async fn run_start(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
         })
     })
     .await;
-    ctx.wake_scheduler();
+    ctx.shared.wake_scheduler();
     answer_of(stored)
 }
 
@@ -74,7 +74,7 @@ type Refusal = (Outcome, crate::protocol::ResponseError);
 pub const WORKFLOW_TARGET_BYTES_MAX: usize = 4096;
 
 /// Resolve a named workflow with the warm resolver into a `run.start` payload.
-async fn resolved_payload(ctx: &Arc<ServerContext>, payload: &JsonObject) -> Result<JsonObject, Refusal> {
+async fn resolved_payload(ctx: &OpsContext, payload: &JsonObject) -> Result<JsonObject, Refusal> {
     let text = |key: &str| payload.get(key).and_then(Value::as_str);
     let target = text("workflow").filter(|t| !t.is_empty() && t.len() <= WORKFLOW_TARGET_BYTES_MAX);
     let project = text("projectPath").filter(|p| p.starts_with('/') && p.len() <= WORKFLOW_TARGET_BYTES_MAX);
@@ -93,7 +93,7 @@ async fn resolved_payload(ctx: &Arc<ServerContext>, payload: &JsonObject) -> Res
     }
     let answer = ctx
         .resolvers
-        .resolve(ctx, target, project, input_json)
+        .resolve(target, project, input_json)
         .await
         .map_err(|failure| match failure {
             ResolveFailure::Workflow { code, message } => rejected(&code, &message),
@@ -216,7 +216,7 @@ fn bounded(value: &Value, bytes_max: usize, what: &str) -> Result<Vec<u8>, Refus
 }
 
 /// `run.restart`: a new run (`newRunId`) of a terminal run from the workflow start.
-pub async fn run_restart(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+pub async fn run_restart(ctx: &OpsContext, request: &Request) -> Answer {
     let command = command_request(request)?;
     let old = run_id_of(request)?;
     let new = request
@@ -237,12 +237,12 @@ pub async fn run_restart(ctx: &Arc<ServerContext>, request: &Request) -> Answer 
         })
     })
     .await;
-    ctx.wake_scheduler();
+    ctx.shared.wake_scheduler();
     answer_of(stored)
 }
 
 /// `checkpoint.answer`: the answer to the run's pending checkpoint; the run continues.
-pub async fn checkpoint_answer(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+pub async fn checkpoint_answer(ctx: &OpsContext, request: &Request) -> Answer {
     let command = command_request(request)?;
     let run_id = run_id_of(request)?;
     let answer = request.payload.get("answer").cloned().unwrap_or(Value::Null);
@@ -280,14 +280,14 @@ pub async fn checkpoint_answer(ctx: &Arc<ServerContext>, request: &Request) -> A
         })
     })
     .await;
-    ctx.wake_scheduler();
+    ctx.shared.wake_scheduler();
     answer_of(stored)
 }
 
 /// `run.status`: one run's summary; `includeResult: true` adds a terminal run's output or
 /// error, or a waiting run's pending request contract (explicit reads of the run's own
 /// content, never part of plain status).
-pub async fn run_status(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+pub async fn run_status(ctx: &OpsContext, request: &Request) -> Answer {
     let run_id = run_id_of(request)?;
     let include_result = request.payload.get("includeResult").and_then(Value::as_bool) == Some(true);
     let read = blocking::read(&ctx.store, move |conn| {
@@ -315,7 +315,7 @@ pub async fn run_status(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
 }
 
 /// `run.list`: the newest runs first (`limit`, default 50, at most 200).
-pub async fn run_list(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+pub async fn run_list(ctx: &OpsContext, request: &Request) -> Answer {
     let limit = request.payload.get("limit").and_then(Value::as_u64).unwrap_or(50) as usize;
     let runs = blocking::read(&ctx.store, move |conn| run_summary::list_runs(conn, limit))
         .await

@@ -3,19 +3,17 @@
 //! Delivery is the origin-session coordinator's (with the Pi extension); these commands
 //! only record and withdraw them, each with its receipt.
 
-use std::sync::Arc;
-
 use serde_json::{Value, json};
 
-use super::blocking;
-use super::context::ServerContext;
-use super::handlers::{Answer, answer_of, command_request, rejected, run_id_of};
+use super::context::OpsContext;
 use crate::protocol::Request;
+use crate::server::answers::{Answer, answer_of, command_request, rejected, run_id_of};
+use crate::server::blocking;
 use crate::store::commands::{self, Accepted};
 use crate::store::{blobs, messages};
 
 /// `followUp.queue`: record the prompt; answers its `followUpId`.
-pub async fn queue(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+pub async fn queue(ctx: &OpsContext, request: &Request) -> Answer {
     let command = command_request(request)?;
     let run_id = run_id_of(request)?;
     let prompt = request
@@ -54,7 +52,7 @@ pub async fn queue(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
 }
 
 /// `followUp.remove`: withdraw a pending follow-up.
-pub async fn remove(ctx: &Arc<ServerContext>, request: &Request) -> Answer {
+pub async fn remove(ctx: &OpsContext, request: &Request) -> Answer {
     let command = command_request(request)?;
     let run_id = run_id_of(request)?;
     let follow_up_id = request

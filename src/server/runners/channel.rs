@@ -8,13 +8,12 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use super::blocking;
-use super::context::ServerContext;
 use crate::protocol::runner::{COMMAND_SCHEMA, Command, CommandKind, Message};
 use crate::protocol::{encode_frame, to_canonical_vec};
+use crate::server::blocking;
 use crate::store::blobs::{self, BLOB_PART_BYTES_MAX, BlobRef};
 use crate::store::run_state::{self, FirstCommand};
-use crate::store::{StoreError, StoreResult};
+use crate::store::{Store, StoreError, StoreResult};
 
 /// The media type of a run state stored for transfer.
 pub const RUN_STATE_MEDIA_TYPE: &str = "application/vnd.pi-workflows.run-state+json";
@@ -29,9 +28,9 @@ pub struct FirstFrame {
 
 /// Build the one explicit command for the run's runner; a run state above the frame
 /// limit is stored as a blob and sent as a digest-bound reference.
-pub async fn first_command_frame(ctx: &Arc<ServerContext>, run_id: &str) -> StoreResult<FirstFrame> {
+pub async fn first_command_frame(store: &Arc<Store>, run_id: &str) -> StoreResult<FirstFrame> {
     let owned = run_id.to_string();
-    let (first, state) = blocking::read(&ctx.store, move |conn| {
+    let (first, state) = blocking::read(store, move |conn| {
         Ok((
             run_state::first_command(conn, &owned)?,
             run_state::read_run_state(conn, &owned)?,
@@ -64,10 +63,7 @@ pub async fn first_command_frame(ctx: &Arc<ServerContext>, run_id: &str) -> Stor
         Err(err) => return Err(frame_error(&err.to_string())),
     }
     let content = to_canonical_vec(&state).map_err(|err| frame_error(&err.to_string()))?;
-    let reference = blocking::write(&ctx.store, move |tx| {
-        blobs::put_blob(tx, &content, RUN_STATE_MEDIA_TYPE)
-    })
-    .await?;
+    let reference = blocking::write(store, move |tx| blobs::put_blob(tx, &content, RUN_STATE_MEDIA_TYPE)).await?;
     let by_reference = command(Map::from_iter([("runStateRef".to_string(), content_ref(&reference))]));
     let bytes = encode_frame(&by_reference).map_err(|err| frame_error(&err.to_string()))?;
     Ok(FirstFrame {
@@ -104,11 +100,7 @@ impl ReadFailure {
 }
 
 /// Serve one `content.read` of content advertised to this runner.
-pub async fn read_content(
-    ctx: &Arc<ServerContext>,
-    advertised: &[BlobRef],
-    message: &Message,
-) -> Result<Value, ReadFailure> {
+pub async fn read_content(store: &Arc<Store>, advertised: &[BlobRef], message: &Message) -> Result<Value, ReadFailure> {
     let text = |key: &str| {
         message
             .payload
@@ -142,7 +134,7 @@ pub async fn read_content(
         ));
     };
     let total = reference.bytes;
-    let part = blocking::read(&ctx.store, move |conn| {
+    let part = blocking::read(store, move |conn| {
         blobs::read_blob_part(conn, &reference, offset, length as usize)
     })
     .await

@@ -1,23 +1,28 @@
-//! Live feeds: one task per watched run (and one for the run list) rebuilds the view after
-//! commits and publishes the newest one in a `watch` channel. Subscribers of one run share
-//! one build per revision; a slow subscriber only ever sees the latest (coalesced) value, so
-//! it can never slow the feed or another subscriber.
+//! Live feeds: one supervised task per watched run (and one for the run list), a transient
+//! child of `clients/feeds`, rebuilds the view after commits and publishes the newest one in
+//! a `watch` channel. Subscribers of one run share one build per revision; a slow subscriber
+//! only ever sees the latest (coalesced) value, so it can never slow the feed or another
+//! subscriber. A feed that panics is restarted with the same channel and rebuilds its view
+//! from the store; subscribers keep their receivers.
 //!
 //! Architecture Invariant: a feed only reads (plus storing the content its view names); it
 //! ends when its last subscriber leaves.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::watch;
 
-use super::blocking;
-use super::context::ServerContext;
-use super::views;
+use supervisors::{ChildSpec, Restart, SupervisorMsg};
+
+use super::cache::{self, Views};
 use crate::protocol::JsonObject;
-use crate::store::run_view;
+use crate::server::blocking;
+use crate::server::shared::Shared;
+use crate::store::{Store, run_view};
 
 /// Views a run feed keeps for reconnecting subscribers (a retained revision gets a patch).
 pub const RETAINED_REVISIONS_MAX: usize = 16;
@@ -80,44 +85,109 @@ pub struct ListSnapshot {
 
 pub type ListReceiver = watch::Receiver<Option<Arc<ListSnapshot>>>;
 
-#[derive(Default)]
+/// Where feed children run, below the root.
+pub const FEEDS_SUPERVISOR_PATH: [&str; 2] = ["clients", "feeds"];
+
+/// The feeds' handle: which runs have a feed, the run list's feed, and how to start one.
 pub struct Feeds {
+    shared: Arc<Shared>,
+    views: Arc<Views>,
     runs: Mutex<HashMap<String, Arc<RunFeed>>>,
     list: Mutex<Option<watch::Sender<Option<Arc<ListSnapshot>>>>>,
+    /// Feed children started (names them uniquely).
+    started: AtomicU64,
 }
 
 impl Feeds {
-    /// Subscribe to `run_id`'s feed, starting it if nobody watches that run yet.
-    pub fn watch_run(&self, ctx: &Arc<ServerContext>, run_id: &str) -> (Arc<RunFeed>, SnapshotReceiver) {
-        let mut runs = self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(feed) = runs.get(run_id) {
-            return (Arc::clone(feed), feed.latest.subscribe());
+    pub fn new(shared: Arc<Shared>, views: Arc<Views>) -> Arc<Self> {
+        Arc::new(Self {
+            shared,
+            views,
+            runs: Mutex::new(HashMap::new()),
+            list: Mutex::new(None),
+            started: AtomicU64::new(0),
+        })
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.views.store
+    }
+
+    /// Subscribe to `run_id`'s feed, starting it if nobody watches that run yet; `None` when
+    /// no feed can start (the tree is starting or stopping).
+    pub async fn watch_run(self: &Arc<Self>, run_id: &str) -> Option<(Arc<RunFeed>, SnapshotReceiver)> {
+        let (feed, receiver) = {
+            let mut runs = lock(&self.runs);
+            if let Some(feed) = runs.get(run_id) {
+                return Some((Arc::clone(feed), feed.latest.subscribe()));
+            }
+            let (latest, receiver) = watch::channel(None);
+            let feed = Arc::new(RunFeed {
+                latest,
+                retained: Mutex::new(VecDeque::new()),
+            });
+            runs.insert(run_id.to_string(), Arc::clone(&feed));
+            (feed, receiver)
+        };
+        let (feeds, owned, task_feed) = (Arc::clone(self), run_id.to_string(), Arc::clone(&feed));
+        let started = self
+            .start_child("run-feed", move || {
+                run_feed(Arc::clone(&feeds), owned.clone(), Arc::clone(&task_feed))
+            })
+            .await;
+        if !started {
+            lock(&self.runs).remove(run_id);
+            return None;
         }
-        let (latest, receiver) = watch::channel(None);
-        let feed = Arc::new(RunFeed {
-            latest,
-            retained: Mutex::new(VecDeque::new()),
-        });
-        runs.insert(run_id.to_string(), Arc::clone(&feed));
-        tokio::spawn(run_feed(Arc::clone(ctx), run_id.to_string(), Arc::clone(&feed)));
-        (feed, receiver)
+        Some((feed, receiver))
     }
 
     /// Subscribe to the run list, starting its feed if needed.
-    pub fn watch_list(&self, ctx: &Arc<ServerContext>) -> ListReceiver {
-        let mut list = self.list.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(sender) = list.as_ref() {
-            return sender.subscribe();
+    pub async fn watch_list(self: &Arc<Self>) -> Option<ListReceiver> {
+        let (sender, receiver) = {
+            let mut list = lock(&self.list);
+            if let Some(sender) = list.as_ref() {
+                return Some(sender.subscribe());
+            }
+            let (sender, receiver) = watch::channel(None);
+            *list = Some(sender.clone());
+            (sender, receiver)
+        };
+        let feeds = Arc::clone(self);
+        let started = self
+            .start_child("run-list", move || list_feed(Arc::clone(&feeds), sender.clone()))
+            .await;
+        if !started {
+            *lock(&self.list) = None;
+            return None;
         }
-        let (sender, receiver) = watch::channel(None);
-        *list = Some(sender.clone());
-        tokio::spawn(list_feed(Arc::clone(ctx), sender));
-        receiver
+        Some(receiver)
+    }
+
+    /// Start a transient feed child under `clients/feeds`.
+    async fn start_child<F, Fut>(&self, name: &str, task: F) -> bool
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+    {
+        let Some(supervisor) = self.shared.supervisor(&FEEDS_SUPERVISOR_PATH).await else {
+            return false;
+        };
+        let number = self.started.fetch_add(1, Ordering::SeqCst) + 1;
+        let spec = ChildSpec::task(format!("{name}-{number}"), Restart::Transient, task);
+        let started = supervisor
+            .call(|reply| SupervisorMsg::StartChild(spec, reply), None)
+            .await;
+        let ok = matches!(started, Ok(ractor::rpc::CallResult::Success(Ok(()))));
+        if !ok {
+            tracing::warn!(feed = name, "a live feed could not be started");
+        }
+        ok
     }
 
     /// Remove a run feed whose subscribers all left (unless one just arrived).
     fn retire_run(&self, run_id: &str, feed: &Arc<RunFeed>) -> bool {
-        let mut runs = self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut runs = lock(&self.runs);
         if feed.latest.receiver_count() > 0 {
             return false;
         }
@@ -126,7 +196,7 @@ impl Feeds {
     }
 
     fn retire_list(&self, sender: &watch::Sender<Option<Arc<ListSnapshot>>>) -> bool {
-        let mut list = self.list.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut list = lock(&self.list);
         if sender.receiver_count() > 0 {
             return false;
         }
@@ -136,17 +206,17 @@ impl Feeds {
 
     /// Runs watched right now (status and tests).
     pub fn watched_runs(&self) -> usize {
-        self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).len()
+        lock(&self.runs).len()
     }
 }
 
-async fn run_feed(ctx: Arc<ServerContext>, run_id: String, feed: Arc<RunFeed>) {
-    let mut commits = ctx.store.commits();
+async fn run_feed(feeds: Arc<Feeds>, run_id: String, feed: Arc<RunFeed>) -> Result<(), String> {
+    let mut commits = feeds.store().commits();
     let mut published: Option<i64> = None;
     let mut stored = HashSet::new();
     loop {
         commits.borrow_and_update();
-        match refresh_run(&ctx, &run_id, published, &mut stored).await {
+        match refresh_run(&feeds.views, &run_id, published, &mut stored).await {
             Refresh::Unchanged => {}
             Refresh::Published(snapshot) => {
                 published = Some(snapshot.revision);
@@ -162,11 +232,12 @@ async fn run_feed(ctx: Arc<ServerContext>, run_id: String, feed: Arc<RunFeed>) {
         }
         tokio::select! {
             changed = commits.changed() => if changed.is_err() { break },
-            () = feed.latest.closed() => if ctx.feeds.retire_run(&run_id, &feed) { return },
+            () = feed.latest.closed() => if feeds.retire_run(&run_id, &feed) { return Ok(()) },
         }
         tokio::time::sleep(Duration::from_millis(RUN_FEED_INTERVAL_MS)).await;
     }
-    ctx.feeds.retire_run(&run_id, &feed);
+    feeds.retire_run(&run_id, &feed);
+    Ok(())
 }
 
 enum Refresh {
@@ -175,14 +246,9 @@ enum Refresh {
     Gone,
 }
 
-async fn refresh_run(
-    ctx: &Arc<ServerContext>,
-    run_id: &str,
-    published: Option<i64>,
-    stored: &mut HashSet<String>,
-) -> Refresh {
+async fn refresh_run(views: &Views, run_id: &str, published: Option<i64>, stored: &mut HashSet<String>) -> Refresh {
     let owned = run_id.to_string();
-    let revision = match blocking::read(&ctx.store, move |conn| run_view::presentation_revision(conn, &owned)).await {
+    let revision = match blocking::read(&views.store, move |conn| run_view::presentation_revision(conn, &owned)).await {
         Ok(Some(revision)) => revision,
         Ok(None) => return Refresh::Gone,
         Err(err) => {
@@ -193,7 +259,7 @@ async fn refresh_run(
     if published == Some(revision) {
         return Refresh::Unchanged;
     }
-    match views::build_run_view_storing(ctx, run_id, stored).await {
+    match cache::build_run_view_storing(views, run_id, stored).await {
         Ok(view) => Refresh::Published(Snapshot {
             revision: view.revision,
             document: Some(Arc::new(view.document)),
@@ -207,12 +273,12 @@ async fn refresh_run(
     }
 }
 
-async fn list_feed(ctx: Arc<ServerContext>, sender: watch::Sender<Option<Arc<ListSnapshot>>>) {
-    let mut commits = ctx.store.commits();
+async fn list_feed(feeds: Arc<Feeds>, sender: watch::Sender<Option<Arc<ListSnapshot>>>) -> Result<(), String> {
+    let mut commits = feeds.store().commits();
     let mut last: Option<Arc<JsonObject>> = None;
     loop {
         let revision = *commits.borrow_and_update();
-        match views::runs_page(&ctx, None, LIST_FEED_ITEMS).await {
+        match cache::runs_page(&feeds.views, None, LIST_FEED_ITEMS).await {
             Ok(page) if last.as_deref() != Some(&page) => {
                 let page = Arc::new(page);
                 last = Some(Arc::clone(&page));
@@ -223,9 +289,14 @@ async fn list_feed(ctx: Arc<ServerContext>, sender: watch::Sender<Option<Arc<Lis
         }
         tokio::select! {
             changed = commits.changed() => if changed.is_err() { break },
-            () = sender.closed() => if ctx.feeds.retire_list(&sender) { return },
+            () = sender.closed() => if feeds.retire_list(&sender) { return Ok(()) },
         }
         tokio::time::sleep(Duration::from_millis(LIST_FEED_INTERVAL_MS)).await;
     }
-    ctx.feeds.retire_list(&sender);
+    feeds.retire_list(&sender);
+    Ok(())
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -11,28 +11,30 @@ use tokio::net::UnixStream;
 use tokio::net::unix::OwnedReadHalf;
 use tokio::task::JoinHandle;
 
-use super::context::ServerContext;
-use super::frames::{LineRead, read_line};
-use super::handlers;
-use super::subscriptions::{SharedWriter, Subscriptions, is_subscription_operation, write_shared};
+use super::subscriptions::{Subscriptions, is_subscription_operation};
+use super::writer::{SharedWriter, write_shared};
 use crate::protocol::{ClientMessage, ClientSchema, Hello, OpaqueId, decode_client_message};
-
-/// A client that does not take a response within this time is disconnected.
-pub const WRITE_TIMEOUT_MS: u64 = 10_000;
+use crate::server::answers;
+use crate::server::frames::{LineRead, read_line};
+use crate::server::ops::context::OpsContext;
+use crate::server::ops::dispatch;
+use crate::server::views::feeds::Feeds;
 
 pub struct Connection;
 
 #[derive(Clone)]
 pub struct ConnectionArgs {
-    ctx: Arc<ServerContext>,
+    ops: Arc<OpsContext>,
+    feeds: Arc<Feeds>,
     stream: Arc<Mutex<Option<UnixStream>>>,
     number: u64,
 }
 
 impl ConnectionArgs {
-    pub fn new(ctx: Arc<ServerContext>, stream: UnixStream, number: u64) -> Self {
+    pub fn new(ops: Arc<OpsContext>, feeds: Arc<Feeds>, stream: UnixStream, number: u64) -> Self {
         Self {
-            ctx,
+            ops,
+            feeds,
             stream: Arc::new(Mutex::new(Some(stream))),
             number,
         }
@@ -45,7 +47,8 @@ pub enum ConnectionMsg {
 }
 
 pub struct ConnectionState {
-    ctx: Arc<ServerContext>,
+    ops: Arc<OpsContext>,
+    feeds: Arc<Feeds>,
     /// Shared with this connection's subscription forwarders.
     writer: SharedWriter,
     reader: Option<JoinHandle<()>>,
@@ -71,9 +74,10 @@ impl Actor for Connection {
             .take();
         let stream = stream.ok_or("a connection actor cannot be restarted")?;
         let (read_half, writer) = stream.into_split();
-        args.ctx.connection_opened();
+        args.ops.shared.connection_opened();
         let mut state = ConnectionState {
-            ctx: args.ctx,
+            ops: args.ops,
+            feeds: args.feeds,
             writer: Arc::new(tokio::sync::Mutex::new(writer)),
             reader: None,
             subscriptions: Subscriptions::new(),
@@ -82,8 +86,8 @@ impl Actor for Connection {
         };
         let hello = ClientMessage::Hello(Hello {
             schema: ClientSchema::V1,
-            connection_id: OpaqueId::new(format!("connection-{}-{}", state.ctx.epoch, args.number))?,
-            package_version: state.ctx.package_version.to_string(),
+            connection_id: OpaqueId::new(format!("connection-{}-{}", state.ops.shared.epoch, args.number))?,
+            package_version: state.ops.shared.package_version.to_string(),
         });
         write_message(&mut state, &hello).await?;
         state.reader = Some(tokio::spawn(read_lines(read_half, myself)));
@@ -99,7 +103,7 @@ impl Actor for Connection {
             reader.abort();
         }
         state.subscriptions.clear();
-        state.ctx.connection_closed();
+        state.ops.shared.connection_closed();
         tracing::debug!(connection = state.number, "connection closed");
         Ok(())
     }
@@ -138,8 +142,8 @@ async fn answer_line(state: &mut ConnectionState, line: &[u8]) -> bool {
         }
     };
     if is_subscription_operation(request.operation) {
-        let (answer, pending) = state.subscriptions.handle(&state.ctx, &request).await;
-        let handled = handlers::handled(&request, answer);
+        let (answer, pending) = state.subscriptions.handle(&state.feeds, &request).await;
+        let handled = answers::handled(&request, answer);
         if write_message(state, &ClientMessage::Response(handled.response))
             .await
             .is_err()
@@ -147,17 +151,17 @@ async fn answer_line(state: &mut ConnectionState, line: &[u8]) -> bool {
             return false;
         }
         if let Some(pending) = pending {
-            let (writer, myself) = (Arc::clone(&state.writer), state.myself.clone());
+            let (writer, myself) = (Arc::clone(&state.writer), state.myself.get_cell());
             state.subscriptions.start(pending, writer, myself);
         }
         return true;
     }
-    let handled = handlers::handle_request(&state.ctx, request).await;
+    let handled = dispatch::handle_request(&state.ops, request).await;
     let written = write_message(state, &ClientMessage::Response(handled.response))
         .await
         .is_ok();
     if let Some(reason) = handled.stop_after {
-        state.ctx.request_stop(reason);
+        state.ops.shared.request_stop(reason);
     }
     written
 }

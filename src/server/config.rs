@@ -1,0 +1,142 @@
+//! The server's configuration, read from the environment once at start. Every limit a user
+//! can set is checked here, with an error that names the variable and its range.
+//!
+//! Architecture Invariant: this file imports no sibling but `ownership` (paths); the parts
+//! of the tree get the values they need from here, never from the environment themselves.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::ownership::ServerPaths;
+use crate::store::retention;
+
+/// Environment variable naming the file descriptor on which `server start` waits for
+/// "ready"; set only by `server start`.
+pub const READY_FD_ENV: &str = "PI_WORKFLOWS_READY_FD";
+pub const IDLE_EXIT_ENV: &str = "PI_WORKFLOWS_IDLE_EXIT_MS";
+/// Default idle period before exit.
+pub const IDLE_EXIT_MS_DEFAULT: u64 = 5 * 60 * 1_000;
+pub const RUNNER_ENV: &str = "PI_WORKFLOWS_RUNNER";
+pub const MAX_WORKERS_ENV: &str = "PI_WORKFLOWS_MAX_WORKERS";
+pub const RUNNER_READY_ENV: &str = "PI_WORKFLOWS_RUNNER_READY_MS";
+pub const MAX_WORKERS_DEFAULT: usize = 4;
+/// A generous bound on capacity: each runner is an OS process.
+pub const MAX_WORKERS_LIMIT: usize = 256;
+pub const RUNNER_READY_MS_DEFAULT: u64 = 10_000;
+pub const WARM_RUNNERS_ENV: &str = "PI_WORKFLOWS_WARM_RUNNERS";
+/// Warm runners kept at most (`PI_WORKFLOWS_WARM_RUNNERS`, default 1 with the Node runner).
+pub const WARM_RUNNERS_MAX: usize = 4;
+/// `PI_WORKFLOWS_RETENTION_DAYS`: days finished runs are kept (default 30), or `off`.
+pub const RETENTION_ENV: &str = "PI_WORKFLOWS_RETENTION_DAYS";
+
+/// A child program and its arguments.
+pub type Program = (PathBuf, Vec<OsString>);
+
+pub struct ServerConfig {
+    pub paths: ServerPaths,
+    pub idle_exit: Duration,
+    pub json_logs: bool,
+    pub runner: RunnerSettings,
+    /// The served source resolver (`resolver-main.js --serve`), when the package is found.
+    pub resolver: Option<Program>,
+    /// Days finished run trees are kept (`PI_WORKFLOWS_RETENTION_DAYS`); `None`: no sweep.
+    pub retention_days: Option<i64>,
+}
+
+/// How runners are launched and how many may run at once.
+#[derive(Debug, Clone)]
+pub struct RunnerSettings {
+    /// The runner program and its arguments (`PI_WORKFLOWS_RUNNER`, else the package's
+    /// Node runner); without one, queued runs wait.
+    pub program: Option<Program>,
+    /// Execution capacity (`PI_WORKFLOWS_MAX_WORKERS`, default 4), pending launches included.
+    pub max_workers: usize,
+    /// How long a runner has to send `runner.ready`.
+    pub ready_timeout: Duration,
+    /// Where child stdout/stderr are captured (user-only).
+    pub logs_dir: PathBuf,
+    /// The bundle cache runners share with the CLI's resolver (`PI_WORKFLOWS_CACHE_DIR`).
+    pub cache_dir: PathBuf,
+    /// Runner processes kept started ahead of need (`PI_WORKFLOWS_WARM_RUNNERS`).
+    pub warm_runners: usize,
+}
+
+fn env_number(name: &str, default: u64) -> anyhow::Result<u64> {
+    match std::env::var(name) {
+        Ok(text) => text
+            .trim()
+            .parse::<u64>()
+            .with_context(|| format!("{name} must be a non-negative integer, not {text:?}")),
+        Err(_) => Ok(default),
+    }
+}
+
+impl ServerConfig {
+    pub fn from_env(paths: ServerPaths) -> anyhow::Result<Self> {
+        let idle_exit_ms = env_number(IDLE_EXIT_ENV, IDLE_EXIT_MS_DEFAULT)?;
+        let json_logs = std::env::var("PI_WORKFLOWS_LOG_JSON").is_ok_and(|value| value == "1");
+        let max_workers = env_number(MAX_WORKERS_ENV, MAX_WORKERS_DEFAULT as u64)? as usize;
+        if !(1..=MAX_WORKERS_LIMIT).contains(&max_workers) {
+            anyhow::bail!("{MAX_WORKERS_ENV} must be between 1 and {MAX_WORKERS_LIMIT}, not {max_workers}");
+        }
+        // One warm runner by default with the Node runner; a custom runner program (tests'
+        // scripted runner) starts on demand unless asked otherwise.
+        let custom_runner = std::env::var_os(RUNNER_ENV).is_some_and(|value| !value.is_empty());
+        let warm_runners = env_number(WARM_RUNNERS_ENV, u64::from(!custom_runner))? as usize;
+        if warm_runners > WARM_RUNNERS_MAX {
+            anyhow::bail!("{WARM_RUNNERS_ENV} must be between 0 and {WARM_RUNNERS_MAX}, not {warm_runners}");
+        }
+        let resolver = crate::package::node_program("resolver-main.js")
+            .ok()
+            .map(|program| (program.node.clone(), [program.args(), vec!["--serve".into()]].concat()));
+        let runner = RunnerSettings {
+            warm_runners,
+            program: runner_program(),
+            max_workers,
+            ready_timeout: Duration::from_millis(env_number(RUNNER_READY_ENV, RUNNER_READY_MS_DEFAULT)?),
+            logs_dir: paths.logs_dir.join("runners"),
+            cache_dir: paths.cache_dir.clone(),
+        };
+        Ok(Self {
+            paths,
+            idle_exit: Duration::from_millis(idle_exit_ms),
+            json_logs,
+            runner,
+            resolver,
+            retention_days: retention_days()?,
+        })
+    }
+}
+
+/// `PI_WORKFLOWS_RUNNER` (a program taking no arguments, e.g. the scripted test runner),
+/// else the package's Node runner. Without either, queued runs wait (logged at start).
+fn runner_program() -> Option<Program> {
+    if let Some(program) = std::env::var_os(RUNNER_ENV).filter(|value| !value.is_empty()) {
+        return Some((program.into(), Vec::new()));
+    }
+    match crate::package::node_program("runner-main.js") {
+        Ok(program) => Some((program.node.clone(), program.args())),
+        Err(err) => {
+            tracing::warn!(error = %err, "no runner program: queued runs wait");
+            None
+        }
+    }
+}
+
+/// The retention period from the environment: `None` disables the automatic sweep.
+pub fn retention_days() -> anyhow::Result<Option<i64>> {
+    match std::env::var(RETENTION_ENV) {
+        Err(_) => Ok(Some(retention::RETENTION_DAYS_DEFAULT)),
+        Ok(value) if value == "off" => Ok(None),
+        Ok(value) => match value.parse::<i64>() {
+            Ok(days) if (1..=retention::RETENTION_DAYS_MAX).contains(&days) => Ok(Some(days)),
+            _ => anyhow::bail!(
+                "{RETENTION_ENV}={value} is not a number of days from 1 to {} or `off`",
+                retention::RETENTION_DAYS_MAX
+            ),
+        },
+    }
+}

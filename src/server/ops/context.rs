@@ -1,0 +1,39 @@
+//! What the operations behind the front door work with: the shared core plus the handles of
+//! the subtrees they reach (the runner registry for controls, the resolver for `run.start`,
+//! the view cache for reads).
+//!
+//! Architecture Invariant: no operation receives more than this, and nothing outside
+//! `ops/` and `clients/` receives it.
+
+use std::sync::Arc;
+
+use super::rate_limit::UpdateLimiter;
+use crate::server::resolvers::handle::Resolvers;
+use crate::server::runners::registry::Runners;
+use crate::server::shared::Shared;
+use crate::server::views::cache::Views;
+use crate::store::Store;
+
+pub struct OpsContext {
+    /// The same store as `shared.store`, named for the many operations that only need it.
+    pub store: Arc<Store>,
+    pub shared: Arc<Shared>,
+    pub runners: Arc<Runners>,
+    pub resolvers: Arc<Resolvers>,
+    pub views: Arc<Views>,
+    /// Rate limits of `interaction.update`.
+    pub update_limiter: UpdateLimiter,
+}
+
+impl OpsContext {
+    pub fn new(shared: Arc<Shared>, runners: Arc<Runners>, resolvers: Arc<Resolvers>, views: Arc<Views>) -> Arc<Self> {
+        Arc::new(Self {
+            store: Arc::clone(&shared.store),
+            shared,
+            runners,
+            resolvers,
+            views,
+            update_limiter: UpdateLimiter::default(),
+        })
+    }
+}

@@ -1,0 +1,18 @@
+//! The operations behind the front door: dispatch, run controls, run commands, submissions,
+//! updates, settings, follow-ups, views, state maintenance and server status.
+//!
+//! Architecture Invariant: `ops/` never owns a process or a task; it reads and writes the
+//! store and reaches live runners and the resolver through their subtrees' handles.
+
+pub mod context;
+pub mod dispatch;
+pub mod follow_ups;
+pub mod rate_limit;
+pub mod run_commands;
+pub mod run_controls;
+pub mod settings;
+pub mod state;
+pub mod status;
+pub mod submissions;
+pub mod updates;
+pub mod views;

@@ -1,0 +1,259 @@
+//! The warm source resolver (a permanent child of `resolvers`): one Node child
+//! (`resolver-main.js --serve`) kept started, so `run.start` resolves a workflow (source
+//! identity, definition snapshot and digest, normalized input) without a Node start-up.
+//! Requests go one at a time over its private channel (fd 3), each bounded in time and
+//! size. The process is owned by a linked `ProcessActor`.
+//!
+//! - A process that times out, answers badly or has served its quota is stopped and
+//!   replaced inside this actor (the tree does not count that as a restart).
+//! - A process that dies on its own (a crash, a kill) fails this actor, so its supervisor
+//!   restarts it: the restart shows in the tree, and the new actor starts a new process,
+//!   after a backoff when processes keep dying right after their start.
+//!
+//! Architecture Invariant: the resolver only reads workflow sources and answers; it never
+//! touches the store. Its answer is checked like any client payload (`run.start`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+use serde_json::{Map, Value};
+use supervisors::{ProcessActor, ProcessConfig, ProcessMsg, Readiness};
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+
+use super::handle::{RESOLVE_TIMEOUT_MS, Resolution, ResolveFailure, ResolverMsg, Resolvers};
+use crate::protocol::{decode_frame, encode_frame};
+use crate::server::frames::{LineRead, read_line};
+use crate::server::spawn::spawn_with_channel;
+
+/// Requests one resolver process serves before it is replaced (it keeps every workflow
+/// version it imported in memory); the same bound as `SERVED_REQUESTS_MAX` in
+/// `resolver-main.ts`.
+pub const SERVED_REQUESTS_MAX: u64 = 64;
+/// A process that dies within this time of its start counts as a quick death.
+const QUICK_DEATH_MS: u64 = 10_000;
+/// The first and the longest wait before starting again after quick deaths.
+const BACKOFF_MS_MIN: u64 = 250;
+const BACKOFF_MS_MAX: u64 = 30_000;
+/// How long a replaced process may take to stop.
+const REPLACE_GRACE_MS: u64 = 500;
+
+pub struct Resolver;
+
+pub struct ResolverState {
+    resolvers: Arc<Resolvers>,
+    serving: Option<Serving>,
+}
+
+/// One live resolver process and the server's end of its channel.
+struct Serving {
+    process: ActorRef<ProcessMsg>,
+    reader: BufReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
+    next_id: u64,
+    started: Instant,
+}
+
+impl Actor for Resolver {
+    type Msg = ResolverMsg;
+    type State = ResolverState;
+    type Arguments = Arc<Resolvers>;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<ResolverMsg>,
+        resolvers: Arc<Resolvers>,
+    ) -> Result<ResolverState, ActorProcessingErr> {
+        resolvers.set_current(Some(myself.clone()));
+        match backoff(resolvers.quick_deaths()) {
+            Duration::ZERO => drop(myself.cast(ResolverMsg::Prewarm)),
+            wait => drop(myself.send_after(wait, || ResolverMsg::Prewarm)),
+        }
+        Ok(ResolverState {
+            resolvers,
+            serving: None,
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        myself: ActorRef<ResolverMsg>,
+        state: &mut ResolverState,
+    ) -> Result<(), ActorProcessingErr> {
+        state.resolvers.clear_current(&myself);
+        retire(state).await;
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<ResolverMsg>,
+        message: ResolverMsg,
+        state: &mut ResolverState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            ResolverMsg::Prewarm if state.serving.is_none() => {
+                if let Err(err) = start(&myself, state).await {
+                    tracing::warn!(error = %err, "no warm resolver; the next run start tries again");
+                }
+            }
+            ResolverMsg::Prewarm => {}
+            ResolverMsg::Resolve(request, reply) => {
+                let resolution = resolve(&myself, state, request).await;
+                let _ = reply.send(resolution);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _: ActorRef<ResolverMsg>,
+        event: SupervisionEvent,
+        state: &mut ResolverState,
+    ) -> Result<(), ActorProcessingErr> {
+        let (cell, normal, why) = match event {
+            SupervisionEvent::ActorTerminated(cell, _, reason) => (cell, true, reason.unwrap_or_default()),
+            SupervisionEvent::ActorFailed(cell, err) => (cell, false, err.to_string()),
+            _ => return Ok(()),
+        };
+        // A process this actor replaced ends as asked; only the serving one's end matters.
+        let Some(serving) = state
+            .serving
+            .take_if(|serving| serving.process.get_id() == cell.get_id())
+        else {
+            return Ok(());
+        };
+        if normal && serving.next_id >= SERVED_REQUESTS_MAX {
+            // It served its quota and exited by itself, as it should: the next request
+            // starts a new one.
+            return Ok(());
+        }
+        let quickly = serving.started.elapsed() < Duration::from_millis(QUICK_DEATH_MS);
+        state.resolvers.note_death(quickly);
+        Err(format!("the resolver process ended on its own ({why})").into())
+    }
+}
+
+/// The wait before a start after `quick_deaths` quick deaths in a row.
+fn backoff(quick_deaths: u32) -> Duration {
+    if quick_deaths == 0 {
+        return Duration::ZERO;
+    }
+    let doublings = quick_deaths.saturating_sub(1).min(16);
+    Duration::from_millis((BACKOFF_MS_MIN << doublings).min(BACKOFF_MS_MAX))
+}
+
+/// A resolver that fails is replaced; one that had served before is tried once more with a
+/// fresh process (it may have died of old age between requests).
+async fn resolve(myself: &ActorRef<ResolverMsg>, state: &mut ResolverState, mut request: Value) -> Resolution {
+    for _ in 0..2 {
+        if state
+            .serving
+            .as_ref()
+            .is_some_and(|serving| serving.next_id >= SERVED_REQUESTS_MAX)
+        {
+            // Its quota is spent (it exits by itself after it): replace it first.
+            retire(state).await;
+        }
+        if state.serving.is_none() {
+            start(myself, state)
+                .await
+                .map_err(|err| ResolveFailure::Unavailable(err.to_string()))?;
+        }
+        let serving = state.serving.as_mut().expect("a resolver process was just started");
+        serving.next_id += 1;
+        let fresh = serving.next_id == 1;
+        request["id"] = Value::from(serving.next_id);
+        let limit = Duration::from_millis(RESOLVE_TIMEOUT_MS);
+        let why = match tokio::time::timeout(limit, exchange(serving, &request)).await {
+            Ok(Ok(reply)) => {
+                state.resolvers.note_healthy();
+                return answer_of(reply);
+            }
+            Ok(Err(why)) => why,
+            Err(_) => format!("no answer within {} s", RESOLVE_TIMEOUT_MS / 1_000),
+        };
+        // A resolver that failed once is not trusted again.
+        retire(state).await;
+        if fresh {
+            return Err(ResolveFailure::Unavailable(why));
+        }
+    }
+    Err(ResolveFailure::Unavailable("the resolver failed twice".to_string()))
+}
+
+/// Start a resolver process owned by a linked `ProcessActor`.
+async fn start(myself: &ActorRef<ResolverMsg>, state: &mut ResolverState) -> anyhow::Result<()> {
+    let resolvers = &state.resolvers;
+    let Some(program) = resolvers.program.as_ref() else {
+        anyhow::bail!("the pi-workflows package or node was not found when the server started (see the server log)");
+    };
+    let log_stem = format!(
+        "resolver-e{}-{}",
+        resolvers.server_epoch,
+        resolvers.next_process_number()
+    );
+    let (child, parent_end) = spawn_with_channel(&resolvers.settings, program, &log_stem, None)?;
+    let config = ProcessConfig::adopt(child, Readiness::Immediate).with_details(resolvers.details.clone());
+    let (process, _) = Actor::spawn_linked(None, ProcessActor, config, myself.get_cell())
+        .await
+        .map_err(|err| anyhow::anyhow!("the resolver process could not be supervised: {err}"))?;
+    parent_end.set_nonblocking(true)?;
+    let (read_half, writer) = tokio::net::UnixStream::from_std(parent_end)?.into_split();
+    state.serving = Some(Serving {
+        process,
+        reader: BufReader::new(read_half),
+        writer,
+        next_id: 0,
+        started: Instant::now(),
+    });
+    Ok(())
+}
+
+/// Stop the serving process (if any) and forget it: its end is not a failure.
+async fn retire(state: &mut ResolverState) {
+    let Some(serving) = state.serving.take() else {
+        return;
+    };
+    let grace = Duration::from_millis(REPLACE_GRACE_MS);
+    let wait = Some(supervisors::process_shutdown_wait(grace));
+    let _ = serving
+        .process
+        .call(|reply| ProcessMsg::Terminate(grace, reply), wait)
+        .await;
+}
+
+async fn exchange(serving: &mut Serving, request: &Value) -> Result<Map<String, Value>, String> {
+    let bytes = encode_frame(request).map_err(|err| err.to_string())?;
+    serving.writer.write_all(&bytes).await.map_err(|err| err.to_string())?;
+    let mut line = Vec::new();
+    match read_line(&mut serving.reader, &mut line).await {
+        Ok(LineRead::Line) => {}
+        Ok(LineRead::TooLarge) => return Err("the resolver answered above the 1 MiB frame limit".to_string()),
+        Ok(LineRead::Closed) => return Err("the resolver exited".to_string()),
+        Err(err) => return Err(err.to_string()),
+    }
+    let reply = decode_frame(&line).map_err(|err| format!("the resolver answered a bad frame: {err}"))?;
+    if reply.get("id") != request.get("id") {
+        return Err("the resolver answered another request".to_string());
+    }
+    Ok(reply)
+}
+
+fn answer_of(reply: Map<String, Value>) -> Resolution {
+    if let Some(error) = reply.get("error") {
+        let text = |key: &str| error.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
+        return Err(ResolveFailure::Workflow {
+            code: text("code"),
+            message: text("message"),
+        });
+    }
+    match reply.get("answer") {
+        Some(Value::Object(answer)) => Ok(answer.clone()),
+        _ => Err(ResolveFailure::Unavailable(
+            "the resolver answered without an answer".to_string(),
+        )),
+    }
+}

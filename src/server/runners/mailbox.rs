@@ -1,0 +1,63 @@
+//! The messages of the `runners` subtree's actors, apart from the actors, so the registry,
+//! the operations and the actors can all name them without importing each other.
+
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::path::Path;
+
+use ractor::RpcReplyPort;
+use supervisors::process::ProcessChild;
+
+use crate::store::StoreResult;
+use crate::store::commands::{CommandReceipt, CommandRequest};
+
+/// A client control that changes a live runner's run through its claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunControl {
+    Pause,
+    Resume,
+    Cancel,
+}
+
+pub enum RunnerMsg {
+    /// Lines from the runner, in order (more than one when it pipelines); the reply says
+    /// whether to keep reading.
+    Frames(Vec<Vec<u8>>, RpcReplyPort<bool>),
+    /// Pause or cancel the run as a durable client command, then stop the runner's group.
+    Control(
+        RunControl,
+        CommandRequest,
+        Option<i64>,
+        RpcReplyPort<StoreResult<CommandReceipt>>,
+    ),
+    /// Renew the run claim while the runner works; never waits for a scheduler slot.
+    RenewClaim,
+}
+
+pub enum PoolMsg {
+    /// A live warm runner, if one is ready (ownership passes to the caller).
+    Take(RpcReplyPort<Option<WarmRunner>>),
+    /// Start warm runners until the target number wait.
+    Refill,
+}
+
+/// One started runner process and the server's end of its channel, not yet assigned.
+pub struct WarmRunner {
+    pub child: ProcessChild,
+    pub channel: StdUnixStream,
+    pub log_stem: String,
+}
+
+impl WarmRunner {
+    /// Hand the process to a run: its captures are renamed after the run's runner epoch
+    /// (where operators look for them).
+    pub fn assign(self, logs_dir: &Path, runner_epoch: &str) -> (ProcessChild, StdUnixStream) {
+        for extension in ["out", "err"] {
+            let from = logs_dir.join(format!("{}.{extension}", self.log_stem));
+            let to = logs_dir.join(format!("{runner_epoch}.{extension}"));
+            if let Err(err) = std::fs::rename(&from, &to) {
+                tracing::debug!(error = %err, "warm runner capture not renamed");
+            }
+        }
+        (self.child, self.channel)
+    }
+}

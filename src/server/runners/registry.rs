@@ -1,0 +1,83 @@
+//! The `runners` subtree's handle: how runners are launched, which runner actor serves each
+//! run, how many live, and the warm pool. The scheduler admits through it, client controls
+//! find a run's runner through it.
+//!
+//! Architecture Invariant: the registry only names actors; it never owns a process (each
+//! runner actor owns its process through a `ProcessActor`, the pool owns the warm ones).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use ractor::ActorRef;
+
+use super::mailbox::{PoolMsg, RunnerMsg};
+use crate::server::config::RunnerSettings;
+
+pub struct Runners {
+    pub settings: RunnerSettings,
+    /// The live runner actor of each run that has one.
+    registry: Mutex<HashMap<String, ActorRef<RunnerMsg>>>,
+    /// Live runner actors (started, not yet stopped).
+    live: AtomicUsize,
+    /// Runner children started by this server: names them uniquely (`runner-N`) across a
+    /// restart of the scheduler that starts them.
+    launched: AtomicU64,
+    /// The running warm pool, if any.
+    pool: Mutex<Option<ActorRef<PoolMsg>>>,
+}
+
+impl Runners {
+    pub fn new(settings: RunnerSettings) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(Self {
+            settings,
+            registry: Mutex::new(HashMap::new()),
+            live: AtomicUsize::new(0),
+            launched: AtomicU64::new(0),
+            pool: Mutex::new(None),
+        })
+    }
+
+    pub fn register(&self, run_id: &str, runner: ActorRef<RunnerMsg>) {
+        self.live.fetch_add(1, Ordering::SeqCst);
+        lock(&self.registry).insert(run_id.to_string(), runner);
+    }
+
+    /// Forget `run_id`'s runner, unless a newer runner already replaced it; returns how many
+    /// runners still live.
+    pub fn unregister(&self, run_id: &str, runner: &ActorRef<RunnerMsg>) -> usize {
+        let mut registry = lock(&self.registry);
+        if registry
+            .get(run_id)
+            .is_some_and(|current| current.get_id() == runner.get_id())
+        {
+            registry.remove(run_id);
+        }
+        self.live.fetch_sub(1, Ordering::SeqCst) - 1
+    }
+
+    pub fn runner_for(&self, run_id: &str) -> Option<ActorRef<RunnerMsg>> {
+        lock(&self.registry).get(run_id).cloned()
+    }
+
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+
+    /// The next runner child's number.
+    pub fn next_launch(&self) -> u64 {
+        self.launched.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    pub fn set_pool(&self, pool: Option<ActorRef<PoolMsg>>) {
+        *lock(&self.pool) = pool;
+    }
+
+    pub fn pool(&self) -> Option<ActorRef<PoolMsg>> {
+        lock(&self.pool).clone()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,356 @@
+//! One runner actor per active run generation (a temporary child of `runners`). It owns the
+//! server's end of the runner's private channel (fd 3 in the child) and turns the runner's
+//! fenced proposals into protected writes. The runner process itself is owned by a linked
+//! `ProcessActor` (ready deadline, exit, SIGTERM→SIGKILL of the group, start identity);
+//! this actor hears of the process's end from it and settles the run.
+//!
+//! Architecture Invariant: the generation and runner epoch of a message are checked before
+//! its payload is read (`RunnerFence`); a stale runner gets one `claimLost` answer and is
+//! stopped.
+//!
+//! Architecture Invariant: a runner is never restarted in place. When its process ends with
+//! the run still running under its claim, the run parks (see `settle`); a later admission
+//! launches a new runner with a new claim generation and runner epoch.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+use serde_json::{Map, Value};
+use supervisors::process::{ExitOutcome, ProcessChild};
+use supervisors::{EndCause, ProcessActor, ProcessConfig, ProcessEnd, ProcessInfo, ProcessMsg, Readiness};
+use tokio::io::{AsyncWriteExt, BufReader};
+
+use super::apply::invalid;
+use super::mailbox::{PoolMsg, RunControl, RunnerMsg};
+use super::messages;
+use super::settle::settle;
+use super::state::{RunnerArgs, RunnerFence, RunnerState};
+use crate::digest::sha256_hex;
+use crate::protocol::encode_frame;
+use crate::protocol::runner::{LAUNCH_SCHEMA, Launch, RUNNER_PROTOCOL_VERSION};
+use crate::server::blocking;
+use crate::server::frames::{LineRead, read_line};
+use crate::server::spawn::{CHILD_GRACE_MS, spawn_with_channel};
+use crate::store::StoreError;
+use crate::store::StoreResult;
+use crate::store::claims::RUN_CLAIM_LEASE_MS;
+use crate::store::commands::{self, CommandOutcome, CommandReceipt, CommandRequest};
+use crate::store::runs;
+use crate::store::workers::{self, NewWorker, WorkerOutcome};
+
+/// SIGTERM-to-SIGKILL grace of a runner's process group.
+pub const RUNNER_GRACE_MS: u64 = CHILD_GRACE_MS;
+/// How long a launch waits for the warm pool to hand over a runner.
+const POOL_TAKE_TIMEOUT_MS: u64 = 1_000;
+/// The run claim is renewed after a third of its life, so two renewals can fail before
+/// it expires.
+const CLAIM_RENEW_MS: u64 = (RUN_CLAIM_LEASE_MS / 3) as u64;
+/// Frames handed to the actor at once: a runner that pipelines proposals gets them applied
+/// in one group commit (bounded, so one runner cannot hold the writer for long).
+pub const PIPELINE_FRAMES_MAX: usize = 32;
+
+pub struct Runner;
+
+impl Actor for Runner {
+    type Msg = RunnerMsg;
+    type State = RunnerState;
+    type Arguments = RunnerArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<RunnerMsg>,
+        args: RunnerArgs,
+    ) -> Result<RunnerState, ActorProcessingErr> {
+        args.details.update(|details| {
+            details.generation = Some(args.authority.generation as u64);
+            details.processes.clear();
+        });
+        let launch_bytes = encode_frame(&launch_envelope(&args))?;
+        let worker = NewWorker {
+            runner_epoch: args.runner_epoch.clone(),
+            run_id: args.run.run_id.clone(),
+            generation: args.authority.generation,
+            server_epoch: args.shared.epoch,
+            launch_envelope_hash: sha256_hex(&launch_bytes),
+        };
+        blocking::write(&args.shared.store, move |tx| workers::record_launch(tx, &worker)).await?;
+        let (child, parent_end) = runner_process(&args).await?;
+        let (epoch, pid, identity) = (args.runner_epoch.clone(), child.pid(), child.identity().to_string());
+        blocking::write(&args.shared.store, move |tx| {
+            workers::record_process(tx, &epoch, pid, &identity)
+        })
+        .await?;
+        // From here on the process belongs to its actor; the identity is recorded first, so
+        // a later server can stop it only while it is provably the same process.
+        let end_slot: Arc<Mutex<Option<ProcessEnd>>> = Arc::default();
+        let process = own_process(&myself, &args, child, &end_slot).await?;
+        parent_end.set_nonblocking(true)?;
+        let (read_half, mut writer) = tokio::net::UnixStream::from_std(parent_end)?.into_split();
+        writer.write_all(&launch_bytes).await?;
+        let reader = tokio::spawn(read_frames(read_half, myself.clone())).abort_handle();
+        let renewals = myself.send_interval(Duration::from_millis(CLAIM_RENEW_MS), || RunnerMsg::RenewClaim);
+        args.runners.register(&args.run.run_id, myself.clone());
+        tracing::info!(run_id = %args.run.run_id, generation = args.authority.generation, pid, "runner started");
+        Ok(RunnerState {
+            fence: RunnerFence::new(
+                args.shared.epoch,
+                &args.run.run_id,
+                args.authority.generation,
+                &args.runner_epoch,
+            ),
+            args,
+            process,
+            pid,
+            end_slot,
+            settled: false,
+            writer,
+            ready: false,
+            revision_at_ready: None,
+            claim_lost: false,
+            runner_stale: false,
+            timed_out: false,
+            finished: false,
+            advertised: Vec::new(),
+            settings_known: None,
+            tasks: vec![reader, renewals.abort_handle()],
+        })
+    }
+
+    async fn post_stop(&self, myself: ActorRef<RunnerMsg>, state: &mut RunnerState) -> Result<(), ActorProcessingErr> {
+        for task in state.tasks.drain(..) {
+            task.abort();
+        }
+        if !state.settled {
+            // Stopped from outside (server shutdown, cancellation): stop the whole group.
+            let outcome = terminate(state).await;
+            settle(state, outcome, Some(WorkerOutcome::Cancelled)).await;
+        }
+        let still_running = state.args.runners.unregister(&state.args.run.run_id, &myself);
+        state.args.details.update(|details| details.processes.clear());
+        state.args.shared.wake_scheduler();
+        if still_running == 0 {
+            // Idle now: start the next warm runner while nothing competes for the CPU, and
+            // let a due retention sweep run.
+            if let Some(pool) = state.args.runners.pool() {
+                let _ = pool.cast(PoolMsg::Refill);
+            }
+            state.args.shared.request_sweep();
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<RunnerMsg>,
+        message: RunnerMsg,
+        state: &mut RunnerState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            RunnerMsg::Frames(lines, reply) => {
+                let keep_reading = messages::on_frames(state, lines).await;
+                let _ = reply.send(keep_reading);
+                if !keep_reading {
+                    // A protocol violation or a stale runner: stop its whole group now.
+                    stop_after_end(&myself, state, None).await;
+                }
+            }
+            RunnerMsg::Control(control, command, expected, reply) => {
+                let stored = control_run(state, control, command, expected).await;
+                let committed = stored
+                    .as_ref()
+                    .is_ok_and(|receipt| receipt.outcome == CommandOutcome::Accepted);
+                let _ = reply.send(stored);
+                if committed {
+                    // The run's new state is durable: now stop the whole runner group.
+                    state.finished = true;
+                    stop_after_end(&myself, state, Some(WorkerOutcome::Cancelled)).await;
+                }
+            }
+            RunnerMsg::RenewClaim if state.claim_lost || state.finished => {}
+            RunnerMsg::RenewClaim => {
+                let authority = state.args.authority.clone();
+                let renewed = blocking::write(&state.args.shared.store, move |tx| {
+                    crate::store::claims::renew(tx, &authority, RUN_CLAIM_LEASE_MS)
+                })
+                .await;
+                if let Err(StoreError::ClaimLost(lost)) = renewed {
+                    // Another owner has the run: this runner must not write again.
+                    tracing::info!(run_id = %lost.resource_id, reason = %lost.reason, "run claim lost at renewal; stopping the runner");
+                    state.claim_lost = true;
+                    stop_after_end(&myself, state, None).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<RunnerMsg>,
+        event: SupervisionEvent,
+        state: &mut RunnerState,
+    ) -> Result<(), ActorProcessingErr> {
+        let ended = match &event {
+            SupervisionEvent::ActorTerminated(cell, _, _) | SupervisionEvent::ActorFailed(cell, _) => {
+                cell.get_id() == state.process.get_id()
+            }
+            _ => false,
+        };
+        if !ended || state.settled {
+            return Ok(());
+        }
+        // The process ended on its own (or missed its ready deadline); its actor told us how.
+        let end = state
+            .end_slot
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        state.timed_out |= end.is_some_and(|end| end.cause == EndCause::ReadyDeadlineMissed);
+        if end.is_some_and(|end| end.cause == EndCause::ReadyDeadlineMissed) {
+            tracing::warn!(run_id = %state.args.run.run_id, "runner missed its ready deadline and was killed");
+        }
+        settle(state, end.and_then(|end| end.outcome), None).await;
+        myself.stop(Some("runner exited".to_string()));
+        Ok(())
+    }
+}
+
+/// A warm runner (already started, waiting for its launch) saves a Node start-up; else a
+/// new process in the run's project.
+async fn runner_process(
+    args: &RunnerArgs,
+) -> Result<(ProcessChild, std::os::unix::net::UnixStream), ActorProcessingErr> {
+    let settings = &args.runners.settings;
+    if let Some(pool) = args.runners.pool() {
+        let timeout = Some(Duration::from_millis(POOL_TAKE_TIMEOUT_MS));
+        if let Ok(ractor::rpc::CallResult::Success(Some(warm))) = pool.call(PoolMsg::Take, timeout).await {
+            return Ok(warm.assign(&settings.logs_dir, &args.runner_epoch));
+        }
+    }
+    let project = (!args.run.project_path.is_empty()).then(|| PathBuf::from(&args.run.project_path));
+    Ok(spawn_with_channel(
+        settings,
+        &args.program,
+        &args.runner_epoch,
+        project,
+    )?)
+}
+
+/// Hand the process to a linked `ProcessActor`: it enforces the ready deadline (this actor
+/// sends `Ready` once `runner.ready` is accepted), notices the exit, and stops the group.
+async fn own_process(
+    myself: &ActorRef<RunnerMsg>,
+    args: &RunnerArgs,
+    child: ProcessChild,
+    end_slot: &Arc<Mutex<Option<ProcessEnd>>>,
+) -> Result<ActorRef<ProcessMsg>, ActorProcessingErr> {
+    let info = ProcessInfo {
+        pid: child.pid(),
+        process_group: child.pgid(),
+    };
+    let slot = Arc::clone(end_slot);
+    let readiness = Readiness::Message {
+        deadline: args.runners.settings.ready_timeout,
+    };
+    let config = ProcessConfig::adopt(child, readiness).on_exit(move |end| {
+        *slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(end);
+    });
+    let (process, _) = Actor::spawn_linked(None, ProcessActor, config, myself.get_cell()).await?;
+    args.details.set_processes([info]);
+    Ok(process)
+}
+
+/// Stop the runner's whole group (SIGTERM, then SIGKILL after the grace); its exit status.
+async fn terminate(state: &RunnerState) -> Option<ExitOutcome> {
+    let grace = Duration::from_millis(RUNNER_GRACE_MS);
+    let wait = Some(supervisors::process_shutdown_wait(grace));
+    match state
+        .process
+        .call(|reply| ProcessMsg::Terminate(grace, reply), wait)
+        .await
+    {
+        Ok(ractor::rpc::CallResult::Success(outcome)) => outcome,
+        // Its actor already stopped (the process ended): the end slot says how.
+        _ => state
+            .end_slot
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .and_then(|end| end.outcome),
+    }
+}
+
+/// Stop the group, settle the runner's end, and stop this actor.
+async fn stop_after_end(myself: &ActorRef<RunnerMsg>, state: &mut RunnerState, forced: Option<WorkerOutcome>) {
+    let outcome = terminate(state).await;
+    settle(state, outcome, forced).await;
+    myself.stop(Some("runner stopped".to_string()));
+}
+
+/// Pause or cancel through this runner's claim, with the command receipt in the same
+/// transaction.
+async fn control_run(
+    state: &RunnerState,
+    control: RunControl,
+    command: CommandRequest,
+    expected: Option<i64>,
+) -> StoreResult<CommandReceipt> {
+    let authority = state.args.authority.clone();
+    blocking::write(&state.args.shared.store, move |tx| {
+        commands::run_command(tx, &command, |tx| {
+            let revision = match control {
+                RunControl::Pause => runs::pause_claimed(tx, &authority, expected)?,
+                RunControl::Cancel => runs::cancel_claimed(tx, &authority, expected)?,
+                RunControl::Resume => return Err(invalid("a live run is not paused")),
+            };
+            let receipt = serde_json::json!({"runId": authority.resource_id, "revision": revision});
+            Ok(commands::Accepted {
+                revision: Some(revision),
+                receipt,
+            })
+        })
+    })
+    .await
+}
+
+fn launch_envelope(args: &RunnerArgs) -> Launch {
+    Launch {
+        schema: LAUNCH_SCHEMA.to_string(),
+        run_id: args.run.run_id.clone(),
+        generation: args.authority.generation as u64,
+        runner_epoch: args.runner_epoch.clone(),
+        project_path: args.run.project_path.clone(),
+        // Stored canonical by the run's creator; an unreadable value sends `{}` (no file source).
+        workflow_source: serde_json::from_str(&args.run.workflow_source_json).unwrap_or(Value::Object(Map::new())),
+        definition_digest: args.run.definition_digest.clone(),
+        input_hash: args.run.input_hash.clone(),
+        protocol_version: RUNNER_PROTOCOL_VERSION,
+    }
+}
+
+async fn read_frames(read_half: tokio::net::unix::OwnedReadHalf, runner: ActorRef<RunnerMsg>) {
+    let mut reader = BufReader::with_capacity(64 * 1024, read_half);
+    let mut line = Vec::new();
+    loop {
+        let mut frames = Vec::new();
+        // Wait for one frame, then take the complete frames already buffered behind it.
+        loop {
+            let frame = match read_line(&mut reader, &mut line).await {
+                Ok(LineRead::Line) => std::mem::take(&mut line),
+                // An oversized frame is a protocol violation: hand the runner a frame that fails.
+                Ok(LineRead::TooLarge) => b"oversized\n".to_vec(),
+                Ok(LineRead::Closed) | Err(_) if frames.is_empty() => return,
+                Ok(LineRead::Closed) | Err(_) => break,
+            };
+            frames.push(frame);
+            if frames.len() >= PIPELINE_FRAMES_MAX || !reader.buffer().contains(&b'\n') {
+                break;
+            }
+        }
+        match runner.call(|reply| RunnerMsg::Frames(frames, reply), None).await {
+            Ok(ractor::rpc::CallResult::Success(true)) => continue,
+            _ => return,
+        }
+    }
+}

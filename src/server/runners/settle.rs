@@ -1,0 +1,151 @@
+//! How a runner's end is settled: its one recorded outcome, the park of a run it left
+//! running (`runnerNoProgress` when the revision never advanced after ready, else
+//! `workerCrashed`; `effectAmbiguous` over both when an effect was applying), and the stop
+//! of the process groups it registered and left behind.
+//!
+//! Architecture Invariant: a runner exit is not a run failure by itself, and a lost claim
+//! changes nothing: another owner has the run.
+
+use std::sync::Arc;
+
+use supervisors::process::ExitOutcome;
+
+use super::state::RunnerState;
+use crate::server::blocking;
+use crate::store::claims::ClaimAuthority;
+use crate::store::effects;
+use crate::store::runs::{self, ParkReason, RunStatus};
+use crate::store::workers::{self, WorkerOutcome};
+use crate::store::{Store, StoreError, StoreResult, WriteTx};
+
+/// After the runner process ended: record its one outcome and decide the run's state.
+pub async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: Option<WorkerOutcome>) {
+    if state.settled {
+        return;
+    }
+    state.settled = true;
+    let outcome = forced.unwrap_or(if state.claim_lost || state.runner_stale {
+        WorkerOutcome::ClaimLost
+    } else if state.timed_out {
+        WorkerOutcome::TimedOut
+    } else if exit.is_some_and(ExitOutcome::success) {
+        WorkerOutcome::Exited
+    } else {
+        WorkerOutcome::Crashed
+    });
+    let leave_alone = state.claim_lost || state.finished;
+    let park = match state.revision_at_ready {
+        _ if leave_alone => None,
+        // Stopped by the server (shutdown, cancellation): a durable boundary, resumable.
+        _ if forced == Some(WorkerOutcome::Cancelled) => Some((i64::MAX, ParkReason::Boundary)),
+        Some(ready) => Some((ready, ParkReason::WorkerCrashed)),
+        None => Some((i64::MIN, ParkReason::RunnerNoProgress)),
+    };
+    // Children the runner registered die first: until the run is parked and the epoch
+    // recorded, no other runner can be admitted for it, so none can overlap with them.
+    reap_registered(&state.args.shared.store, Some(state.args.runner_epoch.clone())).await;
+    let (authority, epoch) = (state.args.authority.clone(), state.args.runner_epoch.clone());
+    let (code, signal) = (exit.and_then(ExitOutcome::code), exit.and_then(ExitOutcome::signal));
+    let settled = blocking::write(&state.args.shared.store, move |tx| {
+        if let Some((revision_at_ready, reason)) = park {
+            park_if_still_running(tx, &authority, revision_at_ready, reason)?;
+        }
+        workers::record_outcome(tx, &epoch, outcome, code, signal)
+    })
+    .await;
+    match settled {
+        Ok(_) => tracing::info!(run_id = %state.args.run.run_id, outcome = outcome.as_str(), "runner ended"),
+        Err(err) => tracing::warn!(run_id = %state.args.run.run_id, error = %err, "runner end was not recorded"),
+    }
+}
+
+/// Stop the process groups a runner registered and did not unregister (its runner ended
+/// first), each only while its recorded start identity still matches; `None` reaps those
+/// of every runner epoch (startup recovery, when no runner of this server is alive yet).
+pub async fn reap_registered(store: &Arc<Store>, runner_epoch: Option<String>) {
+    use supervisors::process::{ProcessSignal, StartIdentity, signal_group_if_identity_matches};
+    let attached = blocking::read(store, move |conn| {
+        crate::store::processes::attached(conn, runner_epoch.as_deref())
+    })
+    .await;
+    let Ok(attached) = attached.inspect_err(|err| tracing::warn!(error = %err, "registered processes unreadable"))
+    else {
+        return;
+    };
+    if attached.is_empty() {
+        return;
+    }
+    for process in &attached {
+        match process.start_identity.parse::<StartIdentity>() {
+            Ok(identity) => match signal_group_if_identity_matches(&identity, ProcessSignal::Kill) {
+                Ok(outcome) => {
+                    tracing::info!(pid = process.pid, ?outcome, "stopped a registered process group");
+                    // Reparented to this server (a subreaper) when its runner died: reap it.
+                    supervisors::process::reap_group(identity.pid).await;
+                }
+                Err(err) => tracing::warn!(pid = process.pid, error = %err, "registered process group not stopped"),
+            },
+            Err(_) => tracing::warn!(pid = process.pid, "registered process has a malformed start identity"),
+        }
+    }
+    let reaped = blocking::write(store, move |tx| crate::store::processes::mark_reaped(tx, &attached)).await;
+    if let Err(err) = reaped {
+        tracing::warn!(error = %err, "reaped processes not recorded");
+    }
+}
+
+/// A launch that failed before its runner could run (e.g. the program is missing): the run
+/// must not stay `starting`, so it parks for an explicit resume.
+pub async fn abandon_launch(store: &Arc<Store>, authority: ClaimAuthority, runner_epoch: String) {
+    let parked = blocking::write(store, move |tx| {
+        park_if_still_running(tx, &authority, i64::MIN, ParkReason::RunnerNoProgress)?;
+        workers::record_outcome(tx, &runner_epoch, WorkerOutcome::Crashed, None, None)
+    })
+    .await;
+    if let Err(err) = parked {
+        tracing::warn!(error = %err, "a failed launch could not be parked");
+    }
+}
+
+/// Park a run its runner left running: `runnerNoProgress` when the revision did not advance
+/// after ready (or ready never came), else `workerCrashed`. A lost claim changes nothing.
+fn park_if_still_running(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    revision_at_ready: i64,
+    reason: ParkReason,
+) -> StoreResult<()> {
+    let run = runs::read_run(tx, &authority.resource_id)?;
+    if run.status != RunStatus::Running || !run.queue.holds_claim() {
+        return Ok(());
+    }
+    // A validating runner that ended without a verdict: the request stays ready for a
+    // corrected retry; the run waits again instead of parking.
+    match crate::store::interactions::abandon_validation(tx, authority) {
+        Ok(true) | Err(StoreError::ClaimLost(_)) => return Ok(()),
+        Ok(false) => {}
+        Err(err) => return Err(err),
+    }
+    let no_progress = reason != ParkReason::Boundary && run.revision <= revision_at_ready;
+    let reason = if no_progress {
+        ParkReason::RunnerNoProgress
+    } else {
+        reason
+    };
+    // An effect the runner was applying when it ended cannot be proved either way.
+    let applying = effects::applying_count(tx, &authority.resource_id)?;
+    let reason = if applying > 0 {
+        ParkReason::EffectAmbiguous
+    } else {
+        reason
+    };
+    match runs::park_run(tx, authority, None, reason) {
+        Ok(_) => {
+            effects::mark_applying_ambiguous(tx, &authority.resource_id)?;
+            Ok(())
+        }
+        // Another owner has the run now; its effects are not ours to judge.
+        Err(StoreError::ClaimLost(_)) => Ok(()),
+        Err(err) => Err(err),
+    }
+}

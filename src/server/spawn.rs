@@ -1,0 +1,117 @@
+//! Starting a workflow child (a runner or a source resolver): its own process group, the
+//! private channel on fd 3, bounded user-only captures, no core dumps, an allow-listed
+//! environment. The caller hands the started process to the one actor that owns it.
+//!
+//! Architecture Invariant: a child never inherits the server's stdio, and its channel is
+//! never its stdout (workflow code prints).
+
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use supervisors::process::{ProcessChild, ProcessError, ProcessSpec, RlimitResource, spawn};
+
+use super::config::{Program, RunnerSettings};
+use crate::protocol::runner::RUNNER_CHANNEL_FD;
+
+/// SIGTERM-to-SIGKILL grace of a child's process group.
+pub const CHILD_GRACE_MS: u64 = 5_000;
+/// Captured child output per stream.
+pub const CHILD_CAPTURE_BYTES_MAX: u64 = 1024 * 1024;
+/// Environment a child inherits (its shell steps and headless Pi need a normal user
+/// environment); everything else of the server's environment is withheld.
+const CHILD_ENV_ALLOWED: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "PI_CODING_AGENT_DIR",
+    "PI_OFFLINE",
+    "PI_WORKFLOWS_PI_BIN",
+    "PI_WORKFLOWS_TEST_SCRIPT",
+];
+/// Model-provider credentials for headless agent steps (`OPENAI_API_KEY`, …) pass through
+/// by this suffix; they are never logged.
+const CHILD_ENV_ALLOWED_SUFFIX: &str = "_API_KEY";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("could not create the child's channel: {0}")]
+    Channel(#[from] std::io::Error),
+    #[error("could not start {program}: {source}")]
+    Process {
+        program: String,
+        #[source]
+        source: ProcessError,
+    },
+}
+
+/// Start `program` with a private channel on its fd 3; returns the child and the server's
+/// end of the channel. Captures go to `<logs_dir>/<log_stem>.out|.err`; `cwd` is the project
+/// when known (a warm runner changes there itself once launched).
+pub fn spawn_with_channel(
+    settings: &RunnerSettings,
+    program: &Program,
+    log_stem: &str,
+    cwd: Option<PathBuf>,
+) -> Result<(ProcessChild, StdUnixStream), SpawnError> {
+    let (parent_end, child_end) = StdUnixStream::pair()?;
+    let spec = process_spec(settings, program, log_stem, cwd, child_end.into());
+    let child = spawn(spec).map_err(|source| SpawnError::Process {
+        program: program_name(program),
+        source,
+    })?;
+    Ok((child, parent_end))
+}
+
+/// The program's file name only: a path could name a private directory.
+fn program_name(program: &Program) -> String {
+    program.0.file_name().map_or_else(
+        || "the child program".to_string(),
+        |name| name.to_string_lossy().into_owned(),
+    )
+}
+
+fn process_spec(
+    settings: &RunnerSettings,
+    program: &Program,
+    log_stem: &str,
+    cwd: Option<PathBuf>,
+    channel: std::os::fd::OwnedFd,
+) -> ProcessSpec {
+    let logs = &settings.logs_dir;
+    let mut spec = ProcessSpec::new(&program.0)
+        .args(program.1.iter().cloned())
+        .env_clear(true)
+        .stdout_to(logs.join(format!("{log_stem}.out")))
+        .stderr_to(logs.join(format!("{log_stem}.err")))
+        .capture_bytes_max(CHILD_CAPTURE_BYTES_MAX)
+        .grace(Duration::from_millis(CHILD_GRACE_MS))
+        // A core dump could hold workflow data: none, ever.
+        .rlimit(RlimitResource::Core, Some(0), Some(0))
+        .inherit_fd(channel, RUNNER_CHANNEL_FD);
+    if let Some(dir) = cwd.filter(|dir| dir.is_dir()) {
+        spec = spec.cwd(dir);
+    }
+    spec = spec.env(crate::package::CACHE_DIR_ENV, &settings.cache_dir);
+    for name in CHILD_ENV_ALLOWED {
+        if let Some(value) = std::env::var_os(name) {
+            spec = spec.env(*name, value);
+        }
+    }
+    for (name, value) in std::env::vars_os() {
+        if name
+            .to_str()
+            .is_some_and(|name| name.ends_with(CHILD_ENV_ALLOWED_SUFFIX))
+        {
+            spec = spec.env(name, value);
+        }
+    }
+    spec
+}

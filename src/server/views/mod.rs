@@ -1,0 +1,7 @@
+//! Live views: building run views (and caching parsed definitions), and the feeds that
+//! rebuild them after commits for subscribed clients.
+//!
+//! Architecture Invariant: views only read, except storing the content a view names.
+
+pub mod cache;
+pub mod feeds;
