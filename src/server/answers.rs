@@ -187,6 +187,6 @@ pub fn read_refusal(err: StoreError) -> (Outcome, ResponseError) {
             )
             .unwrap_or_else(|_| rejected("notFound", "no such run").1),
         ),
-        other => rejected("unavailable", &format!("the view could not be read: {other}")),
+        other => rejected("unavailable", &format!("the run could not be read: {other}")),
     }
 }

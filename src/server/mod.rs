@@ -94,7 +94,9 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<StopReason> {
         tracing::error!("the supervision tree did not stop in time");
     }
     drop(root_done);
-    release_lease(&store, lease).await;
+    if reason != StopReason::LeaseLost {
+        release_lease(&store, lease).await;
+    }
     tracing::info!(reason = reason.as_str(), "server stopped");
     Ok(reason)
 }
@@ -125,8 +127,7 @@ fn tree_parts(config: &ServerConfig, store: Arc<Store>, lease: &ServerLease, ser
     }
 }
 
-/// The lease is released last, after every child that could write under it has stopped; a
-/// lost lease needs no release.
+/// The lease is released last, after every child that could write under it has stopped.
 async fn release_lease(store: &Arc<Store>, lease: ServerLease) {
     if let Err(err) = blocking::write(store, move |tx| server_lease::release_server_lease(tx, &lease)).await {
         tracing::warn!(error = %err, "server lease was not released");

@@ -180,15 +180,6 @@ impl ChildSpec {
         child
     }
 
-    /// An OS process child. The supervisor's shutdown wait covers the process's own SIGTERM
-    /// grace and SIGKILL wait, so the actor's cleanup (not a brutal kill) always ends it.
-    pub fn process(id: impl Into<String>, restart: Restart, mut config: crate::ProcessConfig, grace: Duration) -> Self {
-        let details = config.details.get_or_insert_with(crate::DetailsCell::default).clone();
-        Self::worker(id, restart, move || (crate::ProcessActor, config.clone()))
-            .with_shutdown(Shutdown::Timeout(process_shutdown_wait(grace)))
-            .with_details(details)
-    }
-
     pub fn with_shutdown(mut self, shutdown: Shutdown) -> Self {
         if let Shutdown::Timeout(wait) = shutdown {
             assert!(

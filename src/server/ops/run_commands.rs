@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::context::OpsContext;
 use crate::protocol::{JsonObject, Outcome, Request, canonical_sha256_hex, to_canonical_vec};
 use crate::server::answers::{
-    Answer, answer_of, command_request, expected_revision_of, rejected, run_id_of, to_object,
+    Answer, answer_of, command_request, expected_revision_of, read_refusal, rejected, run_id_of, to_object,
 };
 use crate::server::blocking;
 use crate::server::resolvers::handle::ResolveFailure;
@@ -18,7 +18,7 @@ use crate::store::interactions::{self, ClientValue, Submitted};
 use crate::store::run_summary;
 use crate::store::runs::{self, ExecutionMode, NewRun, RunOrigin};
 use crate::store::settings;
-use crate::store::{StoreError, StoreResult, WriteTx};
+use crate::store::{StoreResult, WriteTx};
 
 /// A run input, as canonical JSON.
 pub const INPUT_BYTES_MAX: usize = 256 * 1024;
@@ -323,18 +323,4 @@ pub async fn run_list(ctx: &OpsContext, request: &Request) -> Answer {
     let mut receipt = JsonObject::new();
     receipt.insert("runs".to_string(), serde_json::to_value(runs).unwrap_or(Value::Null));
     Ok((Outcome::Accepted, receipt, None))
-}
-
-fn read_refusal(err: StoreError) -> Refusal {
-    match err {
-        StoreError::RunNotFound { run_id } => (
-            Outcome::NotFound,
-            crate::protocol::ResponseError::new(
-                "notFound",
-                &format!("no run {run_id}; list runs with `pi-workflows runs`"),
-            )
-            .unwrap_or_else(|_| rejected("notFound", "no such run").1),
-        ),
-        other => rejected("unavailable", &format!("the run could not be read: {other}")),
-    }
 }

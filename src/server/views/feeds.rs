@@ -9,7 +9,7 @@
 //! ends when its last subscriber leaves.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,6 +48,7 @@ pub type SnapshotReceiver = watch::Receiver<Option<Arc<Snapshot>>>;
 pub struct RunFeed {
     latest: watch::Sender<Option<Arc<Snapshot>>>,
     retained: Mutex<VecDeque<Arc<Snapshot>>>,
+    served: Served,
 }
 
 impl RunFeed {
@@ -85,6 +86,43 @@ pub struct ListSnapshot {
 
 pub type ListReceiver = watch::Receiver<Option<Arc<ListSnapshot>>>;
 
+/// Whether a feed task serves a channel right now. A new channel counts as served (its task
+/// is being started); a task marks it while it runs and unmarks it when it ends in any way
+/// (returns, panics, is aborted with its subtree), so a watch never subscribes to a channel
+/// nobody feeds: it starts a new feed instead.
+#[derive(Clone)]
+struct Served(Arc<AtomicBool>);
+
+impl Served {
+    fn new() -> Self {
+        Self(Arc::new(AtomicBool::new(true)))
+    }
+
+    fn is_served(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// Held by a running feed task.
+    fn serving(&self) -> ServingGuard {
+        self.0.store(true, Ordering::SeqCst);
+        ServingGuard(Arc::clone(&self.0))
+    }
+}
+
+struct ServingGuard(Arc<AtomicBool>);
+
+impl Drop for ServingGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+/// The run list's channel and whether a task feeds it.
+struct ListFeed {
+    sender: watch::Sender<Option<Arc<ListSnapshot>>>,
+    served: Served,
+}
+
 /// Where feed children run, below the root.
 pub const FEEDS_SUPERVISOR_PATH: [&str; 2] = ["clients", "feeds"];
 
@@ -93,7 +131,7 @@ pub struct Feeds {
     shared: Arc<Shared>,
     views: Arc<Views>,
     runs: Mutex<HashMap<String, Arc<RunFeed>>>,
-    list: Mutex<Option<watch::Sender<Option<Arc<ListSnapshot>>>>>,
+    list: Mutex<Option<ListFeed>>,
     /// Feed children started (names them uniquely).
     started: AtomicU64,
 }
@@ -118,13 +156,14 @@ impl Feeds {
     pub async fn watch_run(self: &Arc<Self>, run_id: &str) -> Option<(Arc<RunFeed>, SnapshotReceiver)> {
         let (feed, receiver) = {
             let mut runs = lock(&self.runs);
-            if let Some(feed) = runs.get(run_id) {
+            if let Some(feed) = runs.get(run_id).filter(|feed| feed.served.is_served()) {
                 return Some((Arc::clone(feed), feed.latest.subscribe()));
             }
             let (latest, receiver) = watch::channel(None);
             let feed = Arc::new(RunFeed {
                 latest,
                 retained: Mutex::new(VecDeque::new()),
+                served: Served::new(),
             });
             runs.insert(run_id.to_string(), Arc::clone(&feed));
             (feed, receiver)
@@ -136,7 +175,7 @@ impl Feeds {
             })
             .await;
         if !started {
-            lock(&self.runs).remove(run_id);
+            self.forget_run(run_id, &feed);
             return None;
         }
         Some((feed, receiver))
@@ -146,19 +185,25 @@ impl Feeds {
     pub async fn watch_list(self: &Arc<Self>) -> Option<ListReceiver> {
         let (sender, receiver) = {
             let mut list = lock(&self.list);
-            if let Some(sender) = list.as_ref() {
-                return Some(sender.subscribe());
+            if let Some(feed) = list.as_ref().filter(|feed| feed.served.is_served()) {
+                return Some(feed.sender.subscribe());
             }
             let (sender, receiver) = watch::channel(None);
-            *list = Some(sender.clone());
-            (sender, receiver)
+            let served = Served::new();
+            *list = Some(ListFeed {
+                sender: sender.clone(),
+                served: served.clone(),
+            });
+            (ListFeed { sender, served }, receiver)
         };
-        let feeds = Arc::clone(self);
+        let (feeds, task_sender, task_served) = (Arc::clone(self), sender.sender.clone(), sender.served.clone());
         let started = self
-            .start_child("run-list", move || list_feed(Arc::clone(&feeds), sender.clone()))
+            .start_child("run-list", move || {
+                list_feed(Arc::clone(&feeds), task_sender.clone(), task_served.clone())
+            })
             .await;
         if !started {
-            *lock(&self.list) = None;
+            self.retire_list(&sender.sender);
             return None;
         }
         Some(receiver)
@@ -187,20 +232,29 @@ impl Feeds {
 
     /// Remove a run feed whose subscribers all left (unless one just arrived).
     fn retire_run(&self, run_id: &str, feed: &Arc<RunFeed>) -> bool {
+        // Under the lock a watch subscribes under: nobody can join between check and removal.
         let mut runs = lock(&self.runs);
         if feed.latest.receiver_count() > 0 {
             return false;
         }
-        runs.remove(run_id);
+        forget_run(&mut runs, run_id, feed);
         true
     }
 
+    fn forget_run(&self, run_id: &str, feed: &Arc<RunFeed>) {
+        forget_run(&mut lock(&self.runs), run_id, feed);
+    }
+
+    /// Remove the run-list feed whose subscribers all left (unless one just arrived), if it
+    /// is still this one.
     fn retire_list(&self, sender: &watch::Sender<Option<Arc<ListSnapshot>>>) -> bool {
         let mut list = lock(&self.list);
         if sender.receiver_count() > 0 {
             return false;
         }
-        *list = None;
+        if list.as_ref().is_some_and(|current| current.sender.same_channel(sender)) {
+            *list = None;
+        }
         true
     }
 
@@ -211,6 +265,7 @@ impl Feeds {
 }
 
 async fn run_feed(feeds: Arc<Feeds>, run_id: String, feed: Arc<RunFeed>) -> Result<(), String> {
+    let _serving = feed.served.serving();
     let mut commits = feeds.store().commits();
     let mut published: Option<i64> = None;
     let mut stored = HashSet::new();
@@ -273,7 +328,12 @@ async fn refresh_run(views: &Views, run_id: &str, published: Option<i64>, stored
     }
 }
 
-async fn list_feed(feeds: Arc<Feeds>, sender: watch::Sender<Option<Arc<ListSnapshot>>>) -> Result<(), String> {
+async fn list_feed(
+    feeds: Arc<Feeds>,
+    sender: watch::Sender<Option<Arc<ListSnapshot>>>,
+    served: Served,
+) -> Result<(), String> {
+    let _serving = served.serving();
     let mut commits = feeds.store().commits();
     let mut last: Option<Arc<JsonObject>> = None;
     loop {
@@ -295,6 +355,13 @@ async fn list_feed(feeds: Arc<Feeds>, sender: watch::Sender<Option<Arc<ListSnaps
     }
     feeds.retire_list(&sender);
     Ok(())
+}
+
+/// Remove `run_id`'s entry if it is still this feed (a newer feed may have replaced it).
+fn forget_run(runs: &mut HashMap<String, Arc<RunFeed>>, run_id: &str, feed: &Arc<RunFeed>) {
+    if runs.get(run_id).is_some_and(|current| Arc::ptr_eq(current, feed)) {
+        runs.remove(run_id);
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -1,0 +1,869 @@
+//! The server's live supervision tree (`server status --tree [--json]`) on the real binary:
+//! its documented layout and node shape, the processes it lists (a runner with its claim
+//! generation, the warm resolver and warm runners), the documented outcome of a SIGKILL of
+//! the resolver (restarted, a new pid, the next run works) and of a runner (its temporary
+//! child leaves the tree, the run parks for review), no listed process outliving
+//! `server stop`, and no path, run ID or token in the output.
+//!
+//! Each test has its own state directory (and so its own server) under /tmp, stopped by the
+//! `common::e2e::Env` drop guard. Every wait is bounded and prints the tree and the logs on
+//! failure.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::e2e::{Env, example, json_of, repo_root, run_id_of, short_temp_dir};
+use serde_json::Value;
+
+/// How long each wait lasts before the test fails.
+const WAIT: Duration = Duration::from_secs(30);
+/// Between two polls of the tree (each poll is one CLI call).
+const POLL: Duration = Duration::from_millis(100);
+/// A scripted runner that stays alive: one node whose attempt runs for a minute.
+const LONG_SCRIPT: &str = "steps=1,work-ms=60000";
+
+// Servers --------------------------------------------------------------------------------------
+
+/// A state directory whose server runs the scripted test runner with `script`.
+fn scripted(script: &str, extra: &[(&str, &str)]) -> Env {
+    let mut vars = vec![
+        (
+            "PI_WORKFLOWS_RUNNER".to_string(),
+            env!("CARGO_BIN_EXE_pi-workflows-test-runner").to_string(),
+        ),
+        ("PI_WORKFLOWS_TEST_SCRIPT".to_string(), script.to_string()),
+    ];
+    vars.extend(extra.iter().map(|(name, value)| (name.to_string(), value.to_string())));
+    Env::with_vars(vars)
+}
+
+fn start_server(env: &Env) {
+    let out = env.cli(&["server", "start"]);
+    env.expect_code(&out, 0, "server start");
+}
+
+fn package_dist() -> PathBuf {
+    repo_root().join("packages/pi-workflows/dist")
+}
+
+fn package_built() -> bool {
+    package_dist().join("resolver-main.js").is_file()
+}
+
+/// The resolver (and the Node runner) need the built npm package.
+fn require_package() {
+    assert!(
+        package_built(),
+        "{} is missing: run `npm --prefix packages/pi-workflows ci && npm --prefix packages/pi-workflows run build` \
+         (the resolver is the package's `resolver-main.js`)",
+        package_dist().join("resolver-main.js").display()
+    );
+}
+
+// The tree -------------------------------------------------------------------------------------
+
+/// `server status --tree --json`, or `None` when the server did not answer with a tree.
+fn try_status(env: &Env) -> Option<Value> {
+    let out = env.cli(&["server", "status", "--tree", "--json"]);
+    if out.status.code() != Some(0) {
+        return None;
+    }
+    let status: Value = serde_json::from_slice(&out.stdout).ok()?;
+    status.get("tree")?;
+    Some(status)
+}
+
+/// The status object, which must hold a well-formed tree.
+fn status(env: &Env) -> Value {
+    let status = try_status(env).unwrap_or_else(|| panic!("server status --tree --json failed{}", report(env)));
+    if let Err(problem) = check_node(&status["tree"], true) {
+        panic!("malformed tree: {problem}\n{}", pretty(&status["tree"]));
+    }
+    status
+}
+
+/// The live tree (well-formed).
+fn tree(env: &Env) -> Value {
+    status(env)["tree"].clone()
+}
+
+/// A tree read inside a poll: `None` when the server did not answer; a malformed tree fails.
+fn poll_tree(env: &Env) -> Option<Value> {
+    let tree = try_status(env)?["tree"].clone();
+    if let Err(problem) = check_node(&tree, true) {
+        panic!("malformed tree: {problem}\n{}", pretty(&tree));
+    }
+    Some(tree)
+}
+
+/// The human form, `server status --tree`.
+fn human_tree(env: &Env) -> String {
+    let out = env.cli(&["server", "status", "--tree"]);
+    env.expect_code(&out, 0, "server status --tree");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default()
+}
+
+/// What a failed wait prints: the tree in both forms, the server log and the database.
+fn report(env: &Env) -> String {
+    let human = env.cli(&["server", "status", "--tree"]);
+    let json = env.cli(&["server", "status", "--tree", "--json"]);
+    let json_text = serde_json::from_slice::<Value>(&json.stdout)
+        .map(|status| status["tree"].to_string())
+        .unwrap_or_else(|_| String::from_utf8_lossy(&json.stdout).into_owned());
+    format!(
+        "\n--- server status --tree (exit {:?}) ---\n{}{}\n--- tree (JSON) ---\n{json_text}{}",
+        human.status.code(),
+        String::from_utf8_lossy(&human.stdout),
+        String::from_utf8_lossy(&human.stderr),
+        env.diagnostics()
+    )
+}
+
+/// Poll `probe` until it yields a value; fail after `WAIT` with the tree and the logs.
+fn wait_for<T>(env: &Env, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {WAIT:?} waiting until {what}{}", report(env));
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+fn wait_for_sql(env: &Env, what: &str, sql: &str) {
+    wait_for(env, what, || (env.count(sql) > 0).then_some(()));
+}
+
+fn id(node: &Value) -> &str {
+    node["id"].as_str().unwrap_or_default()
+}
+
+fn children(node: &Value) -> &[Value] {
+    node["children"].as_array().map_or(&[], Vec::as_slice)
+}
+
+/// The direct child `name` of `node`.
+fn child<'a>(node: &'a Value, name: &str) -> Option<&'a Value> {
+    children(node).iter().find(|child| id(child) == name)
+}
+
+/// The node at `path` below the root (e.g. `["resolvers", "resolver"]`).
+fn at<'a>(tree: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(tree, |node, name| child(node, name))
+}
+
+fn nodes(node: &Value) -> Vec<&Value> {
+    let mut all = vec![node];
+    for child in children(node) {
+        all.extend(nodes(child));
+    }
+    all
+}
+
+/// The `runner-N` children of `runners`.
+fn runner_children(tree: &Value) -> Vec<&Value> {
+    at(tree, &["runners"])
+        .map(children)
+        .unwrap_or_default()
+        .iter()
+        .filter(|child| id(child).starts_with("runner-"))
+        .collect()
+}
+
+/// `(pid, process group)` of every process a node lists.
+fn processes(node: &Value) -> Vec<(i32, i32)> {
+    node["details"]["processes"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .map(|process| {
+                    let number = |key: &str| process[key].as_i64().unwrap_or_default() as i32;
+                    (number("pid"), number("processGroup"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn restarts(node: &Value) -> u64 {
+    node["restarts"].as_u64().expect("restarts")
+}
+
+/// The one live process a node lists, once it lists exactly one and it is alive.
+fn single_live_process(node: &Value) -> Option<(i32, i32)> {
+    match processes(node).as_slice() {
+        [(pid, pgid)] if alive(*pid) => Some((*pid, *pgid)),
+        _ => None,
+    }
+}
+
+/// The documented node shape: every field present with a value of its domain, `details`
+/// omitted when empty, workers without children.
+fn check_node(node: &Value, is_root: bool) -> Result<(), String> {
+    let object = node.as_object().ok_or("a node is not an object")?;
+    let name = node["id"]
+        .as_str()
+        .filter(|name| !name.is_empty())
+        .ok_or("a node without an id")?;
+    let fail = |what: String| Err(format!("node {name:?}: {what}"));
+    for key in ["kind", "strategy", "restart", "state", "restarts", "label", "children"] {
+        if !object.contains_key(key) {
+            return fail(format!("no `{key}` field"));
+        }
+    }
+    if let Some(extra) = object.keys().find(|key| {
+        ![
+            "id", "kind", "strategy", "restart", "state", "restarts", "label", "details", "children",
+        ]
+        .contains(&key.as_str())
+    }) {
+        return fail(format!("unknown field `{extra}`"));
+    }
+    let kind = node["kind"].as_str().unwrap_or_default();
+    match (kind, &node["strategy"]) {
+        ("supervisor", Value::String(strategy))
+            if ["one_for_one", "one_for_all", "rest_for_one"].contains(&strategy.as_str()) => {}
+        ("worker", Value::Null) => {}
+        (kind, strategy) => return fail(format!("kind {kind:?} with strategy {strategy}")),
+    }
+    match (&node["restart"], is_root) {
+        (Value::Null, true) => {}
+        (Value::String(restart), false) if ["permanent", "transient", "temporary"].contains(&restart.as_str()) => {}
+        (restart, _) => return fail(format!("restart {restart} (root: {is_root})")),
+    }
+    let state = node["state"].as_str().unwrap_or_default();
+    if !["running", "stopping", "stopped", "unresponsive"].contains(&state) {
+        return fail(format!("state {:?}", node["state"]));
+    }
+    if node["restarts"].as_u64().is_none() {
+        return fail(format!("restarts {}", node["restarts"]));
+    }
+    match &node["label"] {
+        Value::Null => {}
+        Value::String(label) if label.chars().count() <= 120 => {}
+        label => return fail(format!("label {label}")),
+    }
+    if let Some(details) = object.get("details") {
+        let details = details.as_object().ok_or("details is not an object")?;
+        if details.is_empty() {
+            return fail("empty details are not omitted".to_string());
+        }
+        for (key, value) in details {
+            match (key.as_str(), value) {
+                ("generation" | "epoch", value) if value.as_u64().is_some() => {}
+                ("processes", Value::Array(list)) if !list.is_empty() => {
+                    for process in list {
+                        let valid = process.as_object().is_some_and(|process| {
+                            process.len() == 2
+                                && process.get("pid").and_then(Value::as_i64).is_some_and(|pid| pid > 0)
+                                && process
+                                    .get("processGroup")
+                                    .and_then(Value::as_i64)
+                                    .is_some_and(|pgid| pgid > 0)
+                        });
+                        if !valid {
+                            return fail(format!("process entry {process}"));
+                        }
+                    }
+                }
+                (key, value) => return fail(format!("details.{key} = {value}")),
+            }
+        }
+    }
+    let children = node["children"].as_array().ok_or("children is not a list")?;
+    if kind == "worker" && !children.is_empty() {
+        return fail("a worker with children".to_string());
+    }
+    children.iter().try_for_each(|child| check_node(child, false))
+}
+
+fn assert_node(tree: &Value, path: &[&str], kind: &str, strategy: Option<&str>, restart: &str) {
+    let node = at(tree, path).unwrap_or_else(|| panic!("no node {path:?}:\n{}", pretty(tree)));
+    assert_eq!(node["kind"], kind, "{path:?}:\n{}", pretty(node));
+    assert_eq!(node["strategy"].as_str(), strategy, "{path:?}:\n{}", pretty(node));
+    assert_eq!(node["restart"], restart, "{path:?}:\n{}", pretty(node));
+    assert_eq!(node["state"], "running", "{path:?}:\n{}", pretty(node));
+}
+
+/// The line of the human tree that shows node `name`.
+fn human_line<'a>(human: &'a str, name: &str) -> Option<&'a str> {
+    let head = format!("{name} [");
+    human
+        .lines()
+        .find(|line| line.trim_start_matches(['│', '├', '└', '─', ' ']).starts_with(&head))
+}
+
+// Processes ------------------------------------------------------------------------------------
+
+/// `/proc/<pid>/stat` fields after the command name: state (field 3), ppid, pgrp, ...
+fn proc_stat(pid: i32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    Some(rest.split(' ').map(str::to_string).collect())
+}
+
+/// A process that still runs (not a zombie).
+fn alive(pid: i32) -> bool {
+    proc_stat(pid).is_some_and(|fields| fields[0] != "Z" && fields[0] != "X")
+}
+
+/// Its start time in clock ticks after boot (`/proc/<pid>/stat` field 22): with the pid, it
+/// names one process, whatever later reuses the pid.
+fn start_time(pid: i32) -> Option<u64> {
+    proc_stat(pid)?.get(19)?.parse().ok()
+}
+
+fn parent_of(pid: i32) -> Option<i32> {
+    proc_stat(pid)?.get(1)?.parse().ok()
+}
+
+fn group_of(pid: i32) -> Option<i32> {
+    proc_stat(pid)?.get(2)?.parse().ok()
+}
+
+fn cmdline(pid: i32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|bytes| String::from_utf8_lossy(&bytes).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+/// The process that had `start` as its start time still exists (alive or a zombie).
+fn still_exists(pid: i32, start: u64) -> bool {
+    start_time(pid) == Some(start)
+}
+
+fn describe(pid: i32) -> String {
+    match proc_stat(pid) {
+        Some(fields) => format!(
+            "pid {pid}: state {} ppid {} pgrp {} start {} `{}`",
+            fields[0],
+            fields[1],
+            fields[2],
+            fields.get(19).map_or("?", String::as_str),
+            cmdline(pid)
+        ),
+        None => format!("pid {pid}: gone"),
+    }
+}
+
+/// Live (non-zombie) processes in process group `pgid`.
+fn live_group_members(pgid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| group_of(*pid) == Some(pgid) && alive(*pid))
+        .collect()
+}
+
+fn kill9(pid: i32) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).expect("kill -9");
+}
+
+/// A watcher client started in the background (`view`, `runs --watch`), killed on drop.
+struct Watcher(Child);
+
+impl Watcher {
+    fn start(env: &Env, args: &[&str]) -> Self {
+        let child = Command::new(env!("CARGO_BIN_EXE_pi-workflows"))
+            .arg("--state-dir")
+            .arg(env.dir())
+            .args(args)
+            .env("PI_CODING_AGENT_DIR", env.agent_dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start a watcher");
+        Self(child)
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+// Tests ----------------------------------------------------------------------------------------
+
+#[test]
+fn the_tree_has_the_documented_layout() {
+    let env = scripted(LONG_SCRIPT, &[]);
+    start_server(&env);
+    let status = status(&env);
+    let tree = &status["tree"];
+    assert_eq!(tree["id"], "server");
+    assert_eq!(tree["kind"], "supervisor");
+    assert_eq!(tree["restart"], Value::Null);
+    assert_eq!(tree["state"], "running");
+    assert!(status["epoch"].as_u64().is_some_and(|epoch| epoch >= 1), "{status}");
+    assert_eq!(
+        tree["details"]["epoch"],
+        status["epoch"],
+        "the root carries the server epoch:\n{}",
+        pretty(tree)
+    );
+    let mut top: Vec<&str> = children(tree).iter().map(id).collect();
+    top.sort_unstable();
+    assert_eq!(
+        top,
+        [
+            "channels",
+            "clients",
+            "reconciles",
+            "resolvers",
+            "retention",
+            "runners",
+            "scheduler",
+            "store"
+        ],
+        "{}",
+        pretty(tree)
+    );
+    for worker in ["store", "scheduler"] {
+        assert_node(tree, &[worker], "worker", None, "permanent");
+    }
+    for supervisor in ["resolvers", "runners", "clients"] {
+        assert_node(tree, &[supervisor], "supervisor", Some("one_for_one"), "permanent");
+    }
+    for empty in ["reconciles", "channels"] {
+        let node = at(tree, &[empty]).expect(empty);
+        assert_eq!(node["kind"], "supervisor", "{}", pretty(node));
+        assert!(
+            children(node).is_empty(),
+            "{empty} has no children yet:\n{}",
+            pretty(node)
+        );
+    }
+    assert_node(tree, &["runners", "pool"], "worker", None, "permanent");
+    assert_node(tree, &["clients", "listener"], "worker", None, "permanent");
+    assert_node(
+        tree,
+        &["clients", "feeds"],
+        "supervisor",
+        Some("one_for_one"),
+        "permanent",
+    );
+    // The status request itself is a connection.
+    let connections: Vec<&Value> = children(at(tree, &["clients"]).expect("clients"))
+        .iter()
+        .filter(|child| id(child).starts_with("connection-"))
+        .collect();
+    assert!(
+        !connections.is_empty(),
+        "the asking connection is a child of clients:\n{}",
+        pretty(tree)
+    );
+    for connection in connections {
+        assert_eq!(connection["kind"], "worker", "{}", pretty(connection));
+        assert_eq!(connection["restart"], "temporary", "{}", pretty(connection));
+    }
+    // No run, no runner child.
+    assert!(runner_children(tree).is_empty(), "{}", pretty(tree));
+    if package_built() {
+        let resolver = wait_for(&env, "the warm resolver is in the tree", || {
+            poll_tree(&env).and_then(|tree| at(&tree, &["resolvers", "resolver"]).cloned())
+        });
+        assert_eq!(resolver["kind"], "worker", "{}", pretty(&resolver));
+        assert_eq!(resolver["restart"], "permanent", "{}", pretty(&resolver));
+    }
+    // The human form draws the same nodes.
+    let human = human_tree(&env);
+    let epoch = status["epoch"].as_u64().expect("epoch");
+    let root = human_line(&human, "server").unwrap_or_else(|| panic!("no root line:\n{human}"));
+    assert!(
+        root.contains("running") && root.contains(&format!("epoch {epoch}")),
+        "{human}"
+    );
+    for name in [
+        "store",
+        "scheduler",
+        "retention",
+        "resolvers",
+        "runners",
+        "pool",
+        "clients",
+        "listener",
+        "feeds",
+    ] {
+        assert!(human_line(&human, name).is_some(), "no line for {name}:\n{human}");
+    }
+
+    // With retention off, there is no retention child.
+    let off = scripted(LONG_SCRIPT, &[("PI_WORKFLOWS_RETENTION_DAYS", "off")]);
+    start_server(&off);
+    let without = self::tree(&off);
+    assert!(child(&without, "retention").is_none(), "{}", pretty(&without));
+    assert!(child(&without, "scheduler").is_some(), "{}", pretty(&without));
+
+    // Retention is a transient task: a panic restarts it, the server's stop ends it for good.
+    assert_node(tree, &["retention"], "worker", None, "transient");
+}
+
+#[test]
+fn a_live_runner_is_a_temporary_child_of_runners_with_its_generation_and_process() {
+    let env = scripted(LONG_SCRIPT, &[]);
+    let run_id = "run-tree-live-a1";
+    common::queue_runs_in(env.dir(), [run_id.to_string()]);
+    start_server(&env);
+    let runner = wait_for(&env, "a live runner-N child lists its process", || {
+        let tree = poll_tree(&env)?;
+        let runner = runner_children(&tree).into_iter().next()?.clone();
+        single_live_process(&runner)?;
+        runner["details"]["generation"].as_u64()?;
+        Some(runner)
+    });
+    let name = id(&runner).to_string();
+    let generation = runner["details"]["generation"].as_u64().expect("generation");
+    let (pid, pgid) = processes(&runner)[0];
+    assert!(generation >= 1, "{}", pretty(&runner));
+    assert_eq!(runner["kind"], "worker", "{}", pretty(&runner));
+    assert_eq!(runner["restart"], "temporary", "{}", pretty(&runner));
+    assert_eq!(runner["state"], "running", "{}", pretty(&runner));
+    assert!(alive(pid), "{}", describe(pid));
+    assert_eq!(group_of(pid), Some(pgid), "{}", describe(pid));
+    assert_eq!(pgid, pid, "a runner leads its own process group: {}", describe(pid));
+    assert!(
+        cmdline(pid).contains("pi-workflows-test-runner"),
+        "the listed pid is the runner: {}",
+        describe(pid)
+    );
+    // The tree agrees with the runner's durable record.
+    let recorded = format!(
+        "SELECT count(*) FROM run_workers WHERE run_id = '{run_id}' AND status IN ('starting', 'ready') \
+         AND pid = {pid} AND generation = {generation}"
+    );
+    assert_eq!(
+        env.count(&recorded),
+        1,
+        "run_workers disagrees with the tree{}",
+        report(&env)
+    );
+    let tree = tree(&env);
+    assert_eq!(
+        runner_children(&tree).len(),
+        1,
+        "one run, one runner child:\n{}",
+        pretty(&tree)
+    );
+
+    let human = human_tree(&env);
+    let line = human_line(&human, &name).unwrap_or_else(|| panic!("no line for {name}:\n{human}"));
+    for part in [
+        "running".to_string(),
+        "temporary".to_string(),
+        format!("generation {generation}"),
+        format!("pid {pid} pgid {pgid}"),
+    ] {
+        assert!(line.contains(&part), "{name}'s line lacks {part:?}: {line}\n{human}");
+    }
+}
+
+#[test]
+fn the_resolver_is_a_permanent_child_of_resolvers_with_its_node_process() {
+    require_package();
+    let env = Env::new();
+    start_server(&env);
+    let server = env.server_pid();
+    let resolver = wait_for(&env, "the resolver lists its live Node process", || {
+        let tree = poll_tree(&env)?;
+        let resolver = at(&tree, &["resolvers", "resolver"])?.clone();
+        single_live_process(&resolver)?;
+        Some(resolver)
+    });
+    let (pid, pgid) = processes(&resolver)[0];
+    assert_eq!(resolver["kind"], "worker", "{}", pretty(&resolver));
+    assert_eq!(resolver["restart"], "permanent", "{}", pretty(&resolver));
+    assert_eq!(resolver["state"], "running", "{}", pretty(&resolver));
+    assert!(
+        cmdline(pid).contains("resolver-main.js"),
+        "the listed pid is the resolver: {}",
+        describe(pid)
+    );
+    assert_eq!(parent_of(pid), Some(server), "a child of the server: {}", describe(pid));
+    assert_eq!(group_of(pid), Some(pgid), "{}", describe(pid));
+    assert_eq!(pgid, pid, "the resolver leads its own process group: {}", describe(pid));
+
+    // The Node runner's default pool: one warm runner, listed by `pool`.
+    let warm = wait_for(&env, "the pool lists its warm runner", || {
+        let tree = poll_tree(&env)?;
+        let pool = at(&tree, &["runners", "pool"])?;
+        single_live_process(pool)
+    });
+    assert!(
+        cmdline(warm.0).contains("runner-main.js"),
+        "the pool lists a runner: {}",
+        describe(warm.0)
+    );
+    assert_eq!(parent_of(warm.0), Some(server), "{}", describe(warm.0));
+    let human = human_tree(&env);
+    let line = human_line(&human, "resolver").unwrap_or_else(|| panic!("no resolver line:\n{human}"));
+    assert!(line.contains(&format!("pid {pid} pgid {pgid}")), "{line}\n{human}");
+}
+
+#[test]
+fn a_killed_resolver_is_restarted_and_the_next_run_start_works() {
+    require_package();
+    let env = Env::new();
+    start_server(&env);
+    let before = wait_for(&env, "the resolver lists its live Node process", || {
+        let tree = poll_tree(&env)?;
+        let resolver = at(&tree, &["resolvers", "resolver"])?.clone();
+        single_live_process(&resolver)?;
+        Some(resolver)
+    });
+    let (old_pid, _) = processes(&before)[0];
+    let old_start = start_time(old_pid).expect("start time");
+    let old_restarts = restarts(&before);
+
+    kill9(old_pid);
+    let after = wait_for(&env, "the resolver is restarted with a new live process", || {
+        let tree = poll_tree(&env)?;
+        let resolver = at(&tree, &["resolvers", "resolver"])?.clone();
+        let (pid, _) = single_live_process(&resolver)?;
+        (resolver["state"] == "running" && restarts(&resolver) > old_restarts && pid != old_pid).then_some(resolver)
+    });
+    assert_eq!(
+        restarts(&after),
+        old_restarts + 1,
+        "one kill, one restart:\n{}",
+        pretty(&after)
+    );
+    let (new_pid, _) = processes(&after)[0];
+    assert!(cmdline(new_pid).contains("resolver-main.js"), "{}", describe(new_pid));
+    wait_for(&env, "the killed resolver is reaped", || {
+        (!still_exists(old_pid, old_start)).then_some(())
+    });
+
+    let out = env.cli(&["run", "start", &example("repo-facts"), "--follow", "--json"]);
+    env.expect_code(&out, 0, "run start repo-facts --follow after the resolver was killed");
+    let run_id = run_id_of(&out);
+    assert_eq!(
+        env.text(&format!("SELECT status FROM runs WHERE run_id = '{run_id}'")),
+        "completed"
+    );
+    let tree = tree(&env);
+    let resolver = at(&tree, &["resolvers", "resolver"]).expect("resolver");
+    assert_eq!(resolver["state"], "running", "{}", pretty(&tree));
+}
+
+#[test]
+fn a_killed_runner_leaves_the_tree_and_its_run_is_parked() {
+    let env = scripted(LONG_SCRIPT, &[]);
+    let run_id = "run-tree-kill-d4";
+    common::queue_runs_in(env.dir(), [run_id.to_string()]);
+    start_server(&env);
+    let runner = wait_for(&env, "a live runner-N child lists its process", || {
+        let tree = poll_tree(&env)?;
+        let runner = runner_children(&tree).into_iter().next()?.clone();
+        single_live_process(&runner)?;
+        Some(runner)
+    });
+    // Its node is running (the revision advanced after ready), so the crash parks it as
+    // `workerCrashed`.
+    wait_for_sql(
+        &env,
+        "the runner's attempt is running",
+        &format!("SELECT count(*) FROM node_attempts WHERE run_id = '{run_id}' AND status = 'running'"),
+    );
+    let name = id(&runner).to_string();
+    let (pid, _) = processes(&runner)[0];
+    let start = start_time(pid).expect("start time");
+
+    kill9(pid);
+    wait_for(&env, "the killed runner's child leaves the tree", || {
+        let tree = poll_tree(&env)?;
+        let runners = at(&tree, &["runners"])?;
+        let listed = nodes(runners)
+            .iter()
+            .any(|node| id(node) == name || processes(node).iter().any(|(listed, _)| *listed == pid));
+        (!listed).then_some(())
+    });
+    wait_for_sql(
+        &env,
+        "the run is parked",
+        &format!("SELECT count(*) FROM run_queue WHERE run_id = '{run_id}' AND status = 'parked'"),
+    );
+    assert_eq!(
+        env.text(&format!("SELECT status_detail FROM runs WHERE run_id = '{run_id}'")),
+        "workerCrashed",
+        "{}",
+        report(&env)
+    );
+    assert_eq!(
+        env.text(&format!("SELECT status FROM runs WHERE run_id = '{run_id}'")),
+        "running",
+        "a runner crash is not a run failure"
+    );
+    assert_eq!(
+        env.text(&format!(
+            "SELECT status FROM run_workers WHERE run_id = '{run_id}' AND pid = {pid}"
+        )),
+        "crashed"
+    );
+    wait_for(&env, "the killed runner is reaped", || {
+        (!still_exists(pid, start)).then_some(())
+    });
+    // A temporary child is never restarted, and a crashed run waits for a resume.
+    let tree = tree(&env);
+    assert!(
+        runner_children(&tree).is_empty(),
+        "no runner child after the crash:\n{}",
+        pretty(&tree)
+    );
+    assert_eq!(env.count("SELECT count(*) FROM run_workers"), 1, "not relaunched");
+}
+
+#[test]
+fn after_server_stop_no_process_the_tree_listed_survives() {
+    require_package();
+    // Two warm runners: one is taken by the run, the other stays in the pool.
+    let env = Env::with_vars(vec![("PI_WORKFLOWS_WARM_RUNNERS".to_string(), "2".to_string())]);
+    start_server(&env);
+    wait_for(&env, "the pool lists two warm runners", || {
+        let tree = poll_tree(&env)?;
+        let warm = processes(at(&tree, &["runners", "pool"])?);
+        (warm.len() == 2 && warm.iter().all(|(pid, _)| alive(*pid))).then_some(())
+    });
+    let scratch = short_temp_dir("piwm");
+    let marker = scratch.path().join("marker");
+    let input = serde_json::json!({ "marker": marker.display().to_string() }).to_string();
+    env.start_fixture("kill-during-shell", Some(&input));
+    let tree = wait_for(
+        &env,
+        "the resolver, the pool and the run's runner list live processes",
+        || {
+            let tree = poll_tree(&env)?;
+            single_live_process(at(&tree, &["resolvers", "resolver"])?)?;
+            let runner = runner_children(&tree).into_iter().next()?;
+            single_live_process(runner)?;
+            let pool = processes(at(&tree, &["runners", "pool"])?);
+            (!pool.is_empty()).then_some(())?;
+            Some(tree)
+        },
+    );
+    // The shell step runs, so the runner is mid-node when the stop comes.
+    wait_for(&env, "the shell step started", || marker.exists().then_some(()));
+    let listed: Vec<(String, i32, i32, u64)> = nodes(&tree)
+        .iter()
+        .flat_map(|node| {
+            processes(node)
+                .into_iter()
+                .map(|(pid, pgid)| (id(node).to_string(), pid, pgid))
+        })
+        .filter_map(|(name, pid, pgid)| Some((name, pid, pgid, start_time(pid)?)))
+        .collect();
+    assert!(
+        listed.len() >= 3,
+        "resolver, pool and runner: {listed:?}\n{}",
+        pretty(&tree)
+    );
+    let server = env.server_pid();
+    let server_start = start_time(server).expect("server start time");
+
+    let stop = env.cli(&["server", "stop"]);
+    env.expect_code(&stop, 0, "server stop");
+    let survivors: Vec<String> = listed
+        .iter()
+        .filter(|(_, pid, _, start)| still_exists(*pid, *start))
+        .map(|(name, pid, _, _)| format!("{name}: {}", describe(*pid)))
+        .collect();
+    assert!(
+        survivors.is_empty(),
+        "processes the tree listed outlived `server stop` (a zombie counts: the server reaps):\n{}\n\
+         tree before the stop:\n{}{}",
+        survivors.join("\n"),
+        pretty(&tree),
+        env.diagnostics()
+    );
+    // The server's parent is init (`server start` detaches it), which in some environments
+    // never reaps: a zombie of the server itself has exited.
+    assert!(
+        !(still_exists(server, server_start) && alive(server)),
+        "the server outlived `server stop`: {}",
+        describe(server)
+    );
+    let group_survivors: Vec<String> = listed
+        .iter()
+        .flat_map(|(name, _, pgid, _)| {
+            live_group_members(*pgid)
+                .into_iter()
+                .map(move |pid| format!("{name} group {pgid}: {}", describe(pid)))
+        })
+        .collect();
+    assert!(
+        group_survivors.is_empty(),
+        "members of listed process groups outlived `server stop`:\n{}",
+        group_survivors.join("\n")
+    );
+    let status = env.cli(&["server", "status"]);
+    assert_eq!(status.status.code(), Some(3), "no server after the stop");
+}
+
+#[test]
+fn the_tree_output_names_no_path_run_id_or_token() {
+    let env = scripted(LONG_SCRIPT, &[]);
+    let run_ids = ["run-tree-private-f1", "run-tree-private-f2"];
+    common::queue_runs_in(env.dir(), run_ids.iter().map(|id| id.to_string()));
+    start_server(&env);
+    wait_for(&env, "both runners list their processes", || {
+        let tree = poll_tree(&env)?;
+        let runners = runner_children(&tree);
+        (runners.len() == 2 && runners.iter().all(|runner| single_live_process(runner).is_some())).then_some(())
+    });
+    // Watchers: a run feed and the run list appear under clients/feeds.
+    let _view = Watcher::start(&env, &["view", run_ids[0]]);
+    let _list = Watcher::start(&env, &["runs", "--watch"]);
+    wait_for(&env, "the feeds of both watchers are in the tree", || {
+        let tree = poll_tree(&env)?;
+        let feeds = at(&tree, &["clients", "feeds"])?;
+        let ids: Vec<&str> = children(feeds).iter().map(id).collect();
+        (ids.iter().any(|id| id.starts_with("run-feed-")) && ids.iter().any(|id| id.starts_with("run-list")))
+            .then_some(())
+    });
+    if package_built() {
+        wait_for(&env, "the resolver lists its process", || {
+            let tree = poll_tree(&env)?;
+            single_live_process(at(&tree, &["resolvers", "resolver"])?)
+        });
+    }
+
+    let state_dir = env.dir().display().to_string();
+    let canonical = std::fs::canonicalize(env.dir()).map_or_else(|_| state_dir.clone(), |p| p.display().to_string());
+    let agent_dir = env.agent_dir.path().display().to_string();
+    let json = env.cli(&["server", "status", "--tree", "--json"]);
+    env.expect_code(&json, 0, "server status --tree --json");
+    let human = env.cli(&["server", "status", "--tree"]);
+    env.expect_code(&human, 0, "server status --tree");
+    assert!(json_of(&json)["tree"].is_object(), "no tree");
+    for (form, out) in [("JSON", &json), ("human", &human)] {
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("runner-") && text.contains("run-feed-"), "{form}: {text}");
+        let lower = text.to_lowercase();
+        for secret in [
+            state_dir.as_str(),
+            canonical.as_str(),
+            agent_dir.as_str(),
+            run_ids[0],
+            run_ids[1],
+        ] {
+            assert!(!text.contains(secret), "the {form} tree names {secret:?}:\n{text}");
+        }
+        assert!(!lower.contains("token"), "the {form} tree says \"token\":\n{text}");
+        assert!(!text.contains("/tmp/"), "the {form} tree names a path:\n{text}");
+    }
+}
