@@ -514,19 +514,25 @@ fn the_tree_has_the_documented_layout() {
     assert_node(tree, &["retention"], "worker", None, "transient");
 }
 
-#[test]
-fn a_live_runner_is_a_temporary_child_of_runners_with_its_generation_and_process() {
-    let env = scripted(LONG_SCRIPT, &[]);
-    let run_id = "run-tree-live-a1";
+/// Queue `run_id`, start the server, and wait for its `runner-N` child to list one live
+/// process and a generation.
+fn start_with_live_runner(env: &Env, run_id: &str) -> Value {
     common::queue_runs_in(env.dir(), [run_id.to_string()]);
-    start_server(&env);
-    let runner = wait_for(&env, "a live runner-N child lists its process", || {
-        let tree = poll_tree(&env)?;
+    start_server(env);
+    wait_for(env, "a live runner-N child lists its process", || {
+        let tree = poll_tree(env)?;
         let runner = runner_children(&tree).into_iter().next()?.clone();
         single_live_process(&runner)?;
         runner["details"]["generation"].as_u64()?;
         Some(runner)
-    });
+    })
+}
+
+#[test]
+fn a_live_runner_is_a_temporary_child_of_runners_with_its_generation_and_process() {
+    let env = scripted(LONG_SCRIPT, &[]);
+    let run_id = "run-tree-live-a1";
+    let runner = start_with_live_runner(&env, run_id);
     let name = id(&runner).to_string();
     let generation = runner["details"]["generation"].as_u64().expect("generation");
     let (pid, pgid) = processes(&runner)[0];
@@ -665,14 +671,7 @@ fn a_killed_resolver_is_restarted_and_the_next_run_start_works() {
 fn a_killed_runner_leaves_the_tree_and_its_run_is_parked() {
     let env = scripted(LONG_SCRIPT, &[]);
     let run_id = "run-tree-kill-d4";
-    common::queue_runs_in(env.dir(), [run_id.to_string()]);
-    start_server(&env);
-    let runner = wait_for(&env, "a live runner-N child lists its process", || {
-        let tree = poll_tree(&env)?;
-        let runner = runner_children(&tree).into_iter().next()?.clone();
-        single_live_process(&runner)?;
-        Some(runner)
-    });
+    let runner = start_with_live_runner(&env, run_id);
     // Its node is running (the revision advanced after ready), so the crash parks it as
     // `workerCrashed`.
     wait_for_sql(
