@@ -32,6 +32,17 @@ pub const WARM_RUNNERS_MAX: usize = 4;
 /// `PI_WORKFLOWS_RETENTION_DAYS`: days finished runs are kept (default 30), or `off`.
 pub const RETENTION_ENV: &str = "PI_WORKFLOWS_RETENTION_DAYS";
 
+pub const FIRST_REQUEST_ENV: &str = "PI_WORKFLOWS_CONNECTION_FIRST_REQUEST_MS";
+/// How long a new connection may take to send its first request.
+pub const FIRST_REQUEST_MS_DEFAULT: u64 = 10_000;
+/// The same for a connection in the reserve (it only may ask for status or a stop).
+pub const RESERVED_FIRST_REQUEST_MS: u64 = 2_000;
+pub const CONNECTION_IDLE_ENV: &str = "PI_WORKFLOWS_CONNECTION_IDLE_MS";
+/// How long a connection without a subscription may stay silent between requests.
+pub const CONNECTION_IDLE_MS_DEFAULT: u64 = 5 * 60 * 1_000;
+/// The longest either connection deadline may be set to.
+pub const CONNECTION_DEADLINE_MS_MAX: u64 = 24 * 60 * 60 * 1_000;
+
 /// A child program and its arguments.
 pub type Program = (PathBuf, Vec<OsString>);
 
@@ -44,6 +55,18 @@ pub struct ServerConfig {
     pub resolver: Option<Program>,
     /// Days finished run trees are kept (`PI_WORKFLOWS_RETENTION_DAYS`); `None`: no sweep.
     pub retention_days: Option<i64>,
+    pub connection_deadlines: ConnectionDeadlines,
+}
+
+/// How long a client connection may stay silent.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionDeadlines {
+    /// From `hello` to the first request.
+    pub first_request: Duration,
+    /// Between requests, while the connection holds no subscription.
+    pub idle: Duration,
+    /// From `hello` to the first request of a connection in the reserve.
+    pub reserved_first_request: Duration,
 }
 
 /// How runners are launched and how many may run at once.
@@ -107,8 +130,25 @@ impl ServerConfig {
             runner,
             resolver,
             retention_days: retention_days()?,
+            connection_deadlines: connection_deadlines()?,
         })
     }
+}
+
+fn connection_deadlines() -> anyhow::Result<ConnectionDeadlines> {
+    let bounded = |name: &str, default: u64| -> anyhow::Result<Duration> {
+        let ms = env_number(name, default)?;
+        if !(1..=CONNECTION_DEADLINE_MS_MAX).contains(&ms) {
+            anyhow::bail!("{name} must be between 1 and {CONNECTION_DEADLINE_MS_MAX} ms, not {ms}");
+        }
+        Ok(Duration::from_millis(ms))
+    };
+    let first_request = bounded(FIRST_REQUEST_ENV, FIRST_REQUEST_MS_DEFAULT)?;
+    Ok(ConnectionDeadlines {
+        first_request,
+        idle: bounded(CONNECTION_IDLE_ENV, CONNECTION_IDLE_MS_DEFAULT)?,
+        reserved_first_request: first_request.min(Duration::from_millis(RESERVED_FIRST_REQUEST_MS)),
+    })
 }
 
 /// `PI_WORKFLOWS_RUNNER` (a program taking no arguments, e.g. the scripted test runner),

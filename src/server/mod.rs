@@ -124,6 +124,7 @@ fn tree_parts(config: &ServerConfig, store: Arc<Store>, lease: &ServerLease, ser
         socket: config.paths.socket.clone(),
         idle_exit: config.idle_exit,
         retention_days: config.retention_days,
+        connection_deadlines: config.connection_deadlines,
     }
 }
 

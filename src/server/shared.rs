@@ -48,6 +48,16 @@ impl StopReason {
     }
 }
 
+/// One open client connection, counted while this value lives.
+#[derive(Debug)]
+pub struct ConnectionSlot(Arc<AtomicUsize>);
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 pub struct Shared {
     pub store: Arc<Store>,
     /// The server epoch (the server lease's generation).
@@ -56,8 +66,8 @@ pub struct Shared {
     pub server_id: String,
     pub started: Instant,
     pub package_version: &'static str,
-    /// Open client connections (the idle rule needs none).
-    connections: AtomicUsize,
+    /// Open client connections (the idle rule needs none), counted by their slots.
+    connections: Arc<AtomicUsize>,
     /// The root supervisor, set once the tree runs.
     root: OnceLock<ActorRef<SupervisorMsg>>,
     /// Wakes the scheduler when capacity frees up or work is queued.
@@ -76,7 +86,7 @@ impl Shared {
             server_id,
             started: Instant::now(),
             package_version: env!("CARGO_PKG_VERSION"),
-            connections: AtomicUsize::new(0),
+            connections: Arc::new(AtomicUsize::new(0)),
             root: OnceLock::new(),
             scheduler_wakes: Arc::new(tokio::sync::Notify::new()),
             sweep_wakes: Arc::new(tokio::sync::Notify::new()),
@@ -130,12 +140,15 @@ impl Shared {
         Arc::clone(&self.sweep_wakes)
     }
 
-    pub fn connection_opened(&self) {
-        self.connections.fetch_add(1, Ordering::SeqCst);
-    }
-
-    pub fn connection_closed(&self) {
-        self.connections.fetch_sub(1, Ordering::SeqCst);
+    /// Take a connection slot if fewer than `limit` are taken. The slot is given back when
+    /// it is dropped, on every path a connection can end by (even one that never started).
+    pub fn open_connection(&self, limit: usize) -> Option<ConnectionSlot> {
+        self.connections
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |open| {
+                (open < limit).then_some(open + 1)
+            })
+            .ok()
+            .map(|_| ConnectionSlot(Arc::clone(&self.connections)))
     }
 
     pub fn connections(&self) -> usize {

@@ -74,6 +74,7 @@ pub struct TreeParts {
     pub idle_exit: Duration,
     /// Days finished runs are kept; `None`: no retention child.
     pub retention_days: Option<i64>,
+    pub connection_deadlines: super::config::ConnectionDeadlines,
 }
 
 pub fn root_spec(parts: &TreeParts) -> SupervisorSpec {
@@ -162,6 +163,7 @@ fn clients(parts: &TreeParts) -> ChildSpec {
         feeds: Arc::clone(&parts.feeds),
         socket: parts.socket.clone(),
         accepted: Arc::new(AtomicU64::new(0)),
+        deadlines: parts.connection_deadlines,
     };
     ChildSpec::supervisor("clients", Restart::Permanent, move || {
         let args = args.clone();

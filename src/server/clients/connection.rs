@@ -2,8 +2,14 @@
 //! answers one request at a time: its reader task waits for each answer before reading the
 //! next line, so a client can never queue unbounded work. A bad frame closes this
 //! connection only.
+//!
+//! A connection holds a slot for as long as its actor or its start lives; a connection
+//! that sends no request within the first-request deadline, or (holding no subscription)
+//! nothing within the idle deadline, is closed. A connection in the reserve (past the normal
+//! limit) may only ask `server.status` or `server.stop`, so those always get in.
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::io::BufReader;
@@ -13,30 +19,48 @@ use tokio::task::JoinHandle;
 
 use super::subscriptions::{Subscriptions, is_subscription_operation};
 use super::writer::{SharedWriter, write_shared};
-use crate::protocol::{ClientMessage, ClientSchema, Hello, OpaqueId, decode_client_message};
+use crate::protocol::{ClientMessage, ClientSchema, Hello, OpaqueId, Operation, decode_client_message};
 use crate::server::answers;
+pub use crate::server::config::ConnectionDeadlines;
 use crate::server::frames::{LineRead, read_line};
 use crate::server::ops::context::OpsContext;
 use crate::server::ops::dispatch;
+use crate::server::shared::ConnectionSlot;
 use crate::server::views::feeds::Feeds;
 
 pub struct Connection;
+
+/// How often a connection checks its deadlines.
+const DEADLINE_CHECK_MS: u64 = 500;
 
 #[derive(Clone)]
 pub struct ConnectionArgs {
     ops: Arc<OpsContext>,
     feeds: Arc<Feeds>,
-    stream: Arc<Mutex<Option<UnixStream>>>,
+    /// The stream and its slot, taken once by the actor's start.
+    accepted: Arc<Mutex<Option<(UnixStream, ConnectionSlot)>>>,
     number: u64,
+    /// Past the normal limit: only `server.status` and `server.stop` are served.
+    reserved: bool,
+    deadlines: ConnectionDeadlines,
 }
 
 impl ConnectionArgs {
-    pub fn new(ops: Arc<OpsContext>, feeds: Arc<Feeds>, stream: UnixStream, number: u64) -> Self {
+    pub fn new(
+        ops: Arc<OpsContext>,
+        feeds: Arc<Feeds>,
+        accepted: (UnixStream, ConnectionSlot),
+        number: u64,
+        reserved: bool,
+        deadlines: ConnectionDeadlines,
+    ) -> Self {
         Self {
             ops,
             feeds,
-            stream: Arc::new(Mutex::new(Some(stream))),
+            accepted: Arc::new(Mutex::new(Some(accepted))),
             number,
+            reserved,
+            deadlines,
         }
     }
 }
@@ -44,6 +68,7 @@ impl ConnectionArgs {
 pub enum ConnectionMsg {
     /// One line from the client; the reply says whether to keep reading.
     Line(Vec<u8>, RpcReplyPort<bool>),
+    CheckDeadlines,
 }
 
 pub struct ConnectionState {
@@ -55,6 +80,14 @@ pub struct ConnectionState {
     subscriptions: Subscriptions,
     myself: ActorRef<ConnectionMsg>,
     number: u64,
+    reserved: bool,
+    deadlines: ConnectionDeadlines,
+    /// Requests answered so far.
+    requests: u64,
+    /// When the last request was answered (or `hello` written).
+    last_activity: Instant,
+    _slot: ConnectionSlot,
+    timers: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Actor for Connection {
@@ -67,14 +100,14 @@ impl Actor for Connection {
         myself: ActorRef<ConnectionMsg>,
         args: ConnectionArgs,
     ) -> Result<ConnectionState, ActorProcessingErr> {
-        let stream = args
-            .stream
+        let accepted = args
+            .accepted
             .lock()
             .map_err(|_| "connection stream lock poisoned")?
             .take();
-        let stream = stream.ok_or("a connection actor cannot be restarted")?;
+        // The slot is released whenever this state (or, before it exists, the spec) drops.
+        let (stream, slot) = accepted.ok_or("a connection actor cannot be restarted")?;
         let (read_half, writer) = stream.into_split();
-        args.ops.shared.connection_opened();
         let mut state = ConnectionState {
             ops: args.ops,
             feeds: args.feeds,
@@ -83,6 +116,12 @@ impl Actor for Connection {
             subscriptions: Subscriptions::new(),
             myself: myself.clone(),
             number: args.number,
+            reserved: args.reserved,
+            deadlines: args.deadlines,
+            requests: 0,
+            last_activity: Instant::now(),
+            _slot: slot,
+            timers: None,
         };
         let hello = ClientMessage::Hello(Hello {
             schema: ClientSchema::V1,
@@ -90,7 +129,11 @@ impl Actor for Connection {
             package_version: state.ops.shared.package_version.to_string(),
         });
         write_message(&mut state, &hello).await?;
-        state.reader = Some(tokio::spawn(read_lines(read_half, myself)));
+        state.last_activity = Instant::now();
+        state.reader = Some(tokio::spawn(read_lines(read_half, myself.clone())));
+        state.timers = Some(myself.send_interval(Duration::from_millis(DEADLINE_CHECK_MS), || {
+            ConnectionMsg::CheckDeadlines
+        }));
         Ok(state)
     }
 
@@ -99,29 +142,57 @@ impl Actor for Connection {
         _: ActorRef<ConnectionMsg>,
         state: &mut ConnectionState,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some(reader) = state.reader.take() {
-            reader.abort();
+        for task in [state.reader.take(), state.timers.take()].into_iter().flatten() {
+            task.abort();
         }
         state.subscriptions.clear();
-        state.ops.shared.connection_closed();
         tracing::debug!(connection = state.number, "connection closed");
         Ok(())
     }
 
     async fn handle(
         &self,
-        _: ActorRef<ConnectionMsg>,
+        myself: ActorRef<ConnectionMsg>,
         message: ConnectionMsg,
         state: &mut ConnectionState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
             ConnectionMsg::Line(line, reply) => {
                 let keep_reading = answer_line(state, &line).await;
+                state.requests += 1;
+                state.last_activity = Instant::now();
                 let _ = reply.send(keep_reading);
+            }
+            ConnectionMsg::CheckDeadlines => {
+                if let Some(why) = missed_deadline(state) {
+                    tracing::info!(connection = state.number, why, "closing a silent connection");
+                    myself.stop(Some(why.to_string()));
+                }
             }
         }
         Ok(())
     }
+}
+
+/// Why the connection must close now, if it must: silent too long.
+fn missed_deadline(state: &ConnectionState) -> Option<&'static str> {
+    let silent = state.last_activity.elapsed();
+    let first = match state.reserved {
+        true => state.deadlines.reserved_first_request,
+        false => state.deadlines.first_request,
+    };
+    if state.requests == 0 && silent >= first {
+        return Some("no request before the first-request deadline");
+    }
+    if state.subscriptions.is_empty() && silent >= state.deadlines.idle {
+        return Some("idle past the idle deadline without a subscription");
+    }
+    None
+}
+
+/// Operations a connection in the reserve may ask.
+fn allowed_in_reserve(operation: Operation) -> bool {
+    matches!(operation, Operation::ServerStatus | Operation::ServerStop)
 }
 
 /// Answer one line; false closes the connection.
@@ -141,6 +212,15 @@ async fn answer_line(state: &mut ConnectionState, line: &[u8]) -> bool {
             return false;
         }
     };
+    if state.reserved && !allowed_in_reserve(request.operation) {
+        let refusal = answers::rejected(
+            "tooManyConnections",
+            "the server has too many client connections open; close some (e.g. stale `view` or `runs --watch`) and retry",
+        );
+        let handled = answers::handled(&request, Err(refusal));
+        let _ = write_message(state, &ClientMessage::Response(handled.response)).await;
+        return false;
+    }
     if is_subscription_operation(request.operation) {
         let (answer, pending) = state.subscriptions.handle(&state.feeds, &request).await;
         let handled = answers::handled(&request, answer);

@@ -11,13 +11,18 @@ use supervisors::{ChildSpec, Restart, SupervisorMsg};
 use tokio::net::UnixListener;
 use tokio::task::JoinHandle;
 
-use super::connection::{Connection, ConnectionArgs};
+use super::connection::{Connection, ConnectionArgs, ConnectionDeadlines};
 use crate::server::ops::context::OpsContext;
 use crate::server::views::feeds::Feeds;
 
 const SOCKET_MODE: u32 = 0o600;
-/// Client connections at once; more are closed at accept.
+/// Client connections at once for any operation.
 pub const CONNECTIONS_MAX: usize = 256;
+/// Connections past `CONNECTIONS_MAX` kept for `server.status` and `server.stop`, so a user
+/// can always see and stop a server that clients have filled up; more are closed at accept.
+pub const CONNECTIONS_RESERVE: usize = 8;
+/// Refused connections are logged at most once in this period (with their count).
+const REFUSAL_LOG_PERIOD_MS: u64 = 10_000;
 
 pub struct Listener;
 
@@ -29,6 +34,7 @@ pub struct ListenerArgs {
     /// Connections accepted so far: names each connection child uniquely, also across a
     /// restart of the listener.
     pub accepted: Arc<AtomicU64>,
+    pub deadlines: ConnectionDeadlines,
 }
 
 pub enum ListenerMsg {}
@@ -90,6 +96,7 @@ impl Actor for Listener {
 }
 
 async fn accept_loop(listener: UnixListener, clients: ActorRef<SupervisorMsg>, args: ListenerArgs) {
+    let mut refusals = RefusalLog::default();
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -99,18 +106,53 @@ async fn accept_loop(listener: UnixListener, clients: ActorRef<SupervisorMsg>, a
                 continue;
             }
         };
-        if args.ops.shared.connections() >= CONNECTIONS_MAX {
-            tracing::warn!(max = CONNECTIONS_MAX, "too many client connections; closing a new one");
+        let shared = &args.ops.shared;
+        let Some(slot) = shared.open_connection(CONNECTIONS_MAX + CONNECTIONS_RESERVE) else {
+            refusals.refused();
             continue;
-        }
+        };
+        let reserved = shared.connections() > CONNECTIONS_MAX;
         let number = args.accepted.fetch_add(1, Ordering::SeqCst) + 1;
-        let connection = ConnectionArgs::new(Arc::clone(&args.ops), Arc::clone(&args.feeds), stream, number);
+        let connection = ConnectionArgs::new(
+            Arc::clone(&args.ops),
+            Arc::clone(&args.feeds),
+            (stream, slot),
+            number,
+            reserved,
+            args.deadlines,
+        );
         let spec = ChildSpec::worker(format!("connection-{number}"), Restart::Temporary, move || {
             (Connection, connection.clone())
         });
+        // A connection that fails to start (e.g. its peer is gone before `hello`) gives its
+        // slot back as its spec is dropped.
         match clients.call(|reply| SupervisorMsg::StartChild(spec, reply), None).await {
             Ok(ractor::rpc::CallResult::Success(Ok(()))) => {}
-            other => tracing::warn!(result = ?other.map(|_| ()), "could not start a connection actor"),
+            other => tracing::debug!(result = ?other.map(|_| ()), "a connection did not start"),
         }
+    }
+}
+
+/// Refused connections, logged at most once a period: a client that loops cannot fill the log.
+#[derive(Default)]
+struct RefusalLog {
+    last_logged: Option<std::time::Instant>,
+    since_last: u64,
+}
+
+impl RefusalLog {
+    fn refused(&mut self) {
+        self.since_last += 1;
+        let period = std::time::Duration::from_millis(REFUSAL_LOG_PERIOD_MS);
+        if self.last_logged.is_some_and(|at| at.elapsed() < period) {
+            return;
+        }
+        tracing::warn!(
+            max = CONNECTIONS_MAX + CONNECTIONS_RESERVE,
+            refused = self.since_last,
+            "too many client connections; refusing new ones"
+        );
+        self.last_logged = Some(std::time::Instant::now());
+        self.since_last = 0;
     }
 }

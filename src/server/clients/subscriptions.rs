@@ -183,6 +183,11 @@ impl Subscriptions {
         self.tasks.insert(id, Forwarding { task, stop });
     }
 
+    /// No subscription is held (a finished forwarder no longer counts).
+    pub fn is_empty(&self) -> bool {
+        self.tasks.values().all(|forwarding| forwarding.task.is_finished())
+    }
+
     /// Stop every forwarder (the connection closed: a cut write no longer matters).
     pub fn clear(&mut self) {
         for (_, forwarding) in self.tasks.drain() {
