@@ -7,6 +7,7 @@ pub mod client;
 pub mod digest;
 pub mod package;
 pub mod paths;
+pub mod printable;
 pub mod protocol;
 pub mod server;
 pub mod settings;

@@ -165,6 +165,7 @@ fn fixtures_cover_every_error_code_a_peer_can_cause() {
         "unknown_field",
         "wrong_type",
         "id_length",
+        "id_characters",
         "invalid_revision",
         "unknown_operation",
         "unknown_outcome",

@@ -42,8 +42,8 @@ pub enum Command {
     Run(run::RunCommand),
     /// List runs, newest first.
     Runs {
-        /// How many runs (at most 200).
-        #[arg(long, default_value_t = 20)]
+        /// How many runs (1 to 200).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=200))]
         limit: u64,
         /// Keep the list on screen and redraw it whenever a run changes (until Ctrl-C).
         #[arg(long)]
@@ -53,6 +53,7 @@ pub enum Command {
     },
     /// Show one run live (nodes, status, current node, timing) until it ends.
     View {
+        #[arg(value_parser = RunIdParser)]
         run_id: String,
         /// Print the view once and exit.
         #[arg(long)]
@@ -72,10 +73,37 @@ pub enum Command {
     ProtocolCheck(protocol_check::ProtocolCheckArgs),
 }
 
+/// Parses a run ID argument: one that is not a safe ID is refused before anything is sent,
+/// with a message that never echoes the control characters it may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct RunIdParser;
+
+impl clap::builder::TypedValueParser for RunIdParser {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        _: &clap::Command,
+        _: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        let text = value.to_str().unwrap_or_default();
+        crate::protocol::check_id("runId", text).map_err(|_| {
+            let message = format!(
+                "`{}` is not a run ID: run IDs are 1 to 256 bytes and may hold only ASCII letters, digits and ._:@|+=~- (list runs with `pi-workflows runs`)\n",
+                crate::printable::printable(&value.to_string_lossy())
+            );
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, message)
+        })?;
+        Ok(text.to_string())
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum CheckpointCommand {
     /// Answer the run's pending checkpoint with a JSON value; the run continues.
     Answer {
+        #[arg(value_parser = RunIdParser)]
         run_id: String,
         /// The answer as JSON, e.g. '{"approved": true}'.
         answer: String,
@@ -91,6 +119,7 @@ pub enum DecisionCommand {
     /// Answer the run's pending decision with one of its choices; the run continues once the
     /// step's checks accept it (an answer that is not a choice is refused with the choices).
     Answer {
+        #[arg(value_parser = RunIdParser)]
         run_id: String,
         /// One of the decision's choices, e.g. `ship` (or a JSON object naming one).
         choice: String,

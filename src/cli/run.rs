@@ -37,12 +37,14 @@ pub enum RunCommand {
     },
     /// Show one run: status, current node, steps done.
     Status {
+        #[arg(value_parser = super::RunIdParser)]
         run_id: String,
         #[arg(long)]
         json: bool,
     },
     /// Start a new run of a finished run's workflow and input, from the start.
     Restart {
+        #[arg(value_parser = super::RunIdParser)]
         run_id: String,
         #[arg(long)]
         follow: bool,
@@ -51,18 +53,21 @@ pub enum RunCommand {
     },
     /// Pause a run: its runner stops; `resume` continues from the last durable boundary.
     Pause {
+        #[arg(value_parser = super::RunIdParser)]
         run_id: String,
         #[arg(long)]
         json: bool,
     },
     /// Resume a paused run, or a run parked for review.
     Resume {
+        #[arg(value_parser = super::RunIdParser)]
         run_id: String,
         #[arg(long)]
         json: bool,
     },
     /// Cancel a run (terminal); its runner's process group is stopped after the commit.
     Cancel {
+        #[arg(value_parser = super::RunIdParser)]
         run_id: String,
         #[arg(long)]
         json: bool,

@@ -13,6 +13,7 @@ use crate::protocol::{JsonObject, Operation};
 
 #[derive(Debug, Args)]
 pub struct SettingsArgs {
+    #[arg(value_parser = super::RunIdParser)]
     pub run_id: String,
     /// A JSON Patch (RFC 6902) array, e.g. '[{"op":"add","path":"/reviewers/-","value":"ann"}]'.
     #[arg(long, value_name = "JSON", conflicts_with = "set")]

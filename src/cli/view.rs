@@ -108,8 +108,9 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-fn text(value: &Value) -> &str {
-    value.as_str().unwrap_or("-")
+/// A string of the view as printed: control characters escaped, `-` when absent.
+fn text(value: &Value) -> std::borrow::Cow<'_, str> {
+    crate::printable::printable(value.as_str().unwrap_or("-"))
 }
 
 /// The readable form of one run view.
@@ -169,7 +170,7 @@ fn summary_lines(view: &Value, now_ms: i64) -> Vec<String> {
             text(&view["runId"])
         ));
     }
-    let controls: Vec<&str> = display["controls"].as_array().into_iter().flatten().map(text).collect();
+    let controls: Vec<_> = display["controls"].as_array().into_iter().flatten().map(text).collect();
     lines.push(format!("controls: {}", controls.join(", ")));
     lines
 }
@@ -193,7 +194,7 @@ fn history_lines(history: &Value, now_ms: i64) -> Vec<String> {
     for item in shown.iter().copied() {
         let (mark, timing) = match item["finishedAt"].as_i64() {
             Some(end) => (
-                status_mark(text(&item["status"])),
+                status_mark(&text(&item["status"])),
                 duration(end - item["startedAt"].as_i64().unwrap_or(end)),
             ),
             None => (

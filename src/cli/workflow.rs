@@ -14,6 +14,7 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 use crate::client::Client;
+use crate::printable::printable;
 use crate::protocol::{JsonObject, Operation, Outcome, Response};
 use crate::server::ownership::ServerPaths;
 
@@ -50,6 +51,10 @@ pub fn start(state_dir: &Path, options: StartOptions) -> anyhow::Result<ExitCode
         options.target.clone()
     };
     if let Some(input) = options.input_json.as_deref() {
+        let depth_max = crate::protocol::INPUT_DEPTH_MAX;
+        if crate::protocol::json_text_depth(input) > depth_max {
+            anyhow::bail!("--input-json nests deeper than {depth_max} levels; flatten it");
+        }
         serde_json::from_str::<Value>(input).context("--input-json is not JSON")?;
     }
     let run_id = new_run_id();
@@ -286,11 +291,12 @@ pub fn list(state_dir: &Path, limit: u64, json: bool) -> anyhow::Result<ExitCode
     }
     for run in runs {
         let summary = run.as_object().cloned().unwrap_or_default();
+        let field = |name: &str| printable(summary.get(name).and_then(Value::as_str).unwrap_or("-")).into_owned();
         println!(
             "{:<28} {:<24} {:<28} {} steps",
-            summary.get("runId").and_then(Value::as_str).unwrap_or("-"),
-            summary.get("workflowName").and_then(Value::as_str).unwrap_or("-"),
-            describe(&summary),
+            field("runId"),
+            field("workflowName"),
+            printable(&describe(&summary)),
             summary.get("completedSteps").and_then(Value::as_i64).unwrap_or(0)
         );
     }

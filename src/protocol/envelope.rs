@@ -23,7 +23,8 @@ pub enum ClientSchema {
     V1,
 }
 
-/// An opaque identifier: 1 to [`super::OPAQUE_ID_BYTES_MAX`] bytes of UTF-8, valid by construction.
+/// An opaque identifier: 1 to [`super::OPAQUE_ID_BYTES_MAX`] bytes of ASCII letters, digits and
+/// [`super::OPAQUE_ID_PUNCTUATION`], valid by construction.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct OpaqueId(String);
@@ -33,7 +34,8 @@ impl OpaqueId {
     ///
     /// # Errors
     ///
-    /// [`ProtocolError::IdLength`] when `id` is empty or longer than 256 bytes.
+    /// [`ProtocolError::IdLength`] when `id` is empty or longer than 256 bytes,
+    /// [`ProtocolError::IdCharacters`] when it holds a character outside the safe set.
     pub fn new(id: impl Into<String>) -> Result<Self, ProtocolError> {
         let id = id.into();
         check_id("id", &id)?;

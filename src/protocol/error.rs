@@ -46,12 +46,18 @@ pub enum ProtocolError {
         expected: &'static str,
     },
     /// An opaque ID is empty or longer than [`super::OPAQUE_ID_BYTES_MAX`] bytes.
-    #[error("field `{field}` is {bytes} bytes long; opaque IDs must be 1 to 256 bytes of UTF-8")]
+    #[error("field `{field}` is {bytes} bytes long; opaque IDs must be 1 to 256 bytes")]
     IdLength {
         /// The wire name of the ID field (`id` when built directly).
         field: &'static str,
         /// The length received.
         bytes: usize,
+    },
+    /// An opaque ID holds a character outside the safe set (`is_opaque_id_char`).
+    #[error("field `{field}` may hold only ASCII letters, digits and `._:@|+=~-`")]
+    IdCharacters {
+        /// The wire name of the ID field (`id` when built directly).
+        field: &'static str,
     },
     /// A revision is not an integer in `0..=2^53-1`.
     #[error("field `{field}` must be an integer from 0 to 9007199254740991")]
@@ -113,6 +119,7 @@ impl ProtocolError {
             Self::UnknownField { .. } => "unknown_field",
             Self::WrongType { .. } => "wrong_type",
             Self::IdLength { .. } => "id_length",
+            Self::IdCharacters { .. } => "id_characters",
             Self::InvalidRevision { .. } => "invalid_revision",
             Self::UnknownOperation { .. } => "unknown_operation",
             Self::UnknownOutcome { .. } => "unknown_outcome",

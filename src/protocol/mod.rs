@@ -35,6 +35,7 @@ mod frame;
 mod reader;
 pub mod runner;
 mod validate;
+pub use validate::check_id;
 mod vocabulary;
 
 pub(crate) use canonical::bounded_text;
@@ -58,6 +59,44 @@ pub const OPAQUE_ID_BYTES_MIN: usize = 1;
 /// keys), in UTF-8 bytes.
 pub const OPAQUE_ID_BYTES_MAX: usize = 256;
 
+/// The punctuation an opaque ID may hold besides ASCII letters and digits. No spaces, control
+/// characters, quotes, slashes or backslashes: an ID is printed in tables, logs and file
+/// names, so it must never break a line, move the cursor or name another path.
+pub const OPAQUE_ID_PUNCTUATION: &str = "._:@|+=~-";
+
+/// Whether `c` may appear in an opaque ID.
+#[must_use]
+pub fn is_opaque_id_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || OPAQUE_ID_PUNCTUATION.contains(c)
+}
+
+/// Nesting levels of a run's input: well below the JSON parser's 128, so the resolver's
+/// answer that carries the input (three levels deeper) always decodes.
+pub const INPUT_DEPTH_MAX: usize = 64;
+
+#[must_use]
+/// How deeply `json` nests arrays and objects, read from its text (brackets inside strings
+/// do not count); malformed text is measured as far as it goes, the resolver refuses it.
+pub fn json_text_depth(json: &str) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0_usize, 0, false, false);
+    for byte in json.bytes() {
+        match (in_string, escaped, byte) {
+            (true, true, _) => escaped = false,
+            (true, false, b'\\') => escaped = true,
+            (true, false, b'"') => in_string = false,
+            (true, false, _) => {}
+            (false, _, b'"') => in_string = true,
+            (false, _, b'[' | b'{') => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            (false, _, b']' | b'}') => depth = depth.saturating_sub(1),
+            (false, _, _) => {}
+        }
+    }
+    deepest
+}
+
 /// Largest revision: 2^53 - 1 (`Number.MAX_SAFE_INTEGER`), the largest integer `n` such that `n`
 /// and every integer below it are exact IEEE 754 doubles.
 pub const REVISION_MAX: u64 = (1 << 53) - 1;
@@ -70,3 +109,19 @@ pub const ERROR_CODE_BYTES_MAX: usize = 128;
 
 /// Longest `response.error.message`, in UTF-8 bytes.
 pub const ERROR_MESSAGE_BYTES_MAX: usize = 4096;
+
+#[cfg(test)]
+mod depth_tests {
+    use super::json_text_depth;
+
+    #[test]
+    fn nesting_is_counted_outside_strings_only() {
+        assert_eq!(json_text_depth("42"), 0);
+        assert_eq!(json_text_depth(r#"{"a":[1,{"b":[]}]}"#), 4);
+        assert_eq!(json_text_depth(r#"{"a":"[[[[{{{{\\"}"#), 1);
+        assert_eq!(
+            json_text_depth(&format!("{}{}", "[".repeat(1000), "]".repeat(1000))),
+            1000
+        );
+    }
+}

@@ -233,13 +233,15 @@ fn check_rule(field: &'static str, rule: Rule, value: &Value) -> Result<(), Prot
     }
 }
 
-/// Checks the byte length of an opaque ID.
-pub(crate) fn check_id(field: &'static str, id: &str) -> Result<(), ProtocolError> {
-    if (OPAQUE_ID_BYTES_MIN..=OPAQUE_ID_BYTES_MAX).contains(&id.len()) {
-        Ok(())
-    } else {
-        Err(ProtocolError::IdLength { field, bytes: id.len() })
+/// Checks an opaque ID: its byte length first, then its characters.
+pub fn check_id(field: &'static str, id: &str) -> Result<(), ProtocolError> {
+    if !(OPAQUE_ID_BYTES_MIN..=OPAQUE_ID_BYTES_MAX).contains(&id.len()) {
+        return Err(ProtocolError::IdLength { field, bytes: id.len() });
     }
+    if !id.chars().all(super::is_opaque_id_char) {
+        return Err(ProtocolError::IdCharacters { field });
+    }
+    Ok(())
 }
 
 /// Checks the byte length of a bounded text field.

@@ -56,13 +56,16 @@ impl LogFile {
 }
 
 impl Write for BoundedLog {
+    /// One call per record (the formatter writes a whole line at once): its interior control
+    /// characters are escaped, so a value in a record can never forge another line.
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let line = crate::printable::log_line(buf);
         let mut log = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if log.bytes + buf.len() as u64 > LOG_FILE_BYTES_MAX {
+        if log.bytes + line.len() as u64 > LOG_FILE_BYTES_MAX {
             log.rotate()?;
         }
-        log.file.write_all(buf)?;
-        log.bytes += buf.len() as u64;
+        log.file.write_all(&line)?;
+        log.bytes += line.len() as u64;
         Ok(buf.len())
     }
 

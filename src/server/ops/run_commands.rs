@@ -5,9 +5,11 @@
 use serde_json::{Value, json};
 
 use super::context::OpsContext;
-use crate::protocol::{JsonObject, Outcome, Request, canonical_sha256_hex, to_canonical_vec};
+use crate::protocol::{
+    INPUT_DEPTH_MAX, JsonObject, Outcome, Request, canonical_sha256_hex, json_text_depth, to_canonical_vec,
+};
 use crate::server::answers::{
-    Answer, answer_of, command_request, expected_revision_of, read_refusal, rejected, run_id_of, to_object,
+    Answer, answer_of, command_request, expected_revision_of, page_limit, read_refusal, rejected, run_id_of, to_object,
 };
 use crate::server::blocking;
 use crate::server::resolvers::handle::ResolveFailure;
@@ -89,6 +91,12 @@ async fn resolved_payload(ctx: &OpsContext, payload: &JsonObject) -> Result<Json
         return Err(rejected(
             "tooLarge",
             &format!("inputJson is above {INPUT_BYTES_MAX} bytes"),
+        ));
+    }
+    if input_json.is_some_and(|input| json_text_depth(input) > INPUT_DEPTH_MAX) {
+        return Err(rejected(
+            "invalidInput",
+            &format!("inputJson nests deeper than {INPUT_DEPTH_MAX} levels; flatten it"),
         ));
     }
     let answer = ctx
@@ -223,8 +231,13 @@ pub async fn run_restart(ctx: &OpsContext, request: &Request) -> Answer {
         .payload
         .get("newRunId")
         .and_then(Value::as_str)
-        .filter(|id| !id.is_empty() && id.len() <= 256)
-        .ok_or_else(|| rejected("invalidRequest", "run.restart needs payload.newRunId (1 to 256 bytes)"))?
+        .filter(|id| crate::protocol::check_id("newRunId", id).is_ok())
+        .ok_or_else(|| {
+            rejected(
+                "invalidRequest",
+                "run.restart needs payload.newRunId: 1 to 256 ASCII letters, digits and ._:@|+=~-",
+            )
+        })?
         .to_string();
     let expected = expected_revision_of(request);
     let stored = blocking::write(&ctx.store, move |tx| {
@@ -314,9 +327,13 @@ pub async fn run_status(ctx: &OpsContext, request: &Request) -> Answer {
     Ok((Outcome::Accepted, receipt, None))
 }
 
+/// Runs `run.list` returns by default and at most.
+const RUN_LIST_DEFAULT: usize = 50;
+const RUN_LIST_MAX: usize = 200;
+
 /// `run.list`: the newest runs first (`limit`, default 50, at most 200).
 pub async fn run_list(ctx: &OpsContext, request: &Request) -> Answer {
-    let limit = request.payload.get("limit").and_then(Value::as_u64).unwrap_or(50) as usize;
+    let limit = page_limit(&request.payload, RUN_LIST_DEFAULT, RUN_LIST_MAX)?;
     let runs = blocking::read(&ctx.store, move |conn| run_summary::list_runs(conn, limit))
         .await
         .map_err(read_refusal)?;

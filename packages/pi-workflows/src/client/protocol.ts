@@ -7,6 +7,9 @@ export const CLIENT_SCHEMA_V1 = "pi-workflows.client.v1";
 export const FRAME_BYTES_MAX = 1024 * 1024;
 export const OPAQUE_ID_BYTES_MIN = 1;
 export const OPAQUE_ID_BYTES_MAX = 256;
+/** The characters of an opaque ID (the Rust side's `is_opaque_id_char`): no spaces, control
+ * characters, quotes or slashes, so an ID never breaks a line or names another path. */
+export const OPAQUE_ID_PATTERN = /^[A-Za-z0-9._:@|+=~-]+$/;
 export const REVISION_MAX = Number.MAX_SAFE_INTEGER;
 export const PACKAGE_VERSION_BYTES_MAX = 128;
 export const ERROR_CODE_BYTES_MAX = 128;
@@ -327,6 +330,9 @@ function checkRule(name: string, rule: Rule, value: unknown): void {
     case "id": {
       const bytes = byteLength(asString(name, value));
       if (bytes < OPAQUE_ID_BYTES_MIN || bytes > OPAQUE_ID_BYTES_MAX) throw new ProtocolError("id_length", `${name} must be 1 to 256 bytes`);
+      if (!OPAQUE_ID_PATTERN.test(value as string)) {
+        throw new ProtocolError("id_characters", `${name} may hold only ASCII letters, digits and ._:@|+=~-`);
+      }
       return;
     }
     case "revision":
