@@ -278,3 +278,28 @@ fn a_socket_path_that_is_too_long_is_a_clear_error() {
         "{message}"
     );
 }
+
+#[test]
+fn a_server_whose_state_directory_is_removed_stops_and_a_new_one_runs_alone() {
+    let state = StateDir::new();
+    state.start();
+    let old = state.server_pid();
+    std::fs::remove_dir_all(state.path()).expect("rm -rf the state directory");
+    wait_until("the old server notices and exits", || !alive(old));
+    state.start();
+    let new = state.server_pid();
+    assert_ne!(old, new);
+    assert_eq!(state.status_json()["epoch"], 1, "a fresh directory starts at epoch 1");
+}
+
+#[test]
+fn a_server_whose_socket_is_removed_stops() {
+    let state = StateDir::new();
+    state.start();
+    let pid = state.server_pid();
+    std::fs::remove_file(state.socket()).expect("remove the socket");
+    wait_until("the server notices and exits", || !alive(pid));
+    let log = std::fs::read_to_string(state.path().join("logs/server.log")).unwrap_or_default();
+    assert!(log.contains("socket was removed or replaced"), "{log}");
+    assert!(log.contains("stateRemoved"), "{log}");
+}

@@ -66,7 +66,8 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<StopReason> {
 
     recover(&store, &server_id).await?;
 
-    let parts = tree_parts(&config, Arc::clone(&store), &lease, server_id);
+    let held = ownership::HeldFiles::snapshot(paths)?;
+    let parts = tree_parts(&config, Arc::clone(&store), &lease, server_id, held);
     let shared = Arc::clone(&parts.shared);
     // Startup recovery is done: the tree starts, the retention sweep among its children may
     // look now (recovery step 12).
@@ -102,7 +103,13 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<StopReason> {
 }
 
 /// The handles the tree's children share, built once per server.
-fn tree_parts(config: &ServerConfig, store: Arc<Store>, lease: &ServerLease, server_id: String) -> tree::TreeParts {
+fn tree_parts(
+    config: &ServerConfig,
+    store: Arc<Store>,
+    lease: &ServerLease,
+    server_id: String,
+    held: ownership::HeldFiles,
+) -> tree::TreeParts {
     let shared = shared::Shared::new(store, lease.epoch, server_id);
     let runners = runners::registry::Runners::new(config.runner.clone());
     let resolvers = resolvers::handle::Resolvers::new(config.resolver.clone(), config.runner.clone(), lease.epoch);
@@ -125,6 +132,7 @@ fn tree_parts(config: &ServerConfig, store: Arc<Store>, lease: &ServerLease, ser
         idle_exit: config.idle_exit,
         retention_days: config.retention_days,
         connection_deadlines: config.connection_deadlines,
+        held,
     }
 }
 

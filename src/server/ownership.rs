@@ -15,6 +15,51 @@ use anyhow::{Context, bail};
 
 use crate::paths::ensure_private_dir;
 
+/// The files that make this process the server of its directory, by device and inode: if
+/// any is removed or replaced (`rm -rf` of the state directory under a live server), this
+/// server no longer owns what a new `server start` would find, and must stop.
+#[derive(Debug, Clone)]
+pub struct HeldFiles {
+    held: Vec<(&'static str, PathBuf, FileIdentity)>,
+}
+
+/// Device and inode of a file.
+pub type FileIdentity = (u64, u64);
+
+/// The device and inode of `path`, if it exists.
+pub fn file_identity(path: &Path) -> Option<FileIdentity> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|meta| (meta.dev(), meta.ino()))
+}
+
+impl HeldFiles {
+    /// Remember the state directory, the server directory, the lock and the database.
+    pub fn snapshot(paths: &ServerPaths) -> anyhow::Result<Self> {
+        let named = [
+            ("state directory", &paths.state_dir),
+            ("server directory", &paths.server_dir),
+            ("lock file", &paths.lock),
+            ("database", &paths.database),
+        ];
+        let mut held = Vec::with_capacity(named.len());
+        for (what, path) in named {
+            let identity = file_identity(path).with_context(|| format!("the {what} is missing right after start"))?;
+            held.push((what, path.clone(), identity));
+        }
+        Ok(Self { held })
+    }
+
+    /// The first held file that is gone or is another file now.
+    pub fn changed(&self) -> Option<&'static str> {
+        self.held
+            .iter()
+            .find(|(_, path, identity)| file_identity(path) != Some(*identity))
+            .map(|(what, _, _)| *what)
+    }
+}
+
 /// `sockaddr_un.sun_path` holds 108 bytes including the terminating NUL.
 pub const SOCKET_PATH_BYTES_MAX: usize = 107;
 const LOCK_FILE_MODE: u32 = 0o600;

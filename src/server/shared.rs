@@ -33,6 +33,9 @@ pub enum StopReason {
     StoreFailed,
     /// A subtree kept failing past the root's restart intensity.
     TreeFailed,
+    /// The state directory, its lock, database or socket was removed or replaced: this
+    /// server no longer owns what a new server would find.
+    StateRemoved,
 }
 
 impl StopReason {
@@ -44,6 +47,7 @@ impl StopReason {
             Self::LeaseLost => "leaseLost",
             Self::StoreFailed => "storeFailed",
             Self::TreeFailed => "treeFailed",
+            Self::StateRemoved => "stateRemoved",
         }
     }
 }

@@ -2,7 +2,9 @@
 //! other child can still commit while it stops) and watches the writer thread. A store
 //! cannot be restarted in place (the writer owns the one write connection), so a dead writer
 //! stops the server with `storeFailed` instead: nothing durable could happen any more, and a
-//! fresh server start recovers from the file.
+//! fresh server start recovers from the file. It also watches the files the server holds
+//! (state directory, lock, database): one removed or replaced stops the server with
+//! `stateRemoved`, so a server never runs on deleted files next to a new one.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,43 +12,60 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use super::blocking;
+use super::ownership::HeldFiles;
 use super::shared::{Shared, StopReason};
 
-/// How often the writer thread is checked.
-const WRITER_CHECK_MS: u64 = 1_000;
+/// How often the writer thread and the held files are checked.
+const HEALTH_CHECK_MS: u64 = 1_000;
 
 pub struct StoreOwner;
 
 pub enum StoreOwnerMsg {
-    CheckWriter,
+    CheckHealth,
+}
+
+#[derive(Clone)]
+pub struct StoreOwnerArgs {
+    pub shared: Arc<Shared>,
+    pub held: HeldFiles,
 }
 
 impl Actor for StoreOwner {
     type Msg = StoreOwnerMsg;
-    type State = Arc<Shared>;
-    type Arguments = Arc<Shared>;
+    type State = StoreOwnerArgs;
+    type Arguments = StoreOwnerArgs;
 
     async fn pre_start(
         &self,
         myself: ActorRef<StoreOwnerMsg>,
-        shared: Arc<Shared>,
-    ) -> Result<Arc<Shared>, ActorProcessingErr> {
+        args: StoreOwnerArgs,
+    ) -> Result<StoreOwnerArgs, ActorProcessingErr> {
         // Fail fast (and let the root decide) when the writer cannot commit.
-        blocking::write(&shared.store, |_| Ok(())).await?;
-        myself.send_interval(Duration::from_millis(WRITER_CHECK_MS), || StoreOwnerMsg::CheckWriter);
-        Ok(shared)
+        blocking::write(&args.shared.store, |_| Ok(())).await?;
+        myself.send_interval(Duration::from_millis(HEALTH_CHECK_MS), || StoreOwnerMsg::CheckHealth);
+        Ok(args)
     }
 
     async fn handle(
         &self,
         _: ActorRef<StoreOwnerMsg>,
         message: StoreOwnerMsg,
-        shared: &mut Arc<Shared>,
+        args: &mut StoreOwnerArgs,
     ) -> Result<(), ActorProcessingErr> {
-        let StoreOwnerMsg::CheckWriter = message;
-        if !shared.store.writer_running() && shared.stop_requested().is_none() {
+        let StoreOwnerMsg::CheckHealth = message;
+        let shared = &args.shared;
+        if shared.stop_requested().is_some() {
+            return Ok(());
+        }
+        if !shared.store.writer_running() {
             tracing::error!("the store's writer thread died; stopping the server (start it again to recover)");
             shared.request_stop(StopReason::StoreFailed);
+        } else if let Some(what) = args.held.changed() {
+            tracing::error!(
+                what,
+                "a file this server holds was removed or replaced; stopping (start the server again)"
+            );
+            shared.request_stop(StopReason::StateRemoved);
         }
         Ok(())
     }

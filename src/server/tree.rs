@@ -38,6 +38,7 @@ use supervisors::{ChildSpec, DetailsCell, Restart, Strategy, SupervisorSpec};
 
 use super::clients::listener::{Listener, ListenerArgs};
 use super::ops::context::OpsContext;
+use super::ownership::HeldFiles;
 use super::resolvers::handle::Resolvers;
 use super::resolvers::resolver::Resolver;
 use super::retention::{SweepArgs, sweeper};
@@ -45,7 +46,7 @@ use super::runners::pool::{Pool, PoolArgs};
 use super::runners::registry::Runners;
 use super::scheduler::{Scheduler, SchedulerArgs};
 use super::shared::Shared;
-use super::store_owner::StoreOwner;
+use super::store_owner::{StoreOwner, StoreOwnerArgs};
 use super::views::feeds::Feeds;
 use crate::store::server_lease::ServerLease;
 
@@ -75,6 +76,8 @@ pub struct TreeParts {
     /// Days finished runs are kept; `None`: no retention child.
     pub retention_days: Option<i64>,
     pub connection_deadlines: super::config::ConnectionDeadlines,
+    /// The state directory's files this server holds (watched by `store`).
+    pub held: HeldFiles,
 }
 
 pub fn root_spec(parts: &TreeParts) -> SupervisorSpec {
@@ -96,8 +99,11 @@ pub fn root_spec(parts: &TreeParts) -> SupervisorSpec {
 }
 
 fn store(parts: &TreeParts) -> ChildSpec {
-    let shared = Arc::clone(&parts.shared);
-    ChildSpec::worker("store", Restart::Permanent, move || (StoreOwner, Arc::clone(&shared)))
+    let args = StoreOwnerArgs {
+        shared: Arc::clone(&parts.shared),
+        held: parts.held.clone(),
+    };
+    ChildSpec::worker("store", Restart::Permanent, move || (StoreOwner, args.clone()))
 }
 
 fn scheduler(parts: &TreeParts) -> ChildSpec {

@@ -1,5 +1,7 @@
 //! The listener actor: owns the user-only socket and starts one connection actor per client
-//! under the `clients` supervisor.
+//! under the `clients` supervisor. It checks every second that the socket path is still its
+//! socket: one removed or replaced stops the server (`stateRemoved`), and it never removes
+//! a socket that is not its own.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -13,6 +15,8 @@ use tokio::task::JoinHandle;
 
 use super::connection::{Connection, ConnectionArgs, ConnectionDeadlines};
 use crate::server::ops::context::OpsContext;
+use crate::server::ownership::{FileIdentity, file_identity};
+use crate::server::shared::StopReason;
 use crate::server::views::feeds::Feeds;
 
 const SOCKET_MODE: u32 = 0o600;
@@ -37,10 +41,17 @@ pub struct ListenerArgs {
     pub deadlines: ConnectionDeadlines,
 }
 
-pub enum ListenerMsg {}
+/// How often the socket path is checked.
+const SOCKET_CHECK_MS: u64 = 1_000;
+
+pub enum ListenerMsg {
+    CheckSocket,
+}
 
 pub struct ListenerState {
     args: ListenerArgs,
+    /// Device and inode of the socket this listener bound.
+    bound: Option<FileIdentity>,
     /// Bound in `pre_start`, served from `post_start` (once linked to `clients`).
     listener: Option<UnixListener>,
     accept_loop: Option<JoinHandle<()>>,
@@ -53,7 +64,7 @@ impl Actor for Listener {
 
     async fn pre_start(
         &self,
-        _: ActorRef<ListenerMsg>,
+        myself: ActorRef<ListenerMsg>,
         args: ListenerArgs,
     ) -> Result<ListenerState, ActorProcessingErr> {
         // The global lock is held, so a socket file left here belongs to a dead server.
@@ -64,9 +75,14 @@ impl Actor for Listener {
         }
         let listener = UnixListener::bind(&args.socket)?;
         std::fs::set_permissions(&args.socket, std::fs::Permissions::from_mode(SOCKET_MODE))?;
+        let bound = file_identity(&args.socket);
+        myself.send_interval(std::time::Duration::from_millis(SOCKET_CHECK_MS), || {
+            ListenerMsg::CheckSocket
+        });
         tracing::info!("listening");
         Ok(ListenerState {
             args,
+            bound,
             listener: Some(listener),
             accept_loop: None,
         })
@@ -90,7 +106,24 @@ impl Actor for Listener {
         if let Some(accept_loop) = state.accept_loop.take() {
             accept_loop.abort();
         }
-        let _ = std::fs::remove_file(&state.args.socket);
+        if state.bound.is_some() && file_identity(&state.args.socket) == state.bound {
+            let _ = std::fs::remove_file(&state.args.socket);
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        _: ActorRef<ListenerMsg>,
+        message: ListenerMsg,
+        state: &mut ListenerState,
+    ) -> Result<(), ActorProcessingErr> {
+        let ListenerMsg::CheckSocket = message;
+        let shared = &state.args.ops.shared;
+        if shared.stop_requested().is_none() && file_identity(&state.args.socket) != state.bound {
+            tracing::error!("the server socket was removed or replaced; stopping (start the server again)");
+            shared.request_stop(StopReason::StateRemoved);
+        }
         Ok(())
     }
 }
