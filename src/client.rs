@@ -44,6 +44,11 @@ pub enum ClientError {
     VersionMismatch { server: String, client: String },
     #[error("the server sent something unexpected: {0}")]
     Protocol(String),
+    /// The server did not answer within the client's wait for this operation.
+    #[error(
+        "the server did not answer {operation} within {seconds} s; it may still finish it: check with `pi-workflows runs`, or retry"
+    )]
+    TimedOut { operation: &'static str, seconds: u64 },
     #[error("connection to the server failed: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -145,10 +150,22 @@ impl Client {
         };
         let bytes = encode_client_message(&ClientMessage::Request(request.clone()))
             .map_err(|err| ClientError::Protocol(err.to_string()))?;
-        self.writer.set_read_timeout(Some(response_timeout(operation)))?;
+        let wait = response_timeout(operation);
+        self.writer.set_read_timeout(Some(wait))?;
         self.writer.write_all(&bytes)?;
         loop {
-            match read_message(&mut self.reader, &mut self.partial)? {
+            let message = read_message(&mut self.reader, &mut self.partial).map_err(|err| match err {
+                ClientError::Io(io)
+                    if matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+                {
+                    ClientError::TimedOut {
+                        operation: operation.as_str(),
+                        seconds: wait.as_secs(),
+                    }
+                }
+                other => other,
+            })?;
+            match message {
                 ClientMessage::Response(response) if response.request_id == request.request_id => return Ok(response),
                 ClientMessage::Event(event) => self.keep_event(event),
                 _ => {

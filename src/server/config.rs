@@ -43,6 +43,12 @@ pub const CONNECTION_IDLE_MS_DEFAULT: u64 = 5 * 60 * 1_000;
 /// The longest either connection deadline may be set to.
 pub const CONNECTION_DEADLINE_MS_MAX: u64 = 24 * 60 * 60 * 1_000;
 
+pub const RESOLVE_TIMEOUT_ENV: &str = "PI_WORKFLOWS_RESOLVE_TIMEOUT_MS";
+/// How long one resolution may take (loading a large workflow tree included).
+pub const RESOLVE_TIMEOUT_MS_DEFAULT: u64 = 60_000;
+/// The longest resolve timeout that may be set: the CLI waits 90 s for `run.start`.
+pub const RESOLVE_TIMEOUT_MS_MAX: u64 = 80_000;
+
 /// A child program and its arguments.
 pub type Program = (PathBuf, Vec<OsString>);
 
@@ -56,6 +62,8 @@ pub struct ServerConfig {
     /// Days finished run trees are kept (`PI_WORKFLOWS_RETENTION_DAYS`); `None`: no sweep.
     pub retention_days: Option<i64>,
     pub connection_deadlines: ConnectionDeadlines,
+    /// How long a workflow may take to load in a resolver before its process is killed.
+    pub resolve_timeout: Duration,
 }
 
 /// How long a client connection may stay silent.
@@ -131,8 +139,17 @@ impl ServerConfig {
             resolver,
             retention_days: retention_days()?,
             connection_deadlines: connection_deadlines()?,
+            resolve_timeout: resolve_timeout()?,
         })
     }
+}
+
+fn resolve_timeout() -> anyhow::Result<Duration> {
+    let ms = env_number(RESOLVE_TIMEOUT_ENV, RESOLVE_TIMEOUT_MS_DEFAULT)?;
+    if !(1..=RESOLVE_TIMEOUT_MS_MAX).contains(&ms) {
+        anyhow::bail!("{RESOLVE_TIMEOUT_ENV} must be between 1 and {RESOLVE_TIMEOUT_MS_MAX} ms, not {ms}");
+    }
+    Ok(Duration::from_millis(ms))
 }
 
 fn connection_deadlines() -> anyhow::Result<ConnectionDeadlines> {

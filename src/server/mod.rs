@@ -112,7 +112,13 @@ fn tree_parts(
 ) -> tree::TreeParts {
     let shared = shared::Shared::new(store, lease.epoch, server_id);
     let runners = runners::registry::Runners::new(config.runner.clone());
-    let resolvers = resolvers::handle::Resolvers::new(config.resolver.clone(), config.runner.clone(), lease.epoch);
+    let registry = resolvers::registry::ResolverRegistry::new(
+        config.resolver.clone(),
+        config.runner.clone(),
+        lease.epoch,
+        config.resolve_timeout,
+    );
+    let resolvers = resolvers::handle::Resolvers::new(registry, Arc::clone(&shared));
     let views = views::cache::Views::new(Arc::clone(&shared.store));
     let ops = ops::context::OpsContext::new(
         Arc::clone(&shared),

@@ -130,19 +130,17 @@ fn resolvers(parts: &TreeParts) -> ChildSpec {
     ChildSpec::supervisor("resolvers", Restart::Permanent, move || {
         let spec = SupervisorSpec::new("resolvers", Strategy::OneForOne)
             .with_intensity(RESOLVERS_RESTARTS_MAX, Duration::from_millis(RESOLVERS_PERIOD_MS));
-        if resolvers.program.is_none() {
+        if resolvers.registry.program.is_none() {
             // Without the package there is nothing to run; `run.start` says so.
             return spec;
         }
-        let resolvers = Arc::clone(&resolvers);
-        let details = resolvers.details.clone();
-        let resolver = ChildSpec::worker("resolver", Restart::Permanent, move || {
-            (Resolver, Arc::clone(&resolvers))
-        })
-        .with_details(details)
-        .with_shutdown(supervisors::Shutdown::Timeout(supervisors::process_shutdown_wait(
-            Duration::from_millis(super::spawn::CHILD_GRACE_MS),
-        )));
+        let args = resolvers.warm_args();
+        let details = args.details.clone();
+        let resolver = ChildSpec::worker("resolver", Restart::Permanent, move || (Resolver, args.clone()))
+            .with_details(details)
+            .with_shutdown(supervisors::Shutdown::Timeout(supervisors::process_shutdown_wait(
+                Duration::from_millis(super::spawn::CHILD_GRACE_MS),
+            )));
         spec.with_child(resolver)
     })
 }

@@ -68,6 +68,11 @@ impl Env {
 
     /// Run `pi-workflows --state-dir D <args>` in `cwd` with the default (Node) runner.
     pub fn cli_in(&self, cwd: &Path, args: &[&str]) -> Output {
+        self.command_in(cwd, args).output().expect("run pi-workflows")
+    }
+
+    /// The command `cli_in` runs, to spawn it instead (a CLI call that runs alongside).
+    pub fn command_in(&self, cwd: &Path, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_pi-workflows"));
         command
             .arg("--state-dir")
@@ -81,7 +86,7 @@ impl Env {
         for (name, value) in &self.vars {
             command.env(name, value);
         }
-        command.output().expect("run pi-workflows")
+        command
     }
 
     pub fn cli(&self, args: &[&str]) -> Output {

@@ -12,7 +12,7 @@ use crate::server::answers::{
     Answer, answer_of, command_request, expected_revision_of, page_limit, read_refusal, rejected, run_id_of, to_object,
 };
 use crate::server::blocking;
-use crate::server::resolvers::handle::ResolveFailure;
+use crate::server::resolvers::mailbox::ResolveFailure;
 use crate::settings::Declaration;
 use crate::store::blobs::{self, put_json};
 use crate::store::commands::{self, Accepted};
@@ -105,6 +105,17 @@ async fn resolved_payload(ctx: &OpsContext, payload: &JsonObject) -> Result<Json
         .await
         .map_err(|failure| match failure {
             ResolveFailure::Workflow { code, message } => rejected(&code, &message),
+            ResolveFailure::TimedOut { seconds } => rejected(
+                "resolveTimeout",
+                &format!(
+                    "the workflow {target} did not finish loading within {seconds} s; look for top-level code that never \
+                     finishes (a loop, or an await that never settles), fix it and start again"
+                ),
+            ),
+            ResolveFailure::Busy => rejected(
+                "resolverBusy",
+                "every workflow resolver is busy loading other workflows; retry in a moment",
+            ),
             ResolveFailure::Unavailable(why) => rejected(
                 "resolverUnavailable",
                 &format!("the workflow could not be resolved: {why}; check Node 20 and the pi-workflows package"),

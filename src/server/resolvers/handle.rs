@@ -1,75 +1,66 @@
-//! The `resolvers` subtree's handle: `run.start` asks it to resolve a workflow, and it hands
-//! the request to the running resolver child (waiting briefly while one restarts).
+//! The `resolvers` subtree's handle: `run.start` asks it to resolve a workflow. A request
+//! goes to the warm resolver when it is free; while it is busy (a large or hanging workflow),
+//! to a one-shot `resolver-N` child started for that request, at most
+//! `EXTRA_RESOLVERS_MAX` at once. So one workflow that never finishes loading cannot stall
+//! every other start: it costs one resolver for at most the resolve timeout.
 //!
-//! Architecture Invariant: the handle only names the resolver actor; the actor owns the
-//! Node process and its channel.
+//! Architecture Invariant: the handle only names resolver actors; each actor owns its Node
+//! process and channel.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{ActorRef, RpcReplyPort};
-use serde_json::{Map, Value, json};
-use supervisors::DetailsCell;
+use ractor::ActorRef;
+use serde_json::{Value, json};
+use supervisors::{ChildSpec, DetailsCell, Restart, SupervisorMsg};
+use tokio::sync::Semaphore;
 
-use crate::server::config::{Program, RunnerSettings};
+use super::mailbox::{Resolution, ResolveFailure, ResolverMsg};
+use super::registry::{ResolverArgs, ResolverRegistry};
+use super::resolver::Resolver;
+use crate::server::shared::Shared;
 
-/// How long one resolution may take (loading a large workflow tree included).
-pub const RESOLVE_TIMEOUT_MS: u64 = 60_000;
-/// How long a request waits for a resolver child that is (re)starting.
+/// One-shot resolvers running at once besides the warm one.
+pub const EXTRA_RESOLVERS_MAX: usize = 2;
+/// How long a request waits for a free resolver before it is refused as busy (so the
+/// client's own wait for `run.start` is never the first to run out).
+const RESOLVER_QUEUE_WAIT_MS: u64 = 10_000;
+/// How long a request waits for the warm resolver while it (re)starts.
 const RESOLVER_WAIT_MS: u64 = 5_000;
 const RESOLVER_POLL_MS: u64 = 20;
-
-/// Why a resolution gave no answer.
-#[derive(Debug)]
-pub enum ResolveFailure {
-    /// The workflow itself: not found, an invalid definition, rejected input.
-    Workflow { code: String, message: String },
-    /// The resolver could not run (no Node, a crash, a timeout).
-    Unavailable(String),
-}
-
-pub type Resolution = Result<Map<String, Value>, ResolveFailure>;
-
-pub enum ResolverMsg {
-    /// Resolve one request (`target`, `project`, optional `inputJson`).
-    Resolve(Value, RpcReplyPort<Resolution>),
-    /// Start the Node process ahead of the first request.
-    Prewarm,
-}
+/// Where resolver children run, below the root.
+const RESOLVERS_PATH: [&str; 1] = ["resolvers"];
 
 pub struct Resolvers {
-    /// The served resolver program; `None` when the package was not found at start.
-    pub program: Option<Program>,
-    /// Where children's output is captured (shared with runners).
-    pub settings: RunnerSettings,
-    pub server_epoch: i64,
-    /// Where the resolver child shows its process in the tree.
-    pub details: DetailsCell,
-    current: Mutex<Option<ActorRef<ResolverMsg>>>,
-    /// Resolver processes started by this server (names their captures).
-    started: AtomicU64,
-    /// Resolver processes in a row that died soon after they started: the next start waits
-    /// longer, so a broken installation cannot restart in a tight loop.
-    quick_deaths: AtomicU32,
+    pub registry: Arc<ResolverRegistry>,
+    shared: Arc<Shared>,
+    /// The warm resolver serves one request at a time.
+    warm_free: Semaphore,
+    extras_free: Semaphore,
 }
 
 impl Resolvers {
-    pub fn new(program: Option<Program>, settings: RunnerSettings, server_epoch: i64) -> std::sync::Arc<Self> {
-        std::sync::Arc::new(Self {
-            program,
-            settings,
-            server_epoch,
-            details: DetailsCell::default(),
-            current: Mutex::new(None),
-            started: AtomicU64::new(0),
-            quick_deaths: AtomicU32::new(0),
+    pub fn new(registry: ResolverRegistry, shared: Arc<Shared>) -> Arc<Self> {
+        Arc::new(Self {
+            registry: Arc::new(registry),
+            shared,
+            warm_free: Semaphore::new(1),
+            extras_free: Semaphore::new(EXTRA_RESOLVERS_MAX),
         })
+    }
+
+    /// The warm resolver's start arguments.
+    pub fn warm_args(&self) -> ResolverArgs {
+        ResolverArgs {
+            registry: Arc::clone(&self.registry),
+            warm: true,
+            details: self.registry.details.clone(),
+        }
     }
 
     /// Resolve `target` for `project` with the raw `input_json` (if any).
     pub async fn resolve(&self, target: &str, project: &str, input_json: Option<&str>) -> Resolution {
-        if self.program.is_none() {
+        if self.registry.program.is_none() {
             return Err(ResolveFailure::Unavailable(
                 "the pi-workflows package or node was not found when the server started (see the server log)"
                     .to_string(),
@@ -79,13 +70,57 @@ impl Resolvers {
         if let Some(input) = input_json {
             request["inputJson"] = Value::String(input.to_string());
         }
-        let Some(resolver) = self.wait_for_resolver().await else {
+        // The warm resolver when it is free, else a one-shot one; waiting is bounded.
+        tokio::select! {
+            biased;
+            Ok(_permit) = self.warm_free.acquire() => self.resolve_warm(request).await,
+            Ok(_permit) = self.extras_free.acquire() => self.resolve_once(request).await,
+            () = tokio::time::sleep(Duration::from_millis(RESOLVER_QUEUE_WAIT_MS)) => Err(ResolveFailure::Busy),
+        }
+    }
+
+    async fn resolve_warm(&self, request: Value) -> Resolution {
+        let Some(resolver) = self.wait_for_warm().await else {
             return Err(ResolveFailure::Unavailable(
                 "no resolver is running (the server is stopping?)".to_string(),
             ));
         };
-        // Two tries at most inside the resolver, each bounded.
-        let limit = Duration::from_millis(2 * RESOLVE_TIMEOUT_MS + RESOLVER_WAIT_MS);
+        self.ask(&resolver, request).await
+    }
+
+    /// A one-shot `resolver-N` child under `resolvers`, for one request; it stops after it.
+    async fn resolve_once(&self, request: Value) -> Resolution {
+        let unavailable = |why: &str| ResolveFailure::Unavailable(why.to_string());
+        let supervisor = self
+            .shared
+            .supervisor(&RESOLVERS_PATH)
+            .await
+            .ok_or_else(|| unavailable("the resolvers are not running (the server is stopping?)"))?;
+        let id = format!("resolver-{}", self.registry.next_process_number());
+        let details = DetailsCell::default();
+        let args = ResolverArgs {
+            registry: Arc::clone(&self.registry),
+            warm: false,
+            details: details.clone(),
+        };
+        let spec =
+            ChildSpec::worker(id.clone(), Restart::Temporary, move || (Resolver, args.clone())).with_details(details);
+        let started = supervisor
+            .call(|reply| SupervisorMsg::StartChild(spec, reply), None)
+            .await;
+        if !matches!(started, Ok(ractor::rpc::CallResult::Success(Ok(())))) {
+            return Err(unavailable("a resolver could not be started"));
+        }
+        let child = match supervisor.call(|reply| SupervisorMsg::Child(id, reply), None).await {
+            Ok(ractor::rpc::CallResult::Success(Some(cell))) => ActorRef::<ResolverMsg>::from(cell),
+            _ => return Err(unavailable("the resolver stopped before its request")),
+        };
+        self.ask(&child, request).await
+    }
+
+    async fn ask(&self, resolver: &ActorRef<ResolverMsg>, request: Value) -> Resolution {
+        // Two tries at most inside the resolver, each bounded by the timeout.
+        let limit = 2 * self.registry.timeout + Duration::from_millis(RESOLVER_WAIT_MS);
         match resolver
             .call(|reply| ResolverMsg::Resolve(request, reply), Some(limit))
             .await
@@ -98,10 +133,10 @@ impl Resolvers {
         }
     }
 
-    async fn wait_for_resolver(&self) -> Option<ActorRef<ResolverMsg>> {
+    async fn wait_for_warm(&self) -> Option<ActorRef<ResolverMsg>> {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(RESOLVER_WAIT_MS);
         loop {
-            if let Some(resolver) = lock(&self.current).clone() {
+            if let Some(resolver) = self.registry.current() {
                 return Some(resolver);
             }
             if tokio::time::Instant::now() >= deadline {
@@ -110,44 +145,4 @@ impl Resolvers {
             tokio::time::sleep(Duration::from_millis(RESOLVER_POLL_MS)).await;
         }
     }
-
-    pub fn set_current(&self, resolver: Option<ActorRef<ResolverMsg>>) {
-        *lock(&self.current) = resolver;
-    }
-
-    /// Forget `resolver` unless a newer one replaced it already.
-    pub fn clear_current(&self, resolver: &ActorRef<ResolverMsg>) {
-        let mut current = lock(&self.current);
-        if current
-            .as_ref()
-            .is_some_and(|known| known.get_id() == resolver.get_id())
-        {
-            *current = None;
-        }
-    }
-
-    pub fn next_process_number(&self) -> u64 {
-        self.started.fetch_add(1, Ordering::SeqCst) + 1
-    }
-
-    /// A resolver process died: `quickly` when it had lived only briefly.
-    pub fn note_death(&self, quickly: bool) {
-        if quickly {
-            self.quick_deaths.fetch_add(1, Ordering::SeqCst);
-        } else {
-            self.quick_deaths.store(0, Ordering::SeqCst);
-        }
-    }
-
-    pub fn note_healthy(&self) {
-        self.quick_deaths.store(0, Ordering::SeqCst);
-    }
-
-    pub fn quick_deaths(&self) -> u32 {
-        self.quick_deaths.load(Ordering::SeqCst)
-    }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

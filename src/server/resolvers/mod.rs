@@ -3,4 +3,6 @@
 //! Architecture Invariant: a resolver never touches the store and never runs a workflow.
 
 pub mod handle;
+pub mod mailbox;
+pub mod registry;
 pub mod resolver;

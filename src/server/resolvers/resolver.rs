@@ -1,11 +1,15 @@
-//! The warm source resolver (a permanent child of `resolvers`): one Node child
-//! (`resolver-main.js --serve`) kept started, so `run.start` resolves a workflow (source
-//! identity, definition snapshot and digest, normalized input) without a Node start-up.
-//! Requests go one at a time over its private channel (fd 3), each bounded in time and
-//! size. The process is owned by a linked `ProcessActor`.
+//! A source resolver actor: the warm one (a permanent child of `resolvers`, kept started so
+//! `run.start` resolves a workflow — source identity, definition snapshot and digest,
+//! normalized input — without a Node start-up), or a one-shot `resolver-N` (temporary, for
+//! one request while the warm one is busy). Its Node child (`resolver-main.js --serve`) is
+//! owned by a linked `ProcessActor`; requests go one at a time over its private channel
+//! (fd 3), each bounded in time and size.
 //!
-//! - A process that times out, answers badly or has served its quota is stopped and
-//!   replaced inside this actor (the tree does not count that as a restart).
+//! - A process that does not answer within the timeout is killed: the workflow "did not
+//!   finish loading" (a loop or a never-settling await at its top level), and no other
+//!   request waits behind it longer than that.
+//! - A process that answers badly or has served its quota is stopped and replaced inside
+//!   this actor (the tree does not count that as a restart).
 //! - A process that dies on its own (a crash, a kill) fails this actor, so its supervisor
 //!   restarts it: the restart shows in the tree, and the new actor starts a new process,
 //!   after a backoff when processes keep dying right after their start.
@@ -13,7 +17,6 @@
 //! Architecture Invariant: the resolver only reads workflow sources and answers; it never
 //! touches the store. Its answer is checked like any client payload (`run.start`).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
@@ -22,7 +25,8 @@ use supervisors::{ProcessActor, ProcessConfig, ProcessMsg, Readiness};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
-use super::handle::{RESOLVE_TIMEOUT_MS, Resolution, ResolveFailure, ResolverMsg, Resolvers};
+use super::mailbox::{Resolution, ResolveFailure, ResolverMsg};
+use super::registry::ResolverArgs;
 use crate::protocol::{decode_frame, encode_frame};
 use crate::server::frames::{LineRead, read_line};
 use crate::server::spawn::spawn_with_channel;
@@ -42,7 +46,7 @@ const REPLACE_GRACE_MS: u64 = 500;
 pub struct Resolver;
 
 pub struct ResolverState {
-    resolvers: Arc<Resolvers>,
+    args: ResolverArgs,
     serving: Option<Serving>,
 }
 
@@ -58,22 +62,21 @@ struct Serving {
 impl Actor for Resolver {
     type Msg = ResolverMsg;
     type State = ResolverState;
-    type Arguments = Arc<Resolvers>;
+    type Arguments = ResolverArgs;
 
     async fn pre_start(
         &self,
         myself: ActorRef<ResolverMsg>,
-        resolvers: Arc<Resolvers>,
+        args: ResolverArgs,
     ) -> Result<ResolverState, ActorProcessingErr> {
-        resolvers.set_current(Some(myself.clone()));
-        match backoff(resolvers.quick_deaths()) {
-            Duration::ZERO => drop(myself.cast(ResolverMsg::Prewarm)),
-            wait => drop(myself.send_after(wait, || ResolverMsg::Prewarm)),
+        if args.warm {
+            args.registry.set_current(Some(myself.clone()));
+            match backoff(args.registry.quick_deaths()) {
+                Duration::ZERO => drop(myself.cast(ResolverMsg::Prewarm)),
+                wait => drop(myself.send_after(wait, || ResolverMsg::Prewarm)),
+            }
         }
-        Ok(ResolverState {
-            resolvers,
-            serving: None,
-        })
+        Ok(ResolverState { args, serving: None })
     }
 
     async fn post_stop(
@@ -81,7 +84,9 @@ impl Actor for Resolver {
         myself: ActorRef<ResolverMsg>,
         state: &mut ResolverState,
     ) -> Result<(), ActorProcessingErr> {
-        state.resolvers.clear_current(&myself);
+        if state.args.warm {
+            state.args.registry.clear_current(&myself);
+        }
         retire(state).await;
         Ok(())
     }
@@ -102,6 +107,13 @@ impl Actor for Resolver {
             ResolverMsg::Resolve(request, reply) => {
                 let resolution = resolve(&myself, state, request).await;
                 let _ = reply.send(resolution);
+                if !state.args.warm {
+                    // A one-shot resolver served its one request.
+                    myself.stop(Some("served".to_string()));
+                } else if state.serving.is_none() {
+                    // Its process was replaced: start the next one ahead of the next request.
+                    let _ = myself.cast(ResolverMsg::Prewarm);
+                }
             }
         }
         Ok(())
@@ -130,8 +142,11 @@ impl Actor for Resolver {
             // starts a new one.
             return Ok(());
         }
+        if !state.args.warm {
+            return Ok(());
+        }
         let quickly = serving.started.elapsed() < Duration::from_millis(QUICK_DEATH_MS);
-        state.resolvers.note_death(quickly);
+        state.args.registry.note_death(quickly);
         Err(format!("the resolver process ended on its own ({why})").into())
     }
 }
@@ -146,7 +161,8 @@ fn backoff(quick_deaths: u32) -> Duration {
 }
 
 /// A resolver that fails is replaced; one that had served before is tried once more with a
-/// fresh process (it may have died of old age between requests).
+/// fresh process (it may have died of old age between requests). One that times out is not
+/// tried again: the workflow itself does not finish loading.
 async fn resolve(myself: &ActorRef<ResolverMsg>, state: &mut ResolverState, mut request: Value) -> Resolution {
     for _ in 0..2 {
         if state
@@ -166,14 +182,19 @@ async fn resolve(myself: &ActorRef<ResolverMsg>, state: &mut ResolverState, mut 
         serving.next_id += 1;
         let fresh = serving.next_id == 1;
         request["id"] = Value::from(serving.next_id);
-        let limit = Duration::from_millis(RESOLVE_TIMEOUT_MS);
+        let limit = state.args.registry.timeout;
         let why = match tokio::time::timeout(limit, exchange(serving, &request)).await {
             Ok(Ok(reply)) => {
-                state.resolvers.note_healthy();
+                state.args.registry.note_healthy();
                 return answer_of(reply);
             }
             Ok(Err(why)) => why,
-            Err(_) => format!("no answer within {} s", RESOLVE_TIMEOUT_MS / 1_000),
+            Err(_) => {
+                retire(state).await;
+                return Err(ResolveFailure::TimedOut {
+                    seconds: limit.as_secs().max(1),
+                });
+            }
         };
         // A resolver that failed once is not trusted again.
         retire(state).await;
@@ -186,17 +207,13 @@ async fn resolve(myself: &ActorRef<ResolverMsg>, state: &mut ResolverState, mut 
 
 /// Start a resolver process owned by a linked `ProcessActor`.
 async fn start(myself: &ActorRef<ResolverMsg>, state: &mut ResolverState) -> anyhow::Result<()> {
-    let resolvers = &state.resolvers;
-    let Some(program) = resolvers.program.as_ref() else {
+    let registry = &state.args.registry;
+    let Some(program) = registry.program.as_ref() else {
         anyhow::bail!("the pi-workflows package or node was not found when the server started (see the server log)");
     };
-    let log_stem = format!(
-        "resolver-e{}-{}",
-        resolvers.server_epoch,
-        resolvers.next_process_number()
-    );
-    let (child, parent_end) = spawn_with_channel(&resolvers.settings, program, &log_stem, None)?;
-    let config = ProcessConfig::adopt(child, Readiness::Immediate).with_details(resolvers.details.clone());
+    let log_stem = format!("resolver-e{}-{}", registry.server_epoch, registry.next_process_number());
+    let (child, parent_end) = spawn_with_channel(&registry.settings, program, &log_stem, None)?;
+    let config = ProcessConfig::adopt(child, Readiness::Immediate).with_details(state.args.details.clone());
     let (process, _) = Actor::spawn_linked(None, ProcessActor, config, myself.get_cell())
         .await
         .map_err(|err| anyhow::anyhow!("the resolver process could not be supervised: {err}"))?;
