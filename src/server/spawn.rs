@@ -36,6 +36,16 @@ const CHILD_ENV_ALLOWED: &[&str] = &[
     "PI_WORKFLOWS_PI_BIN",
     "PI_WORKFLOWS_TEST_SCRIPT",
 ];
+/// Every child is started with `PI_WORKFLOWS_CHILD_MARK=<its log stem>`, inherited by what
+/// it starts: when its work ends, processes that escaped its process group and still carry
+/// the mark (a detached `setsid` child, a double fork) are found and stopped.
+pub const CHILD_MARK_ENV: &str = "PI_WORKFLOWS_CHILD_MARK";
+
+/// The environment entry that marks the descendants of the child started as `log_stem`.
+pub fn child_mark(log_stem: &str) -> String {
+    format!("{CHILD_MARK_ENV}={log_stem}")
+}
+
 /// Model-provider credentials for headless agent steps (`OPENAI_API_KEY`, …) pass through
 /// by this suffix; they are never logged.
 const CHILD_ENV_ALLOWED_SUFFIX: &str = "_API_KEY";
@@ -100,6 +110,7 @@ fn process_spec(
         spec = spec.cwd(dir);
     }
     spec = spec.env(crate::package::CACHE_DIR_ENV, &settings.cache_dir);
+    spec = spec.env(CHILD_MARK_ENV, log_stem);
     for name in CHILD_ENV_ALLOWED {
         if let Some(value) = std::env::var_os(name) {
             spec = spec.env(*name, value);

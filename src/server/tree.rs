@@ -8,6 +8,7 @@
 //! ├── resolvers    one_for_one, 10 / 60 s
 //! │   └── resolver worker, permanent: the warm source resolver and its Node process
 //! ├── runners      one_for_one, 5 / 60 s
+//! │   ├── reaper   task, transient: reaps orphans reparented to the server (a subreaper)
 //! │   ├── pool     worker, permanent: warm runner processes, not yet assigned
 //! │   └── runner-N worker, temporary: one per active run generation, with its process
 //! ├── clients      one_for_one, 5 / 10 s
@@ -43,6 +44,7 @@ use super::resolvers::handle::Resolvers;
 use super::resolvers::resolver::Resolver;
 use super::retention::{SweepArgs, sweeper};
 use super::runners::pool::{Pool, PoolArgs};
+use super::runners::reaper::reap_orphans;
 use super::runners::registry::Runners;
 use super::scheduler::{Scheduler, SchedulerArgs};
 use super::shared::Shared;
@@ -146,6 +148,7 @@ fn resolvers(parts: &TreeParts) -> ChildSpec {
 }
 
 fn runners(parts: &TreeParts) -> ChildSpec {
+    let shared = Arc::clone(&parts.shared);
     let args = PoolArgs {
         runners: Arc::clone(&parts.runners),
         server_epoch: parts.shared.epoch,
@@ -155,8 +158,11 @@ fn runners(parts: &TreeParts) -> ChildSpec {
         let args = args.clone();
         let details = args.details.clone();
         let pool = ChildSpec::worker("pool", Restart::Permanent, move || (Pool, args.clone())).with_details(details);
+        let shared = Arc::clone(&shared);
+        let reaper = ChildSpec::task("reaper", Restart::Transient, move || reap_orphans(Arc::clone(&shared)));
         SupervisorSpec::new("runners", Strategy::OneForOne)
             .with_intensity(RUNNERS_RESTARTS_MAX, Duration::from_millis(RUNNERS_PERIOD_MS))
+            .with_child(reaper)
             .with_child(pool)
     })
 }

@@ -9,6 +9,7 @@ pub mod channel;
 pub mod mailbox;
 pub mod messages;
 pub mod pool;
+pub mod reaper;
 pub mod registry;
 pub mod runner;
 pub mod settle;

@@ -32,7 +32,7 @@ use crate::protocol::encode_frame;
 use crate::protocol::runner::{LAUNCH_SCHEMA, Launch, RUNNER_PROTOCOL_VERSION};
 use crate::server::blocking;
 use crate::server::frames::{LineRead, read_line};
-use crate::server::spawn::{CHILD_GRACE_MS, spawn_with_channel};
+use crate::server::spawn::{CHILD_GRACE_MS, child_mark, spawn_with_channel};
 use crate::store::StoreError;
 use crate::store::StoreResult;
 use crate::store::claims::RUN_CLAIM_LEASE_MS;
@@ -76,7 +76,7 @@ impl Actor for Runner {
             launch_envelope_hash: sha256_hex(&launch_bytes),
         };
         blocking::write(&args.shared.store, move |tx| workers::record_launch(tx, &worker)).await?;
-        let (child, parent_end) = runner_process(&args).await?;
+        let (child, parent_end, mark) = runner_process(&args).await?;
         let (epoch, pid, identity) = (args.runner_epoch.clone(), child.pid(), child.identity().to_string());
         blocking::write(&args.shared.store, move |tx| {
             workers::record_process(tx, &epoch, pid, &identity)
@@ -104,6 +104,7 @@ impl Actor for Runner {
             process,
             pid,
             end_slot,
+            mark,
             settled: false,
             writer,
             ready: false,
@@ -219,23 +220,22 @@ impl Actor for Runner {
 
 /// A warm runner (already started, waiting for its launch) saves a Node start-up; else a
 /// new process in the run's project.
-async fn runner_process(
-    args: &RunnerArgs,
-) -> Result<(ProcessChild, std::os::unix::net::UnixStream), ActorProcessingErr> {
+/// The runner's process, its channel, and the mark its descendants carry.
+type RunnerProcess = (ProcessChild, std::os::unix::net::UnixStream, String);
+
+async fn runner_process(args: &RunnerArgs) -> Result<RunnerProcess, ActorProcessingErr> {
     let settings = &args.runners.settings;
     if let Some(pool) = args.runners.pool() {
         let timeout = Some(Duration::from_millis(POOL_TAKE_TIMEOUT_MS));
         if let Ok(ractor::rpc::CallResult::Success(Some(warm))) = pool.call(PoolMsg::Take, timeout).await {
-            return Ok(warm.assign(&settings.logs_dir, &args.runner_epoch));
+            let mark = child_mark(&warm.log_stem);
+            let (child, channel) = warm.assign(&settings.logs_dir, &args.runner_epoch);
+            return Ok((child, channel, mark));
         }
     }
     let project = (!args.run.project_path.is_empty()).then(|| PathBuf::from(&args.run.project_path));
-    Ok(spawn_with_channel(
-        settings,
-        &args.program,
-        &args.runner_epoch,
-        project,
-    )?)
+    let (child, channel) = spawn_with_channel(settings, &args.program, &args.runner_epoch, project)?;
+    Ok((child, channel, child_mark(&args.runner_epoch)))
 }
 
 /// Hand the process to a linked `ProcessActor`: it enforces the ready deadline (this actor

@@ -44,6 +44,7 @@ pub async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: 
     // Children the runner registered die first: until the run is parked and the epoch
     // recorded, no other runner can be admitted for it, so none can overlap with them.
     reap_registered(&state.args.shared.store, Some(state.args.runner_epoch.clone())).await;
+    stop_escaped(&state.mark).await;
     let (authority, epoch) = (state.args.authority.clone(), state.args.runner_epoch.clone());
     let (code, signal) = (exit.and_then(ExitOutcome::code), exit.and_then(ExitOutcome::signal));
     let settled = blocking::write(&state.args.shared.store, move |tx| {
@@ -56,6 +57,18 @@ pub async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: 
     match settled {
         Ok(_) => tracing::info!(run_id = %state.args.run.run_id, outcome = outcome.as_str(), "runner ended"),
         Err(err) => tracing::warn!(run_id = %state.args.run.run_id, error = %err, "runner end was not recorded"),
+    }
+}
+
+/// Stop what escaped the runner's process group and still carries its mark (reparented to
+/// this server, a subreaper, when the runner ended); the reaper reaps them.
+async fn stop_escaped(mark: &str) {
+    let mark = mark.to_string();
+    let killed = tokio::task::spawn_blocking(move || supervisors::process::kill_orphans_with_env(&mark)).await;
+    match killed {
+        Ok(0) => {}
+        Ok(killed) => tracing::info!(killed, "stopped processes that escaped a runner's process group"),
+        Err(err) => tracing::warn!(error = %err, "escaped processes were not looked for"),
     }
 }
 

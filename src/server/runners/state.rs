@@ -37,6 +37,8 @@ pub struct RunnerState {
     pub pid: i32,
     /// How the process ended, written by its actor before that actor stops.
     pub end_slot: Arc<Mutex<Option<ProcessEnd>>>,
+    /// The environment entry the runner's descendants carry (`spawn::child_mark`).
+    pub mark: String,
     /// The process ended and this runner's outcome is recorded: nothing more to settle.
     pub settled: bool,
     pub writer: OwnedWriteHalf,

@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 use super::capture::{self, CaptureReport, StreamCapture};
 use super::error::ProcessError;
 use super::identity::{self, StartIdentity};
+use super::orphans;
 use super::spec::ProcessSpec;
 use super::sys::{self, ChildLimit, GroupReap, WaitTarget};
 use super::{
@@ -118,8 +119,12 @@ pub fn spawn(mut spec: ProcessSpec) -> Result<ProcessChild, ProcessError> {
     let program_name = program_file_name(&spec.program);
     let stdout_file = open_optional_capture(spec.stdout_path.as_deref())?;
     let stderr_file = open_optional_capture(spec.stderr_path.as_deref())?;
+    // Recorded as owned under the orphan reaper's lock, so it can never reap this leader.
+    let mut owned = orphans::owned();
     let mut std_child = start_command(&mut spec, stdout_file.is_some(), stderr_file.is_some())?;
     let pid = i32::try_from(std_child.id()).unwrap_or(i32::MAX);
+    owned.insert(pid);
+    drop(owned);
     let waiter = Waiter::open(pid);
     let identity = identity::read_identity(pid).inspect_err(|_| kill_and_reap_blocking(pid))?;
     tracing::debug!(pid, program = %program_name, pidfd = matches!(waiter, Waiter::PidFd(_)), "spawned child");
@@ -300,6 +305,7 @@ impl ProcessChild {
                 if e.raw_os_error() == Some(libc::ECHILD) {
                     tracing::warn!(pid = self.pid, program = %self.program_name, "leader was reaped elsewhere");
                     self.lost = true;
+                    orphans::disown(self.pid);
                 }
                 return Err(ProcessError::os(self.pid, "waitid(WNOWAIT)", e));
             }
@@ -401,7 +407,10 @@ impl ProcessChild {
     /// The leader has exited (unreaped): kill stragglers, reap the leader, then reap the group.
     async fn finish(&mut self, escalated: bool) -> Result<Termination, ProcessError> {
         self.signal_group(Signal::KILL);
-        let outcome = sys::reap_exit(self.target())
+        let reaped = sys::reap_exit(self.target());
+        // Reaped, or not ours to reap: either way no longer a leader the orphan reaper must skip.
+        orphans::disown(self.pid);
+        let outcome = reaped
             .map_err(|e| ProcessError::os(self.pid, "waitid(reap)", e))?
             .or(self.exit)
             .ok_or_else(|| ProcessError::os(self.pid, "waitid(reap)", std::io::ErrorKind::WouldBlock))?;
@@ -474,6 +483,9 @@ fn kill_and_reap_blocking(pid: i32) {
         if !leader_reaped {
             // Ok(None): still running. Ok(Some): reaped now. Err: not our child (already reaped).
             leader_reaped = !matches!(sys::reap_exit(WaitTarget::Pid(pid)), Ok(None));
+            if leader_reaped {
+                orphans::disown(pid);
+            }
         }
         if leader_reaped {
             match sys::reap_group_once(pid) {
@@ -493,6 +505,7 @@ fn reap_in_background(pid: i32, leader_reaped: bool) {
         .spawn(move || {
             if !leader_reaped {
                 let _ = sys::reap_exit_blocking(pid);
+                orphans::disown(pid);
             }
             let deadline = Instant::now() + Duration::from_millis(GROUP_REAP_MS_MAX);
             while sys::reap_group_once(pid) != GroupReap::Done && Instant::now() < deadline {

@@ -88,7 +88,7 @@ pub(crate) struct StatFields {
 }
 
 impl StatFields {
-    fn is_dead(&self) -> bool {
+    pub(crate) fn is_dead(&self) -> bool {
         matches!(self.state, b'Z' | b'X' | b'x')
     }
 }

@@ -24,6 +24,7 @@ mod capture;
 mod child;
 mod error;
 mod identity;
+mod orphans;
 mod spec;
 mod sys;
 
@@ -33,6 +34,9 @@ pub use error::ProcessError;
 pub use identity::{
     SignalOutcome, StartIdentity, current_boot_id, group_members, identity_of, parent_of,
     signal_group_if_identity_matches,
+};
+pub use orphans::{
+    ENVIRON_BYTES_MAX, ORPHAN_SCAN_PROCESSES_MAX, kill_orphans_with_env, orphans_with_env, reap_orphans,
 };
 pub use spec::{ProcessSignal, ProcessSpec, ResourceLimit, RlimitResource};
 pub use sys::set_child_subreaper;
