@@ -247,7 +247,7 @@ impl Channel {
     }
 
     fn receive(&mut self, sent: Sent) -> Response {
-        let response: Response = serde_json::from_value(Value::Object(read_frame(&mut self.reader)))
+        let response: Response = serde_json::from_value(Value::Object(self.next_frame()))
             .unwrap_or_else(|_| exit_with(EXIT_PROTOCOL, "bad response"));
         if response.message_id != sent.message_id {
             exit_with(EXIT_PROTOCOL, "a response out of order");
@@ -264,6 +264,19 @@ impl Channel {
             exit_with(EXIT_CLAIM_LOST, "claim lost; exiting as the protocol requires");
         }
         response
+    }
+
+    /// The next frame that is not a liveness ping; pings met on the way are answered
+    /// (so a runner that sleeps answers late, as a busy one would).
+    fn next_frame(&mut self) -> Map<String, Value> {
+        loop {
+            let frame = read_frame(&mut self.reader);
+            let Some(ping) = frame.get("ping").cloned() else {
+                return frame;
+            };
+            let pong = json!({"pong": ping, "schema": "pi-workflows.runner-pong.v1"});
+            self.write_line(&encode_frame(&pong).unwrap_or_else(|_| exit_with(EXIT_PROTOCOL, "encode")));
+        }
     }
 
     fn write_line(&mut self, bytes: &[u8]) {
@@ -540,7 +553,7 @@ fn main() {
         std::thread::sleep(Duration::from_secs(600));
     }
     channel.send(MessageKind::RunnerReady, None, json!({}), &script);
-    let command = read_frame(&mut channel.reader);
+    let command = channel.next_frame();
     let carried = if command["payload"].get("runState").is_some() {
         "inline"
     } else {

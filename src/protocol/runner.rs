@@ -18,6 +18,23 @@ pub const LAUNCH_SCHEMA: &str = "pi-workflows.worker-launch.v1";
 pub const COMMAND_SCHEMA: &str = "pi-workflows.runner-command.v1";
 pub const MESSAGE_SCHEMA: &str = "pi-workflows.runner-message.v1";
 pub const RESPONSE_SCHEMA: &str = "pi-workflows.runner-response.v1";
+/// A liveness ping from the server (`{"ping": N, "schema": …}`); the runner answers it from
+/// its event loop at once with a pong carrying the same `N`. Neither is fenced or receipted:
+/// they travel on the runner's own private channel and change nothing durable.
+pub const PING_SCHEMA: &str = "pi-workflows.runner-ping.v1";
+pub const PONG_SCHEMA: &str = "pi-workflows.runner-pong.v1";
+
+/// A ping frame.
+pub fn ping(number: u64) -> serde_json::Value {
+    serde_json::json!({"ping": number, "schema": PING_SCHEMA})
+}
+
+/// The number a pong frame answers, if the frame is a pong.
+pub fn pong_of(frame: &Map<String, Value>) -> Option<u64> {
+    (frame.get("schema").and_then(Value::as_str) == Some(PONG_SCHEMA))
+        .then(|| frame.get("pong").and_then(Value::as_u64))
+        .flatten()
+}
 pub const RUNNER_PROTOCOL_VERSION: u32 = 1;
 /// The descriptor number of the runner channel in the child.
 pub const RUNNER_CHANNEL_FD: i32 = 3;

@@ -27,6 +27,17 @@ pub const MAX_WORKERS_DEFAULT: usize = 4;
 pub const MAX_WORKERS_LIMIT: usize = 256;
 pub const RUNNER_READY_MS_DEFAULT: u64 = 10_000;
 pub const WARM_RUNNERS_ENV: &str = "PI_WORKFLOWS_WARM_RUNNERS";
+pub const RUNNER_MEMORY_ENV: &str = "PI_WORKFLOWS_RUNNER_MEMORY_MB";
+pub const RUNNER_MEMORY_MB_DEFAULT: u64 = 4_096;
+/// The smallest memory bound a runner may be given (Node itself needs ~50 MiB).
+pub const RUNNER_MEMORY_MB_MIN: u64 = 64;
+pub const RUNNER_PING_ENV: &str = "PI_WORKFLOWS_RUNNER_PING_MS";
+pub const RUNNER_PING_MS_DEFAULT: u64 = 2_000;
+pub const RUNNER_UNRESPONSIVE_ENV: &str = "PI_WORKFLOWS_RUNNER_UNRESPONSIVE_MS";
+pub const RUNNER_UNRESPONSIVE_MS_DEFAULT: u64 = 10_000;
+/// Bounds of both liveness settings.
+pub const RUNNER_LIVENESS_MS_MIN: u64 = 100;
+pub const RUNNER_LIVENESS_MS_MAX: u64 = 10 * 60 * 1_000;
 /// Warm runners kept at most (`PI_WORKFLOWS_WARM_RUNNERS`, default 1 with the Node runner).
 pub const WARM_RUNNERS_MAX: usize = 4;
 /// `PI_WORKFLOWS_RETENTION_DAYS`: days finished runs are kept (default 30), or `off`.
@@ -93,6 +104,13 @@ pub struct RunnerSettings {
     pub cache_dir: PathBuf,
     /// Runner processes kept started ahead of need (`PI_WORKFLOWS_WARM_RUNNERS`).
     pub warm_runners: usize,
+    /// How often a live runner is pinged (`PI_WORKFLOWS_RUNNER_PING_MS`).
+    pub ping_interval: Duration,
+    /// A runner silent this long shows as unresponsive (`PI_WORKFLOWS_RUNNER_UNRESPONSIVE_MS`).
+    pub unresponsive_after: Duration,
+    /// A runner process resident above this is stopped (`PI_WORKFLOWS_RUNNER_MEMORY_MB`);
+    /// `None`: no bound.
+    pub memory_bytes_max: Option<u64>,
 }
 
 fn env_number(name: &str, default: u64) -> anyhow::Result<u64> {
@@ -124,6 +142,9 @@ impl ServerConfig {
             .ok()
             .map(|program| (program.node.clone(), [program.args(), vec!["--serve".into()]].concat()));
         let runner = RunnerSettings {
+            ping_interval: liveness_ms(RUNNER_PING_ENV, RUNNER_PING_MS_DEFAULT)?,
+            unresponsive_after: liveness_ms(RUNNER_UNRESPONSIVE_ENV, RUNNER_UNRESPONSIVE_MS_DEFAULT)?,
+            memory_bytes_max: runner_memory_bytes_max()?,
             warm_runners,
             program: runner_program(),
             max_workers,
@@ -142,6 +163,29 @@ impl ServerConfig {
             resolve_timeout: resolve_timeout()?,
         })
     }
+}
+
+/// `PI_WORKFLOWS_RUNNER_MEMORY_MB`: megabytes (at least 64), or `off`.
+fn runner_memory_bytes_max() -> anyhow::Result<Option<u64>> {
+    let megabytes = match std::env::var(RUNNER_MEMORY_ENV) {
+        Err(_) => RUNNER_MEMORY_MB_DEFAULT,
+        Ok(value) if value == "off" => return Ok(None),
+        Ok(value) => value
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|mb| *mb >= RUNNER_MEMORY_MB_MIN && *mb <= u64::MAX >> 20)
+            .with_context(|| format!("{RUNNER_MEMORY_ENV} must be a number of megabytes from {RUNNER_MEMORY_MB_MIN}, or `off`, not {value:?}"))?,
+    };
+    Ok(Some(megabytes << 20))
+}
+
+fn liveness_ms(name: &str, default: u64) -> anyhow::Result<Duration> {
+    let ms = env_number(name, default)?;
+    if !(RUNNER_LIVENESS_MS_MIN..=RUNNER_LIVENESS_MS_MAX).contains(&ms) {
+        anyhow::bail!("{name} must be between {RUNNER_LIVENESS_MS_MIN} and {RUNNER_LIVENESS_MS_MAX} ms, not {ms}");
+    }
+    Ok(Duration::from_millis(ms))
 }
 
 fn resolve_timeout() -> anyhow::Result<Duration> {

@@ -9,6 +9,7 @@ use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use rustix::process::Resource;
 use supervisors::process::{ProcessChild, ProcessError, ProcessSpec, RlimitResource, spawn};
 
 use super::config::{Program, RunnerSettings};
@@ -36,6 +37,13 @@ const CHILD_ENV_ALLOWED: &[&str] = &[
     "PI_WORKFLOWS_PI_BIN",
     "PI_WORKFLOWS_TEST_SCRIPT",
 ];
+/// Open files a child (and what it starts) may hold at once; never above the server's own
+/// hard limit (a child cannot be given more than its parent has).
+pub const CHILD_OPEN_FILES_MAX: u64 = 16_384;
+/// Processes of this user a child may bring the count to (a fork bomb stops there; the
+/// kernel does not enforce it for root).
+pub const CHILD_PROCESSES_MAX: u64 = 8_192;
+
 /// Every child is started with `PI_WORKFLOWS_CHILD_MARK=<its log stem>`, inherited by what
 /// it starts: when its work ends, processes that escaped its process group and still carry
 /// the mark (a detached `setsid` child, a double fork) are found and stopped.
@@ -80,6 +88,13 @@ pub fn spawn_with_channel(
     Ok((child, parent_end))
 }
 
+/// `limit`, but never above this process's own hard limit of `resource`.
+fn bounded(resource: Resource, limit: u64) -> u64 {
+    rustix::process::getrlimit(resource)
+        .maximum
+        .map_or(limit, |hard| hard.min(limit))
+}
+
 /// The program's file name only: a path could name a private directory.
 fn program_name(program: &Program) -> String {
     program.0.file_name().map_or_else(
@@ -105,6 +120,16 @@ fn process_spec(
         .grace(Duration::from_millis(CHILD_GRACE_MS))
         // A core dump could hold workflow data: none, ever.
         .rlimit(RlimitResource::Core, Some(0), Some(0))
+        .rlimit(
+            RlimitResource::Nofile,
+            Some(bounded(Resource::Nofile, CHILD_OPEN_FILES_MAX)),
+            Some(bounded(Resource::Nofile, CHILD_OPEN_FILES_MAX)),
+        )
+        .rlimit(
+            RlimitResource::Nproc,
+            Some(bounded(Resource::Nproc, CHILD_PROCESSES_MAX)),
+            Some(bounded(Resource::Nproc, CHILD_PROCESSES_MAX)),
+        )
         .inherit_fd(channel, RUNNER_CHANNEL_FD);
     if let Some(dir) = cwd.filter(|dir| dir.is_dir()) {
         spec = spec.cwd(dir);

@@ -46,9 +46,11 @@ pub struct RunFacts {
 /// The run's live runner epoch, if one is starting or ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerFacts {
+    /// `starting`, `ready`, or `unresponsive` while it does not answer liveness pings.
     pub status: String,
     pub started_at: i64,
     pub ready_at: Option<i64>,
+    pub unresponsive_since: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,7 +163,8 @@ fn attempt_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<AttemptFacts> {
 pub fn presentation_revision(conn: &Connection, run_id: &str) -> StoreResult<Option<i64>> {
     Ok(conn
         .prepare_cached(
-            "SELECT r.revision + coalesce((SELECT sum(1 + (w.ready_at IS NOT NULL) + (w.finished_at IS NOT NULL))
+            "SELECT r.revision + coalesce((SELECT sum(1 + (w.ready_at IS NOT NULL) + (w.finished_at IS NOT NULL)
+                                                      + w.liveness_changes)
                                            FROM run_workers w WHERE w.run_id = r.run_id), 0)
                               + coalesce((SELECT sum(latest) FROM (SELECT max(u.update_seq) AS latest
                                            FROM interaction_updates u JOIN interactive_requests i ON i.request_id = u.request_id
@@ -212,13 +215,15 @@ pub fn run_view_facts(conn: &Connection, run_id: &str, window: usize) -> StoreRe
 fn live_worker(conn: &Connection, run_id: &str) -> StoreResult<Option<WorkerFacts>> {
     Ok(conn
         .prepare_cached(
-            "SELECT status, started_at, ready_at FROM run_workers
+            "SELECT CASE WHEN unresponsive_since IS NULL THEN status ELSE 'unresponsive' END,
+                    started_at, ready_at, unresponsive_since FROM run_workers
              WHERE run_id = ?1 AND status IN ('starting', 'ready')",
         )?
         .query_row([run_id], |row| {
             Ok(WorkerFacts {
                 status: row.get(0)?,
                 started_at: row.get(1)?,
+                unresponsive_since: row.get(3)?,
                 ready_at: row.get(2)?,
             })
         })

@@ -72,6 +72,8 @@ wire_enum! {
         WorkflowSourceChanged = "workflowSourceChanged",
         /// An external effect may have applied without a receipt; needs review.
         EffectAmbiguous = "effectAmbiguous",
+        /// The runner used more memory than its bound and was stopped; resumable.
+        RunnerOutOfMemory = "runnerOutOfMemory",
     }
 }
 

@@ -388,7 +388,12 @@ CREATE TABLE run_workers (
   exit_code INTEGER,
   signal INTEGER,
   diagnostic_hash TEXT,
-  CHECK ((finished_at IS NULL) = (status IN ('starting', 'ready')))
+  -- Set while a live runner does not answer the server's liveness pings (display only).
+  unresponsive_since INTEGER,
+  -- How often `unresponsive_since` changed: part of the run's presentation revision.
+  liveness_changes INTEGER NOT NULL DEFAULT 0,
+  CHECK ((finished_at IS NULL) = (status IN ('starting', 'ready'))),
+  CHECK (unresponsive_since IS NULL OR status IN ('starting', 'ready'))
 ) STRICT;
 
 CREATE UNIQUE INDEX run_workers_one_active_per_run ON run_workers (run_id)

@@ -65,6 +65,22 @@ pub fn record_ready(tx: &WriteTx<'_>, runner_epoch: &str) -> StoreResult<()> {
     Ok(())
 }
 
+/// Whether the live runner of `runner_epoch` answers its liveness pings; true when this
+/// changed what is recorded (an ended epoch records nothing).
+pub fn record_responsiveness(tx: &WriteTx<'_>, runner_epoch: &str, responsive: bool) -> StoreResult<bool> {
+    let changed = tx
+        .conn()
+        .prepare_cached(
+            "UPDATE run_workers
+             SET unresponsive_since = CASE WHEN ?3 THEN NULL ELSE ?1 END,
+                 liveness_changes = liveness_changes + 1
+             WHERE runner_epoch = ?2 AND status IN ('starting', 'ready')
+               AND (unresponsive_since IS NULL) <> ?3",
+        )?
+        .execute(params![tx.now_ms(), runner_epoch, responsive])?;
+    Ok(changed == 1)
+}
+
 /// Record the epoch's one terminal outcome; a second call changes nothing.
 pub fn record_outcome(
     tx: &WriteTx<'_>,

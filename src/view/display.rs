@@ -65,7 +65,7 @@ pub enum Control {
 pub struct Activity {
     /// `worker` while a runner epoch is starting or ready, else `none`.
     pub kind: &'static str,
-    /// `starting` or `ready` for a worker.
+    /// `starting`, `ready` or `unresponsive` (not answering the server's pings) for a worker.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -139,6 +139,9 @@ pub fn controls(status: DisplayStatus, facts: &DisplayFacts<'_>) -> Vec<Control>
         s if s.is_terminal() => vec![Control::Restart],
         DisplayStatus::Ambiguous => vec![Control::Cancel],
         DisplayStatus::Paused => vec![Control::Resume, Control::Cancel],
+        // Parked for review (its runner crashed, made no progress, or ran out of memory):
+        // only an explicit resume moves it.
+        DisplayStatus::Queued if facts.queue_status == "parked" => vec![Control::Resume, Control::Cancel],
         DisplayStatus::Waiting => {
             let mut waiting = vec![Control::Pause, Control::Cancel];
             waiting.extend(answer_controls(facts.pending_kind.unwrap_or_default()));
@@ -270,8 +273,29 @@ mod tests {
                 ..facts()
             };
             assert_eq!(display_status(&f), DisplayStatus::Queued, "{queue}");
-            assert!(!controls(DisplayStatus::Queued, &f).contains(&Control::Resume));
+            // Only work parked for review waits for an explicit resume.
+            let resumable = controls(DisplayStatus::Queued, &f).contains(&Control::Resume);
+            assert_eq!(resumable, queue == "parked", "{queue}");
         }
+    }
+
+    #[test]
+    fn work_parked_for_review_offers_resume_and_admitted_work_does_not() {
+        let parked = DisplayFacts {
+            queue_status: "parked",
+            worker_active: false,
+            ..facts()
+        };
+        assert_eq!(display_status(&parked), DisplayStatus::Queued);
+        let mut expected = vec![Control::Resume, Control::Cancel];
+        expected.sort();
+        assert_eq!(controls(DisplayStatus::Queued, &parked), expected);
+        let admitted = DisplayFacts {
+            queue_status: "queued",
+            worker_active: false,
+            ..facts()
+        };
+        assert!(!controls(DisplayStatus::Queued, &admitted).contains(&Control::Resume));
     }
 
     #[test]

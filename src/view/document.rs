@@ -155,7 +155,12 @@ fn activity(facts: &RunViewFacts) -> Activity {
         Some(worker) => Activity {
             kind: "worker",
             state: Some(worker.status.clone()),
-            since: Some(worker.ready_at.unwrap_or(worker.started_at)),
+            since: Some(
+                worker
+                    .unresponsive_since
+                    .or(worker.ready_at)
+                    .unwrap_or(worker.started_at),
+            ),
         },
         None => Activity::none(),
     }

@@ -31,6 +31,8 @@ pub enum RunnerMsg {
     ),
     /// Renew the run claim while the runner works; never waits for a scheduler slot.
     RenewClaim,
+    /// Check the runner's liveness and ping it.
+    Ping,
 }
 
 pub enum PoolMsg {

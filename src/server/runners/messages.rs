@@ -16,7 +16,7 @@ use super::channel;
 use super::state::RunnerState;
 use crate::protocol::decode_frame;
 use crate::protocol::encode_frame;
-use crate::protocol::runner::{Message, MessageKind, Response, ResponseOutcome, fencing_of};
+use crate::protocol::runner::{Message, MessageKind, Response, ResponseOutcome, fencing_of, pong_of};
 use crate::server::blocking;
 use crate::store::writer::PendingAnswer;
 use crate::store::{StoreError, StoreResult, settings, workers};
@@ -37,6 +37,10 @@ pub async fn on_frames(state: &mut RunnerState, lines: Vec<Vec<u8>>) -> bool {
             Parsed::Bad => {
                 flush(state, &mut pipelined).await;
                 return false;
+            }
+            Parsed::Pong(number) => {
+                super::liveness::on_pong(state, number).await;
+                continue;
             }
         };
         if state.ready && pipelinable(message.kind) {
@@ -87,6 +91,8 @@ async fn flush(state: &mut RunnerState, pipelined: &mut Vec<(Message, Submitted)
 
 /// A frame after decoding and fencing.
 enum Parsed {
+    /// A liveness pong (not a protocol message: no fencing, no receipt).
+    Pong(u64),
     Message(Message),
     /// Another generation or epoch: answered `claimLost` (after earlier frames), then stop.
     Stale(String),
@@ -103,6 +109,9 @@ fn parse(state: &mut RunnerState, line: &[u8]) -> Parsed {
         tracing::warn!(run_id = %state.args.run.run_id, "runner sent a bad frame; stopping it");
         return Parsed::Bad;
     };
+    if let Some(number) = pong_of(&frame) {
+        return Parsed::Pong(number);
+    }
     let Some(fencing) =
         fencing_of(&frame).filter(|f| !f.message_id.is_empty() && f.message_id.len() <= MESSAGE_ID_BYTES_MAX)
     else {

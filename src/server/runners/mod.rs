@@ -6,7 +6,9 @@
 
 pub mod apply;
 pub mod channel;
+pub mod liveness;
 pub mod mailbox;
+pub mod memory;
 pub mod messages;
 pub mod pool;
 pub mod reaper;

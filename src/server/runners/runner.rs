@@ -91,6 +91,7 @@ impl Actor for Runner {
         writer.write_all(&launch_bytes).await?;
         let reader = tokio::spawn(read_frames(read_half, myself.clone())).abort_handle();
         let renewals = myself.send_interval(Duration::from_millis(CLAIM_RENEW_MS), || RunnerMsg::RenewClaim);
+        let pings = myself.send_interval(args.runners.settings.ping_interval, || RunnerMsg::Ping);
         args.runners.register(&args.run.run_id, myself.clone());
         tracing::info!(run_id = %args.run.run_id, generation = args.authority.generation, pid, "runner started");
         Ok(RunnerState {
@@ -112,10 +113,12 @@ impl Actor for Runner {
             claim_lost: false,
             runner_stale: false,
             timed_out: false,
+            out_of_memory: false,
             finished: false,
             advertised: Vec::new(),
             settings_known: None,
-            tasks: vec![reader, renewals.abort_handle()],
+            tasks: vec![reader, renewals.abort_handle(), pings.abort_handle()],
+            liveness: super::state::Liveness::default(),
         })
     }
 
@@ -168,6 +171,14 @@ impl Actor for Runner {
                     state.finished = true;
                     stop_after_end(&myself, state, Some(WorkerOutcome::Cancelled)).await;
                 }
+            }
+            RunnerMsg::Ping => {
+                if super::memory::over_bound(state) {
+                    state.out_of_memory = true;
+                    stop_after_end(&myself, state, None).await;
+                    return Ok(());
+                }
+                super::liveness::on_tick(state).await;
             }
             RunnerMsg::RenewClaim if state.claim_lost || state.finished => {}
             RunnerMsg::RenewClaim => {

@@ -38,6 +38,8 @@ pub async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: 
         _ if leave_alone => None,
         // Stopped by the server (shutdown, cancellation): a durable boundary, resumable.
         _ if forced == Some(WorkerOutcome::Cancelled) => Some((i64::MAX, ParkReason::Boundary)),
+        // Stopped for its memory: said as such, whatever progress it had made.
+        _ if state.out_of_memory => Some((i64::MIN, ParkReason::RunnerOutOfMemory)),
         Some(ready) => Some((ready, ParkReason::WorkerCrashed)),
         None => Some((i64::MIN, ParkReason::RunnerNoProgress)),
     };
@@ -139,7 +141,8 @@ fn park_if_still_running(
         Ok(false) => {}
         Err(err) => return Err(err),
     }
-    let no_progress = reason != ParkReason::Boundary && run.revision <= revision_at_ready;
+    let no_progress =
+        !matches!(reason, ParkReason::Boundary | ParkReason::RunnerOutOfMemory) && run.revision <= revision_at_ready;
     let reason = if no_progress {
         ParkReason::RunnerNoProgress
     } else {

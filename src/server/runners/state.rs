@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use ractor::ActorRef;
 use supervisors::{Fence, ProcessEnd, ProcessMsg, Refused, Stamp};
@@ -49,6 +50,8 @@ pub struct RunnerState {
     /// The runner sent a stale or foreign stamp and was told `claimLost`.
     pub runner_stale: bool,
     pub timed_out: bool,
+    /// Stopped by the server for using more memory than its bound.
+    pub out_of_memory: bool,
     pub finished: bool,
     /// Content offered to this runner (a run state above the frame limit): the only
     /// content `content.read` may return.
@@ -57,6 +60,30 @@ pub struct RunnerState {
     /// and answers); an answer carries a newer one. `None`: the run declares no settings.
     pub settings_known: Option<i64>,
     pub tasks: Vec<AbortHandle>,
+    pub liveness: Liveness,
+}
+
+/// What the actor keeps about its liveness pings (`liveness.rs`).
+#[derive(Debug)]
+pub struct Liveness {
+    /// The ping in flight, if any.
+    pub outstanding: Option<u64>,
+    pub next: u64,
+    /// When the runner last showed it is alive (ready, or a pong).
+    pub last_seen: Instant,
+    /// Recorded as unresponsive.
+    pub unresponsive: bool,
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Self {
+            outstanding: None,
+            next: 0,
+            last_seen: Instant::now(),
+            unresponsive: false,
+        }
+    }
 }
 
 /// The one stamp this runner was issued: the server epoch and the run's claim generation

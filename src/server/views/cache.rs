@@ -137,6 +137,11 @@ fn describe_detail(code: &str) -> &'static str {
         }
         "effectAmbiguous" => "an external effect may or may not have happened; review it before resuming",
         "runnerNoProgress" => "the runner stopped making progress; resume to try again",
+        "runnerOutOfMemory" => {
+            "the runner used more memory than its bound (PI_WORKFLOWS_RUNNER_MEMORY_MB) and was stopped; \
+             raise the bound and restart the server, or fix the step, then resume"
+        }
+        "workerCrashed" => "the runner crashed after saving progress; resume to continue from there",
         _ => "see the run's events for details",
     }
 }

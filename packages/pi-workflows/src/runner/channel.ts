@@ -3,6 +3,10 @@ import net from "node:net";
 import { canonicalJson } from "../canonical.js";
 
 export const FRAME_BYTES_MAX = 1024 * 1024;
+/** A liveness ping of the server; canonical JSON puts its `ping` key first. */
+export const PING_SCHEMA = "pi-workflows.runner-ping.v1";
+export const PONG_SCHEMA = "pi-workflows.runner-pong.v1";
+const PING_PREFIX = '{"ping":';
 
 export class ProtocolError extends Error {
   constructor(message: string) {
@@ -51,6 +55,9 @@ export class FrameChannel {
   }
 
   private push(line: string) {
+    // A ping is answered from the event loop at once, never queued for a reader: a runner
+    // whose loop is blocked (a busy computation, a stopped process) does not answer.
+    if (line.startsWith(PING_PREFIX)) return this.answerPing(line);
     if (this.waiter) {
       const { resolve } = this.waiter;
       this.waiter = undefined;
@@ -58,6 +65,20 @@ export class FrameChannel {
     } else {
       this.frames.push(line);
     }
+  }
+
+  private answerPing(line: string) {
+    let ping: unknown;
+    try {
+      ping = JSON.parse(line);
+    } catch {
+      return this.fail(new ProtocolError("the server sent a ping that is not JSON"));
+    }
+    const record = ping as { ping?: unknown; schema?: unknown };
+    if (record.schema !== PING_SCHEMA || !Number.isSafeInteger(record.ping)) {
+      return this.fail(new ProtocolError("the server sent a malformed ping"));
+    }
+    this.writeFrame({ pong: record.ping, schema: PONG_SCHEMA }).catch((error: Error) => this.fail(error));
   }
 
   private fail(error: Error) {

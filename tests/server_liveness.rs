@@ -1,0 +1,109 @@
+//! Runner liveness and limits on the real server and the Node runner: a runner that stops
+//! answering the server's pings (here: SIGSTOP) shows as `unresponsive` in the run view,
+//! still with `cancel` among its controls, and as `ready` once it runs again (SIGCONT); a
+//! runner above its memory bound is stopped and its run parks as `runnerOutOfMemory`, with
+//! `resume`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::e2e::{Env, json_of};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn view(env: &Env, run_id: &str) -> Value {
+    json_of(&env.cli(&["view", run_id, "--once", "--json"]))
+}
+
+fn wait_for_activity(env: &Env, run_id: &str, state: &str) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let view = view(env, run_id);
+        if view["display"]["activity"]["state"] == state {
+            return view;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the runner never showed as {state}: {}\n{}",
+            view["display"],
+            env.diagnostics()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn runner_pid(env: &Env) -> i32 {
+    let status = json_of(&env.cli(&["server", "status", "--tree", "--json"]));
+    let runners = status["tree"]["children"]
+        .as_array()
+        .and_then(|children| children.iter().find(|child| child["id"] == "runners"))
+        .cloned()
+        .expect("runners");
+    let runner = runners["children"]
+        .as_array()
+        .and_then(|children| {
+            children
+                .iter()
+                .find(|child| child["id"].as_str().is_some_and(|id| id.starts_with("runner-")))
+        })
+        .cloned()
+        .expect("a live runner");
+    runner["details"]["processes"][0]["pid"].as_i64().expect("pid") as i32
+}
+
+fn signal(pid: i32, name: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+}
+
+#[test]
+fn a_stopped_runner_shows_as_unresponsive_and_recovers() {
+    let env = Env::with_vars(vec![
+        ("PI_WORKFLOWS_RUNNER_PING_MS".to_string(), "200".to_string()),
+        ("PI_WORKFLOWS_RUNNER_UNRESPONSIVE_MS".to_string(), "1000".to_string()),
+    ]);
+    let run_id = env.start_fixture("long-wait", None);
+    wait_for_activity(&env, &run_id, "ready");
+    let pid = runner_pid(&env);
+    signal(pid, "STOP");
+    let stopped = wait_for_activity(&env, &run_id, "unresponsive");
+    assert_eq!(stopped["display"]["status"], "running", "{}", stopped["display"]);
+    let controls = stopped["display"]["controls"].as_array().expect("controls");
+    assert!(controls.iter().any(|control| control == "cancel"), "{controls:?}");
+    signal(pid, "CONT");
+    wait_for_activity(&env, &run_id, "ready");
+    let cancel = env.cli(&["run", "cancel", &run_id]);
+    env.expect_code(&cancel, 0, "cancel the waiting run");
+}
+
+#[test]
+fn a_runner_above_its_memory_bound_is_stopped_and_its_run_parks_resumable() {
+    let env = Env::with_vars(vec![
+        ("PI_WORKFLOWS_RUNNER_PING_MS".to_string(), "200".to_string()),
+        ("PI_WORKFLOWS_RUNNER_MEMORY_MB".to_string(), "256".to_string()),
+    ]);
+    let run_id = env.start_fixture("memory-hog", None);
+    env.wait_until("the run parks for its memory", || {
+        env.count(&format!(
+            "SELECT count(*) FROM run_queue WHERE run_id = '{run_id}' AND status = 'parked'"
+        )) == 1
+    });
+    env.wait_runner_gone(&run_id);
+    let view = view(&env, &run_id);
+    let display = &view["display"];
+    assert_eq!(display["reason"]["code"], "runnerOutOfMemory", "{display}");
+    let controls = display["controls"].as_array().expect("controls");
+    assert!(controls.iter().any(|control| control == "resume"), "{controls:?}");
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM runs WHERE run_id = '{run_id}' AND status = 'completed'"
+        )),
+        0,
+        "the allocation loop must not have finished"
+    );
+}
