@@ -6,7 +6,8 @@
 //! ├── scheduler    worker, permanent: lease renewal, admission, idle exit
 //! ├── retention    task, transient: the daily retention sweep (absent when retention is off)
 //! ├── resolvers    one_for_one, 10 / 60 s
-//! │   └── resolver worker, permanent: the warm source resolver and its Node process
+//! │   ├── resolver worker, permanent: the warm source resolver and its Node process
+//! │   └── resolver-N  worker, temporary: one request while the warm one is busy
 //! ├── runners      one_for_one, 5 / 60 s
 //! │   ├── reaper   task, transient: reaps orphans reparented to the server (a subreaper)
 //! │   ├── pool     worker, permanent: warm runner processes, not yet assigned
