@@ -115,6 +115,7 @@ impl ServerPaths {
 
 /// The held global lock; released when dropped or when the process dies.
 pub struct ServerLock {
+    _claim: std::os::unix::net::UnixListener,
     _file: File,
 }
 
@@ -145,9 +146,44 @@ pub fn take_lock(paths: &ServerPaths) -> anyhow::Result<ServerLock> {
         }
         Err(err) => return Err(err).context("could not lock the server lock file"),
     }
+    let claim = claim_directory_name(paths)?;
     file.set_len(0)?;
     writeln!(file, "{}", std::process::id())?;
-    Ok(ServerLock { _file: file })
+    Ok(ServerLock {
+        _file: file,
+        _claim: claim,
+    })
+}
+
+/// How long a new server waits for an older one whose state directory was removed to
+/// notice it and exit (it checks every second).
+const CLAIM_WAIT_MS: u64 = 3_000;
+const CLAIM_POLL_MS: u64 = 50;
+
+/// The second lock: an abstract Unix socket named after the user and the state directory's
+/// path. Unlike the lock file it survives an `rm -rf` of the directory, so a new server for a
+/// path never runs next to an old one still running on the deleted files; the kernel frees
+/// the name when its holder exits, however it exits.
+fn claim_directory_name(paths: &ServerPaths) -> anyhow::Result<std::os::unix::net::UnixListener> {
+    use std::os::linux::net::SocketAddrExt;
+    let canonical = std::fs::canonicalize(&paths.state_dir).unwrap_or_else(|_| paths.state_dir.clone());
+    let digest = crate::digest::sha256_hex(canonical.as_os_str().as_encoded_bytes());
+    let name = format!("pi-workflows-{}-{}", rustix::process::getuid().as_raw(), &digest[..32]);
+    let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(CLAIM_WAIT_MS);
+    loop {
+        match std::os::unix::net::UnixListener::bind_addr(&address) {
+            Ok(listener) => return Ok(listener),
+            Err(err) if err.kind() == std::io::ErrorKind::AddrInUse && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(CLAIM_POLL_MS));
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::AddrInUse => bail!(
+                "another pi-workflows server is still running for this state directory (its files were \
+                 removed or replaced); it stops by itself within seconds, or stop it with `kill`, then retry"
+            ),
+            Err(err) => return Err(err).context("could not claim the state directory"),
+        }
+    }
 }
 
 /// True when no process holds the global lock (no server is alive for these paths).
