@@ -87,14 +87,28 @@ fn a_runner_above_its_memory_bound_is_stopped_and_its_run_parks_resumable() {
         ("PI_WORKFLOWS_RUNNER_PING_MS".to_string(), "200".to_string()),
         ("PI_WORKFLOWS_RUNNER_MEMORY_MB".to_string(), "256".to_string()),
     ]);
-    let run_id = env.start_fixture("memory-hog", None);
+    expect_out_of_memory(&env, "memory-hog");
+}
+
+#[test]
+fn a_workflow_declared_memory_bound_replaces_the_servers() {
+    // Without a server bound the 4 GiB loop would finish; the workflow's 192 MiB stops it.
+    let env = Env::with_vars(vec![
+        ("PI_WORKFLOWS_RUNNER_PING_MS".to_string(), "200".to_string()),
+        ("PI_WORKFLOWS_RUNNER_MEMORY_MB".to_string(), "off".to_string()),
+    ]);
+    expect_out_of_memory(&env, "memory-hog-limited");
+}
+
+fn expect_out_of_memory(env: &Env, fixture: &str) {
+    let run_id = env.start_fixture(fixture, None);
     env.wait_until("the run parks for its memory", || {
         env.count(&format!(
             "SELECT count(*) FROM run_queue WHERE run_id = '{run_id}' AND status = 'parked'"
         )) == 1
     });
     env.wait_runner_gone(&run_id);
-    let view = view(&env, &run_id);
+    let view = view(env, &run_id);
     let display = &view["display"];
     assert_eq!(display["reason"]["code"], "runnerOutOfMemory", "{display}");
     let controls = display["controls"].as_array().expect("controls");

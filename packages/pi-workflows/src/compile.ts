@@ -52,6 +52,8 @@ export interface DefinitionSnapshot {
   edges: ({ from: string; to: string } | { from: string; switch: { on: string; cases: Record<string, string> } })[];
   /** Present when the root workflow declares settings (the server enforces it). */
   settings?: SettingsSnapshot;
+  /** Present when the root workflow declares limits (the server enforces them). */
+  limits?: { runnerMemoryMb?: number };
 }
 
 export interface CompiledWorkflow {
@@ -140,6 +142,11 @@ function buildSnapshot(root: CompiledScope): DefinitionSnapshot {
     }
     for (const mount of scope.mounts.values()) {
       const def = mount.scope.definition;
+      if (def.limits) {
+        throw new Error(
+          `workflow "${def.name}" (included at "${mount.path}") declares limits: only the root workflow declares them; move them to "${root.definition.name}"`,
+        );
+      }
       if (def.settings) {
         throw new Error(
           `workflow "${def.name}" (included at "${mount.path}") declares settings: only the root workflow declares them; move them to "${root.definition.name}"`,
@@ -151,5 +158,6 @@ function buildSnapshot(root: CompiledScope): DefinitionSnapshot {
   };
   visit(root);
   if (root.definition.settings) snapshot.settings = settingsSnapshot(root.definition.settings);
+  if (root.definition.limits) snapshot.limits = { ...root.definition.limits };
   return snapshot;
 }

@@ -2,7 +2,7 @@
 import { resolveInclude } from "./include.js";
 import { isOutcomeCase, parseSwitchOn } from "./edges.js";
 import { checkSettings } from "./settings.js";
-import type { IncludeSpec, WorkflowDefinition, WorkflowEdge, WorkflowNode, WorkflowOptions } from "./types.js";
+import type { IncludeSpec, WorkflowDefinition, WorkflowEdge, WorkflowLimits, WorkflowNode, WorkflowOptions } from "./types.js";
 
 export const NODE_NAME = /^[A-Za-z_][A-Za-z0-9_-]*$/;
 const WORKFLOW_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]*$/;
@@ -32,6 +32,7 @@ export function defineWorkflow<I = unknown>(options: WorkflowOptions<I>): Workfl
   checkDecisionEdges(nodes, edges, fail);
   checkReachable(startAt, nodes, includes, edges, fail);
   const settings = options.settings === undefined ? undefined : checkSettings(options.settings, fail);
+  const limits = options.limits === undefined ? undefined : checkLimits(options.limits, fail);
 
   const definition: WorkflowDefinition<I> = Object.freeze({
     kind: "workflow",
@@ -44,12 +45,28 @@ export function defineWorkflow<I = unknown>(options: WorkflowOptions<I>): Workfl
     edges: Object.freeze([...edges]),
     maxSteps,
     ...(settings ? { settings } : {}),
+    ...(limits ? { limits } : {}),
   });
   assertNoIncludeCycle(definition, [], true);
   return definition;
 }
 
 type Fail = (what: string) => never;
+
+/** The runner memory bound a workflow may ask for, in MiB (the server's own bounds). */
+export const RUNNER_MEMORY_MB_MIN = 64;
+export const RUNNER_MEMORY_MB_MAX = 65_536;
+
+function checkLimits(limits: WorkflowLimits, fail: Fail): WorkflowLimits {
+  if (!limits || typeof limits !== "object" || Array.isArray(limits)) fail("limits must be an object");
+  const unknown = Object.keys(limits).filter((key) => key !== "runnerMemoryMb");
+  if (unknown.length > 0) fail(`limits has unknown field(s) ${unknown.join(", ")}; the known one is runnerMemoryMb`);
+  const memory = limits.runnerMemoryMb;
+  if (memory !== undefined && (!Number.isInteger(memory) || memory < RUNNER_MEMORY_MB_MIN || memory > RUNNER_MEMORY_MB_MAX)) {
+    fail(`limits.runnerMemoryMb must be a whole number of MiB from ${RUNNER_MEMORY_MB_MIN} to ${RUNNER_MEMORY_MB_MAX}`);
+  }
+  return Object.freeze({ ...limits });
+}
 
 function checkNodes<I>(nodes: Record<string, WorkflowNode<I>> | undefined, hasIncludes: boolean, fail: Fail): Record<string, WorkflowNode<I>> {
   if (!nodes || typeof nodes !== "object") fail("nodes must be an object");

@@ -182,6 +182,15 @@ export interface WorkflowOptions<I = unknown> {
   maxSteps?: number;
   /** Run settings clients may change while the run is active (declared by a root workflow). */
   settings?: WorkflowSettings;
+  /** Bounds the server enforces on this workflow's runner (declared by a root workflow). */
+  limits?: WorkflowLimits;
+}
+
+/** Bounds on a workflow's runner; each replaces the server's default for this workflow. */
+export interface WorkflowLimits {
+  /** Resident memory of the runner process, in MiB (64 to 65536): above it the runner is
+   * stopped and the run parks as `runnerOutOfMemory`. */
+  runnerMemoryMb?: number;
 }
 
 /** A validated workflow, as `defineWorkflow` returns it. */
@@ -197,4 +206,5 @@ export interface WorkflowDefinition<I = any> {
   readonly edges: readonly WorkflowEdge[];
   readonly maxSteps: number;
   readonly settings?: WorkflowSettings;
+  readonly limits?: WorkflowLimits;
 }

@@ -121,3 +121,17 @@ test("node builders check their options", () => {
   assert.throws(() => compute({}), /compute.run/);
   assert.throws(() => decision({ question: "?", choices: [] }), /choices/);
 });
+
+test("runner limits are checked when defined and recorded in the snapshot", () => {
+  const one = { a: compute({ run: () => 1 }) };
+  const limited = defineWorkflow({ name: "limited", startAt: "a", nodes: one, edges: [], limits: { runnerMemoryMb: 8192 } });
+  assert.deepEqual(compileWorkflow(limited).snapshot.limits, { runnerMemoryMb: 8192 });
+  assert.equal(compileWorkflow(defineWorkflow({ name: "plain", startAt: "a", nodes: one, edges: [] })).snapshot.limits, undefined);
+  for (const bad of [{ runnerMemoryMb: 10 }, { runnerMemoryMb: 1.5 }, { runnerMemoryMb: 70_000 }, { memory: 100 }]) {
+    assert.throws(
+      () => defineWorkflow({ name: "bad", startAt: "a", nodes: one, edges: [], limits: bad }),
+      /workflow "bad": limits/,
+      JSON.stringify(bad),
+    );
+  }
+});

@@ -1,15 +1,50 @@
 //! The runner's memory bound: on every liveness tick the runner actor reads its runner
-//! process's resident memory; above `PI_WORKFLOWS_RUNNER_MEMORY_MB` (default 4096) the
-//! runner is stopped and its run parks as `runnerOutOfMemory`, resumable. The bound is on the
+//! process's resident memory; above the bound — the workflow's `limits.runnerMemoryMb`, else
+//! `PI_WORKFLOWS_RUNNER_MEMORY_MB` (default 4096) — the runner is stopped and its run parks
+//! as `runnerOutOfMemory`, resumable. The bound is on the
 //! runner process itself (where workflow code runs), not on the shell steps and agents it
 //! starts: a virtual-memory rlimit would be inherited by them and break programs that
 //! reserve large address spaces (a JVM, a linker) without using them.
 
-use super::state::RunnerState;
+use serde_json::Value;
+
+use super::state::{RunnerArgs, RunnerState};
+use crate::server::blocking;
+use crate::store::blobs;
+use crate::view::document::DEFINITION_MEDIA_TYPE;
+
+/// The largest bound a workflow may declare, in MiB (the SDK checks the same).
+pub const WORKFLOW_MEMORY_MB_MAX: u64 = 65_536;
+
+/// The runner's bound: the workflow's declared `limits.runnerMemoryMb` (read from its
+/// definition snapshot), else the server's. An unreadable definition keeps the server's.
+pub async fn bound_for(args: &RunnerArgs) -> Option<u64> {
+    let server = args.runners.settings.memory_bytes_max;
+    let digest = args
+        .run
+        .definition_digest
+        .strip_prefix("sha256:")
+        .unwrap_or(&args.run.definition_digest);
+    if !crate::digest::is_sha256_hex(digest) {
+        return server;
+    }
+    let hex = digest.to_string();
+    let definition = blocking::read(&args.shared.store, move |conn| {
+        let reference = blobs::blob_ref(conn, &hex, DEFINITION_MEDIA_TYPE)?;
+        blobs::read_blob_verified(conn, &reference)
+    })
+    .await;
+    let declared = definition
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+        .and_then(|definition| definition.pointer("/limits/runnerMemoryMb").and_then(Value::as_u64))
+        .filter(|mb| (1..=WORKFLOW_MEMORY_MB_MAX).contains(mb));
+    declared.map(|mb| mb << 20).or(server)
+}
 
 /// Whether the runner's resident memory is above its bound (`VmRSS` of `/proc/<pid>/status`).
 pub fn over_bound(state: &RunnerState) -> bool {
-    let Some(bound) = state.args.runners.settings.memory_bytes_max else {
+    let Some(bound) = state.memory_bytes_max else {
         return false;
     };
     let Some(resident) = resident_bytes(state.pid) else {

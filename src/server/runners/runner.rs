@@ -76,6 +76,7 @@ impl Actor for Runner {
             launch_envelope_hash: sha256_hex(&launch_bytes),
         };
         blocking::write(&args.shared.store, move |tx| workers::record_launch(tx, &worker)).await?;
+        let memory_bytes_max = super::memory::bound_for(&args).await;
         let (child, parent_end, mark) = runner_process(&args).await?;
         let (epoch, pid, identity) = (args.runner_epoch.clone(), child.pid(), child.identity().to_string());
         blocking::write(&args.shared.store, move |tx| {
@@ -114,6 +115,7 @@ impl Actor for Runner {
             runner_stale: false,
             timed_out: false,
             out_of_memory: false,
+            memory_bytes_max,
             finished: false,
             advertised: Vec::new(),
             settings_known: None,

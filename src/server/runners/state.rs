@@ -52,6 +52,8 @@ pub struct RunnerState {
     pub timed_out: bool,
     /// Stopped by the server for using more memory than its bound.
     pub out_of_memory: bool,
+    /// The runner process's resident-memory bound (`memory.rs`); `None`: none.
+    pub memory_bytes_max: Option<u64>,
     pub finished: bool,
     /// Content offered to this runner (a run state above the frame limit): the only
     /// content `content.read` may return.
