@@ -115,7 +115,7 @@ impl ServerPaths {
 
 /// The held global lock; released when dropped or when the process dies.
 pub struct ServerLock {
-    _claim: std::os::unix::net::UnixListener,
+    _claim: Option<std::os::unix::net::UnixListener>,
     _file: File,
 }
 
@@ -164,7 +164,7 @@ const CLAIM_POLL_MS: u64 = 50;
 /// path. Unlike the lock file it survives an `rm -rf` of the directory, so a new server for a
 /// path never runs next to an old one still running on the deleted files; the kernel frees
 /// the name when its holder exits, however it exits.
-fn claim_directory_name(paths: &ServerPaths) -> anyhow::Result<std::os::unix::net::UnixListener> {
+fn claim_directory_name(paths: &ServerPaths) -> anyhow::Result<Option<std::os::unix::net::UnixListener>> {
     use std::os::linux::net::SocketAddrExt;
     let canonical = std::fs::canonicalize(&paths.state_dir).unwrap_or_else(|_| paths.state_dir.clone());
     let digest = crate::digest::sha256_hex(canonical.as_os_str().as_encoded_bytes());
@@ -173,17 +173,34 @@ fn claim_directory_name(paths: &ServerPaths) -> anyhow::Result<std::os::unix::ne
     let deadline = std::time::Instant::now() + std::time::Duration::from_millis(CLAIM_WAIT_MS);
     loop {
         match std::os::unix::net::UnixListener::bind_addr(&address) {
-            Ok(listener) => return Ok(listener),
-            Err(err) if err.kind() == std::io::ErrorKind::AddrInUse && std::time::Instant::now() < deadline => {
+            Ok(listener) => return Ok(Some(listener)),
+            Err(err) if err.kind() != std::io::ErrorKind::AddrInUse => {
+                return Err(err).context("could not claim the state directory");
+            }
+            // Abstract names have no permissions: a name held by another user is no server
+            // of ours, so it must not keep this one from starting (the lock file still holds).
+            Err(_) if !held_by_this_user(&address) => {
+                tracing::warn!("the state directory's claim name is held by another user; relying on the lock file");
+                return Ok(None);
+            }
+            Err(_) if std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(CLAIM_POLL_MS));
             }
-            Err(err) if err.kind() == std::io::ErrorKind::AddrInUse => bail!(
+            Err(_) => bail!(
                 "another pi-workflows server is still running for this state directory (its files were \
                  removed or replaced); it stops by itself within seconds, or stop it with `kill`, then retry"
             ),
-            Err(err) => return Err(err).context("could not claim the state directory"),
         }
     }
+}
+
+/// Whether the process listening on `address` runs as this user (its `SO_PEERCRED`).
+fn held_by_this_user(address: &std::os::unix::net::SocketAddr) -> bool {
+    let Ok(stream) = std::os::unix::net::UnixStream::connect_addr(address) else {
+        // Gone meanwhile: the next bind will tell.
+        return true;
+    };
+    rustix::net::sockopt::socket_peercred(&stream).is_ok_and(|peer| peer.uid == rustix::process::getuid())
 }
 
 /// True when no process holds the global lock (no server is alive for these paths).

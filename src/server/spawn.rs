@@ -40,9 +40,10 @@ const CHILD_ENV_ALLOWED: &[&str] = &[
 /// Open files a child (and what it starts) may hold at once; never above the server's own
 /// hard limit (a child cannot be given more than its parent has).
 pub const CHILD_OPEN_FILES_MAX: u64 = 16_384;
-/// Processes of this user a child may bring the count to (a fork bomb stops there; the
-/// kernel does not enforce it for root).
-pub const CHILD_PROCESSES_MAX: u64 = 8_192;
+/// Tasks of this user (processes and threads: Linux counts both) a child may bring the
+/// count to: a fork bomb stops there, while a busy desktop's thousands of browser and IDE
+/// threads leave ample room. The kernel does not enforce it for root.
+pub const CHILD_PROCESSES_MAX: u64 = 32_768;
 
 /// Every child is started with `PI_WORKFLOWS_CHILD_MARK=<its log stem>`, inherited by what
 /// it starts: when its work ends, processes that escaped its process group and still carry

@@ -152,7 +152,7 @@ fn runners(parts: &TreeParts) -> ChildSpec {
     let shared = Arc::clone(&parts.shared);
     let args = PoolArgs {
         runners: Arc::clone(&parts.runners),
-        server_epoch: parts.shared.epoch,
+        shared: Arc::clone(&parts.shared),
         details: DetailsCell::default(),
     };
     ChildSpec::supervisor("runners", Restart::Permanent, move || {

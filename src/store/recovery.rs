@@ -4,6 +4,8 @@
 //!
 //! Ends with every run resumable (queued), parked for review, waiting, or terminal.
 
+use rusqlite::OptionalExtension;
+
 use super::claims::{self, OwnerType, RUN_CLAIM_LEASE_MS, ResourceType};
 use super::effects;
 use super::error::StoreResult;
@@ -84,6 +86,26 @@ pub fn recover(tx: &WriteTx<'_>, server_id: &str, stale: &[StaleWorker]) -> Stor
         report.requeued_runs += 1;
     }
     Ok(report)
+}
+
+/// Requeue `run_id` if it is parked at a boundary and not paused (its runner was stopped
+/// from outside while the server keeps running, e.g. a restart of the runners subtree);
+/// true when it was requeued. Any other park stays for review.
+pub fn requeue_boundary(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<bool> {
+    let parked: Option<String> = tx
+        .conn()
+        .prepare_cached(
+            "SELECT r.run_id FROM runs r JOIN run_queue q ON q.run_id = r.run_id
+             WHERE r.run_id = ?1 AND r.status = 'running' AND q.status = 'parked' AND r.paused = 0
+               AND r.status_detail = 'boundary'",
+        )?
+        .query_row([run_id], |row| row.get(0))
+        .optional()?;
+    if parked.is_none() {
+        return Ok(false);
+    }
+    runs::resume_run(tx, run_id, None)?;
+    Ok(true)
 }
 
 fn run_ids(tx: &WriteTx<'_>, sql: &str) -> StoreResult<Vec<String>> {

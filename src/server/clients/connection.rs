@@ -125,7 +125,11 @@ impl Actor for Connection {
         };
         let hello = ClientMessage::Hello(Hello {
             schema: ClientSchema::V1,
-            connection_id: OpaqueId::new(format!("connection-{}-{}", state.ops.shared.epoch, args.number))?,
+            // Random, so the tree's `connection-N` names never reveal a client's connection ID.
+            connection_id: OpaqueId::new(format!(
+                "connection-{}",
+                crate::digest::random_hex(8).ok_or("no randomness for a connection ID")?
+            ))?,
             package_version: state.ops.shared.package_version.to_string(),
         });
         write_message(&mut state, &hello).await?;

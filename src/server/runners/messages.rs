@@ -43,6 +43,11 @@ pub async fn on_frames(state: &mut RunnerState, lines: Vec<Vec<u8>>) -> bool {
                 continue;
             }
         };
+        if message.kind == MessageKind::RunnerReady {
+            // The handshake arrived in time: the process actor's deadline no longer applies,
+            // even if its commit then takes a while.
+            let _ = state.process.cast(supervisors::ProcessMsg::Ready);
+        }
         if state.ready && pipelinable(message.kind) {
             let submitted = submit(state, &message);
             pipelined.push((message, submitted));
@@ -345,8 +350,6 @@ async fn respond(state: &mut RunnerState, message: &Message, applied: StoreResul
                 MessageKind::RunnerReady => {
                     state.ready = true;
                     state.revision_at_ready = revision;
-                    // The handshake is done: the process actor's ready deadline no longer applies.
-                    let _ = state.process.cast(supervisors::ProcessMsg::Ready);
                 }
                 // The run left this runner's hands (its claim is released): no more claim
                 // renewals, and its exit is not a crash to park.

@@ -24,6 +24,7 @@ use supervisors::{DetailsCell, ProcessInfo};
 use super::mailbox::{PoolMsg, WarmRunner};
 use super::registry::Runners;
 use crate::server::config::{Program, WARM_RUNNERS_MAX};
+use crate::server::shared::Shared;
 use crate::server::spawn::spawn_with_channel;
 
 /// How long the pool waits for a warm runner to stop on a graceful stop.
@@ -34,8 +35,15 @@ pub struct Pool;
 #[derive(Clone)]
 pub struct PoolArgs {
     pub runners: Arc<Runners>,
-    pub server_epoch: i64,
+    pub shared: Arc<Shared>,
     pub details: DetailsCell,
+}
+
+impl PoolArgs {
+    /// The server is stopping: no new warm process.
+    fn stopping(&self) -> bool {
+        self.shared.stop_requested().is_some()
+    }
 }
 
 pub struct PoolState {
@@ -109,6 +117,9 @@ fn refill(state: &mut PoolState) {
         return;
     };
     let target = settings.warm_runners.min(WARM_RUNNERS_MAX);
+    if state.args.stopping() {
+        return;
+    }
     state
         .warm
         .retain_mut(|runner| matches!(runner.child.try_exit(), Ok(None)));
@@ -125,7 +136,7 @@ fn refill(state: &mut PoolState) {
 
 fn start_one(state: &PoolState, program: &Program) -> anyhow::Result<WarmRunner> {
     // Numbered from the registry's counter, so a restarted pool never reuses a capture name.
-    let log_stem = format!("warm-e{}-{}", state.args.server_epoch, state.args.runners.next_launch());
+    let log_stem = format!("warm-e{}-{}", state.args.shared.epoch, state.args.runners.next_launch());
     let (child, channel) = spawn_with_channel(&state.args.runners.settings, program, &log_stem, None)?;
     Ok(WarmRunner {
         child,

@@ -6,13 +6,14 @@
 //! runner actor owns its process through a `ProcessActor`, the pool owns the warm ones).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use ractor::ActorRef;
 
 use super::mailbox::{PoolMsg, RunnerMsg};
 use crate::server::config::RunnerSettings;
+use crate::server::shared::Shared;
 
 pub struct Runners {
     pub settings: RunnerSettings,
@@ -28,8 +29,8 @@ pub struct Runners {
 }
 
 impl Runners {
-    pub fn new(settings: RunnerSettings) -> std::sync::Arc<Self> {
-        std::sync::Arc::new(Self {
+    pub fn new(settings: RunnerSettings) -> Arc<Self> {
+        Arc::new(Self {
             settings,
             registry: Mutex::new(HashMap::new()),
             live: AtomicUsize::new(0),
@@ -38,14 +39,23 @@ impl Runners {
         })
     }
 
-    pub fn register(&self, run_id: &str, runner: ActorRef<RunnerMsg>) {
+    /// Count `runner` as live and name it for `run_id` until the returned value is dropped —
+    /// however its actor ends, a panic included (ractor runs no `post_stop` then), so a
+    /// crashed runner actor never holds capacity or keeps the server from idling.
+    pub fn register(self: &Arc<Self>, shared: &Arc<Shared>, run_id: &str, runner: ActorRef<RunnerMsg>) -> Registration {
         self.live.fetch_add(1, Ordering::SeqCst);
-        lock(&self.registry).insert(run_id.to_string(), runner);
+        lock(&self.registry).insert(run_id.to_string(), runner.clone());
+        Registration {
+            runners: Arc::clone(self),
+            shared: Arc::clone(shared),
+            run_id: run_id.to_string(),
+            runner,
+        }
     }
 
     /// Forget `run_id`'s runner, unless a newer runner already replaced it; returns how many
     /// runners still live.
-    pub fn unregister(&self, run_id: &str, runner: &ActorRef<RunnerMsg>) -> usize {
+    fn unregister(&self, run_id: &str, runner: &ActorRef<RunnerMsg>) -> usize {
         let mut registry = lock(&self.registry);
         if registry
             .get(run_id)
@@ -75,6 +85,29 @@ impl Runners {
 
     pub fn pool(&self) -> Option<ActorRef<PoolMsg>> {
         lock(&self.pool).clone()
+    }
+}
+
+/// A live runner's place in the registry (see `Runners::register`).
+pub struct Registration {
+    runners: Arc<Runners>,
+    shared: Arc<Shared>,
+    run_id: String,
+    runner: ActorRef<RunnerMsg>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let still_running = self.runners.unregister(&self.run_id, &self.runner);
+        self.shared.wake_scheduler();
+        if still_running == 0 && self.shared.stop_requested().is_none() {
+            // Idle now: start the next warm runner while nothing competes for the CPU, and
+            // let a due retention sweep run (never while the server stops).
+            if let Some(pool) = self.runners.pool() {
+                let _ = pool.cast(PoolMsg::Refill);
+            }
+            self.shared.request_sweep();
+        }
     }
 }
 

@@ -93,7 +93,7 @@ impl Actor for Runner {
         let reader = tokio::spawn(read_frames(read_half, myself.clone())).abort_handle();
         let renewals = myself.send_interval(Duration::from_millis(CLAIM_RENEW_MS), || RunnerMsg::RenewClaim);
         let pings = myself.send_interval(args.runners.settings.ping_interval, || RunnerMsg::Ping);
-        args.runners.register(&args.run.run_id, myself.clone());
+        let registration = args.runners.register(&args.shared, &args.run.run_id, myself.clone());
         tracing::info!(run_id = %args.run.run_id, generation = args.authority.generation, pid, "runner started");
         Ok(RunnerState {
             fence: RunnerFence::new(
@@ -121,10 +121,11 @@ impl Actor for Runner {
             settings_known: None,
             tasks: vec![reader, renewals.abort_handle(), pings.abort_handle()],
             liveness: super::state::Liveness::default(),
+            _registration: registration,
         })
     }
 
-    async fn post_stop(&self, myself: ActorRef<RunnerMsg>, state: &mut RunnerState) -> Result<(), ActorProcessingErr> {
+    async fn post_stop(&self, _: ActorRef<RunnerMsg>, state: &mut RunnerState) -> Result<(), ActorProcessingErr> {
         for task in state.tasks.drain(..) {
             task.abort();
         }
@@ -133,17 +134,8 @@ impl Actor for Runner {
             let outcome = terminate(state).await;
             settle(state, outcome, Some(WorkerOutcome::Cancelled)).await;
         }
-        let still_running = state.args.runners.unregister(&state.args.run.run_id, &myself);
         state.args.details.update(|details| details.processes.clear());
-        state.args.shared.wake_scheduler();
-        if still_running == 0 {
-            // Idle now: start the next warm runner while nothing competes for the CPU, and
-            // let a due retention sweep run.
-            if let Some(pool) = state.args.runners.pool() {
-                let _ = pool.cast(PoolMsg::Refill);
-            }
-            state.args.shared.request_sweep();
-        }
+        // The registration (in the state) is dropped after this: it frees the runner's slot.
         Ok(())
     }
 

@@ -47,11 +47,18 @@ pub async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: 
     // recorded, no other runner can be admitted for it, so none can overlap with them.
     reap_registered(&state.args.shared.store, Some(state.args.runner_epoch.clone())).await;
     stop_escaped(&state.mark).await;
+    // Stopped from outside while the server keeps running (a restart of the runners subtree):
+    // the boundary park is requeued at once, as startup recovery would.
+    let requeue =
+        park.is_some_and(|(_, reason)| reason == ParkReason::Boundary) && state.args.shared.stop_requested().is_none();
     let (authority, epoch) = (state.args.authority.clone(), state.args.runner_epoch.clone());
     let (code, signal) = (exit.and_then(ExitOutcome::code), exit.and_then(ExitOutcome::signal));
     let settled = blocking::write(&state.args.shared.store, move |tx| {
         if let Some((revision_at_ready, reason)) = park {
             park_if_still_running(tx, &authority, revision_at_ready, reason)?;
+        }
+        if requeue {
+            crate::store::recovery::requeue_boundary(tx, &authority.resource_id)?;
         }
         workers::record_outcome(tx, &epoch, outcome, code, signal)
     })

@@ -63,6 +63,8 @@ pub struct RunnerState {
     pub settings_known: Option<i64>,
     pub tasks: Vec<AbortHandle>,
     pub liveness: Liveness,
+    /// Held while this runner lives: dropping it frees the runner's slot (`Runners::register`).
+    pub _registration: super::registry::Registration,
 }
 
 /// What the actor keeps about its liveness pings (`liveness.rs`).

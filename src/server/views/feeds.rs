@@ -9,7 +9,7 @@
 //! ends when its last subscriber leaves.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -86,38 +86,66 @@ pub struct ListSnapshot {
 
 pub type ListReceiver = watch::Receiver<Option<Arc<ListSnapshot>>>;
 
-/// Whether a feed task serves a channel right now. A new channel counts as served (its task
-/// is being started); a task marks it while it runs and unmarks it when it ends in any way
-/// (returns, panics, is aborted with its subtree), so a watch never subscribes to a channel
-/// nobody feeds: it starts a new feed instead.
+/// How long a watch waits for a feed another watch is starting.
+const FEED_START_WAIT_MS: u64 = 10_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FeedState {
+    /// Its task is being started by the watch that created the channel.
+    Starting,
+    /// A task runs for it.
+    Served,
+    /// No task will feed it any more (its start failed, or its task ended for good).
+    Ended,
+}
+
+/// Whether a feed task serves a channel. A task marks it while it runs and unmarks it when it
+/// ends in any way (returns, panics, is aborted with its subtree); a watch joins only a
+/// channel that is served — waiting while it starts — and otherwise starts a new feed.
 #[derive(Clone)]
-struct Served(Arc<AtomicBool>);
+struct Served(Arc<watch::Sender<FeedState>>);
 
 impl Served {
     fn new() -> Self {
-        Self(Arc::new(AtomicBool::new(true)))
+        Self(Arc::new(watch::channel(FeedState::Starting).0))
     }
 
-    fn is_served(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+    fn is_ended(&self) -> bool {
+        *self.0.borrow() == FeedState::Ended
+    }
+
+    /// Once its start settled: whether a task serves the channel.
+    async fn wait_started(&self) -> bool {
+        let mut state = self.0.subscribe();
+        let settled = state.wait_for(|state| *state != FeedState::Starting);
+        match tokio::time::timeout(Duration::from_millis(FEED_START_WAIT_MS), settled).await {
+            Ok(Ok(state)) => *state == FeedState::Served,
+            _ => false,
+        }
+    }
+
+    /// The start failed: no task will serve it.
+    fn failed(&self) {
+        self.0.send_replace(FeedState::Ended);
     }
 
     /// Held by a running feed task.
     fn serving(&self) -> ServingGuard {
-        self.0.store(true, Ordering::SeqCst);
+        self.0.send_replace(FeedState::Served);
         ServingGuard(Arc::clone(&self.0))
     }
 }
 
-struct ServingGuard(Arc<AtomicBool>);
+struct ServingGuard(Arc<watch::Sender<FeedState>>);
 
 impl Drop for ServingGuard {
     fn drop(&mut self) {
-        self.0.store(false, Ordering::SeqCst);
+        self.0.send_replace(FeedState::Ended);
     }
 }
 
 /// The run list's channel and whether a task feeds it.
+#[derive(Clone)]
 struct ListFeed {
     sender: watch::Sender<Option<Arc<ListSnapshot>>>,
     served: Served,
@@ -154,20 +182,25 @@ impl Feeds {
     /// Subscribe to `run_id`'s feed, starting it if nobody watches that run yet; `None` when
     /// no feed can start (the tree is starting or stopping).
     pub async fn watch_run(self: &Arc<Self>, run_id: &str) -> Option<(Arc<RunFeed>, SnapshotReceiver)> {
-        let (feed, receiver) = {
+        let (feed, receiver, created) = {
             let mut runs = lock(&self.runs);
-            if let Some(feed) = runs.get(run_id).filter(|feed| feed.served.is_served()) {
-                return Some((Arc::clone(feed), feed.latest.subscribe()));
+            match runs.get(run_id).filter(|feed| !feed.served.is_ended()) {
+                Some(feed) => (Arc::clone(feed), feed.latest.subscribe(), false),
+                None => {
+                    let (latest, receiver) = watch::channel(None);
+                    let feed = Arc::new(RunFeed {
+                        latest,
+                        retained: Mutex::new(VecDeque::new()),
+                        served: Served::new(),
+                    });
+                    runs.insert(run_id.to_string(), Arc::clone(&feed));
+                    (feed, receiver, true)
+                }
             }
-            let (latest, receiver) = watch::channel(None);
-            let feed = Arc::new(RunFeed {
-                latest,
-                retained: Mutex::new(VecDeque::new()),
-                served: Served::new(),
-            });
-            runs.insert(run_id.to_string(), Arc::clone(&feed));
-            (feed, receiver)
         };
+        if !created {
+            return feed.served.wait_started().await.then_some((feed, receiver));
+        }
         let (feeds, owned, task_feed) = (Arc::clone(self), run_id.to_string(), Arc::clone(&feed));
         let started = self
             .start_child("run-feed", move || {
@@ -175,6 +208,7 @@ impl Feeds {
             })
             .await;
         if !started {
+            feed.served.failed();
             self.forget_run(run_id, &feed);
             return None;
         }
@@ -183,27 +217,33 @@ impl Feeds {
 
     /// Subscribe to the run list, starting its feed if needed.
     pub async fn watch_list(self: &Arc<Self>) -> Option<ListReceiver> {
-        let (sender, receiver) = {
+        let (feed, receiver, created) = {
             let mut list = lock(&self.list);
-            if let Some(feed) = list.as_ref().filter(|feed| feed.served.is_served()) {
-                return Some(feed.sender.subscribe());
+            match list.as_ref().filter(|feed| !feed.served.is_ended()) {
+                Some(feed) => (feed.clone(), feed.sender.subscribe(), false),
+                None => {
+                    let (sender, receiver) = watch::channel(None);
+                    let feed = ListFeed {
+                        sender,
+                        served: Served::new(),
+                    };
+                    *list = Some(feed.clone());
+                    (feed, receiver, true)
+                }
             }
-            let (sender, receiver) = watch::channel(None);
-            let served = Served::new();
-            *list = Some(ListFeed {
-                sender: sender.clone(),
-                served: served.clone(),
-            });
-            (ListFeed { sender, served }, receiver)
         };
-        let (feeds, task_sender, task_served) = (Arc::clone(self), sender.sender.clone(), sender.served.clone());
+        if !created {
+            return feed.served.wait_started().await.then_some(receiver);
+        }
+        let (feeds, task_feed) = (Arc::clone(self), feed.clone());
         let started = self
             .start_child("run-list", move || {
-                list_feed(Arc::clone(&feeds), task_sender.clone(), task_served.clone())
+                list_feed(Arc::clone(&feeds), task_feed.sender.clone(), task_feed.served.clone())
             })
             .await;
         if !started {
-            self.retire_list(&sender.sender);
+            feed.served.failed();
+            self.retire_list(&feed.sender);
             return None;
         }
         Some(receiver)
@@ -220,8 +260,9 @@ impl Feeds {
         };
         let number = self.started.fetch_add(1, Ordering::SeqCst) + 1;
         let spec = ChildSpec::task(format!("{name}-{number}"), Restart::Transient, task);
+        let timeout = Some(Duration::from_millis(FEED_START_WAIT_MS));
         let started = supervisor
-            .call(|reply| SupervisorMsg::StartChild(spec, reply), None)
+            .call(|reply| SupervisorMsg::StartChild(spec, reply), timeout)
             .await;
         let ok = matches!(started, Ok(ractor::rpc::CallResult::Success(Ok(()))));
         if !ok {

@@ -407,9 +407,13 @@ impl ProcessChild {
     /// The leader has exited (unreaped): kill stragglers, reap the leader, then reap the group.
     async fn finish(&mut self, escalated: bool) -> Result<Termination, ProcessError> {
         self.signal_group(Signal::KILL);
-        let reaped = sys::reap_exit(self.target());
-        // Reaped, or not ours to reap: either way no longer a leader the orphan reaper must skip.
-        orphans::disown(self.pid);
+        // Reaped and disowned under the reaper's lock: no spawn can reuse the pid in between.
+        let reaped = {
+            let mut owned = orphans::owned();
+            let reaped = sys::reap_exit(self.target());
+            owned.remove(&self.pid);
+            reaped
+        };
         let outcome = reaped
             .map_err(|e| ProcessError::os(self.pid, "waitid(reap)", e))?
             .or(self.exit)
@@ -482,9 +486,10 @@ fn kill_and_reap_blocking(pid: i32) {
     while Instant::now() < deadline {
         if !leader_reaped {
             // Ok(None): still running. Ok(Some): reaped now. Err: not our child (already reaped).
+            let mut owned = orphans::owned();
             leader_reaped = !matches!(sys::reap_exit(WaitTarget::Pid(pid)), Ok(None));
             if leader_reaped {
-                orphans::disown(pid);
+                owned.remove(&pid);
             }
         }
         if leader_reaped {
@@ -499,13 +504,24 @@ fn kill_and_reap_blocking(pid: i32) {
     reap_in_background(pid, leader_reaped);
 }
 
+/// How often a background reaper looks for its killed leader's exit.
+const BACKGROUND_REAP_POLL_MS: u64 = 50;
+
 fn reap_in_background(pid: i32, leader_reaped: bool) {
     let spawned = std::thread::Builder::new()
         .name("process-reaper".to_owned())
         .spawn(move || {
+            // Polled under the reaper's lock (never a blocking wait while holding it).
             if !leader_reaped {
-                let _ = sys::reap_exit_blocking(pid);
-                orphans::disown(pid);
+                loop {
+                    let mut owned = orphans::owned();
+                    if !matches!(sys::reap_exit(WaitTarget::Pid(pid)), Ok(None)) {
+                        owned.remove(&pid);
+                        break;
+                    }
+                    drop(owned);
+                    std::thread::sleep(Duration::from_millis(BACKGROUND_REAP_POLL_MS));
+                }
             }
             let deadline = Instant::now() + Duration::from_millis(GROUP_REAP_MS_MAX);
             while sys::reap_group_once(pid) != GroupReap::Done && Instant::now() < deadline {

@@ -32,7 +32,7 @@ pub(crate) fn owned() -> MutexGuard<'static, BTreeSet<i32>> {
     OWNED.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// The leader `pid` was reaped (or lost): it is no longer ours to keep.
+/// The leader `pid` was lost (reaped elsewhere): it is no longer ours to keep.
 pub(crate) fn disown(pid: i32) {
     owned().remove(&pid);
 }

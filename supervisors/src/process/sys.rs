@@ -91,16 +91,6 @@ pub(crate) fn reap_exit(target: WaitTarget<'_>) -> io::Result<Option<ExitOutcome
     wait_target(target, WaitIdOptions::EXITED | WaitIdOptions::NOHANG).map(outcome_of)
 }
 
-/// Blocks until the exact child `pid` exits and reaps it.
-pub(crate) fn reap_exit_blocking(pid: i32) -> io::Result<Option<ExitOutcome>> {
-    loop {
-        match wait_target(WaitTarget::Pid(pid), WaitIdOptions::EXITED) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            other => return other.map(outcome_of),
-        }
-    }
-}
-
 /// Reaps at most one exited child of ours that belongs to process group `pgid` (never any other).
 pub(crate) fn reap_group_once(pgid: i32) -> GroupReap {
     let Ok(group) = positive_pid(pgid) else {
