@@ -19,6 +19,9 @@ pub enum RunCommand {
     Start {
         /// Workflow name or path to a `*.workflow.ts` file.
         workflow: String,
+        /// Free text for the run: its input becomes `{"task": "<the words>"}`.
+        #[arg(value_name = "TASK", conflicts_with = "input_json")]
+        task: Vec<String>,
         /// The run's input as JSON (normalized by the workflow's `input` function).
         #[arg(long, value_name = "JSON")]
         input_json: Option<String>,
@@ -81,12 +84,18 @@ pub fn run(state_dir: PathBuf, command: RunCommand) -> anyhow::Result<ExitCode> 
     let (operation, run_id, json, verb) = match command {
         RunCommand::Start {
             workflow,
+            task,
             input_json,
             project,
             headless: _,
             follow,
             json,
         } => {
+            // Free text is the run's task; JSON input is given with --input-json instead.
+            let input_json = match task.is_empty() {
+                true => input_json,
+                false => Some(serde_json::json!({"task": task.join(" ")}).to_string()),
+            };
             let options = super::workflow::StartOptions {
                 target: workflow,
                 input_json,

@@ -241,6 +241,11 @@ fn print_status(status: &JsonObject, tree: bool) -> anyhow::Result<()> {
     );
     println!("socket: {}", text("socket"));
     println!(
+        "environment: the server's, from its start {} min ago (runners and their steps inherit it; \
+         `pi-workflows server stop` and start again to pick up a changed one)",
+        number("environmentAgeMs") / 60_000
+    );
+    println!(
         "clients: {}, active runners: {}",
         number("clients"),
         number("activeRunners")

@@ -242,16 +242,19 @@ fn print_ending(status: &JsonObject, elapsed: Duration) {
 /// `run status <id>`: the live run view's status lines (`--json`: the run summary).
 pub fn status(state_dir: &Path, run_id: &str, json: bool) -> anyhow::Result<ExitCode> {
     let mut client = Client::connect(&ServerPaths::new(state_dir).socket)?;
-    if json {
-        let status = status_of(&mut client, run_id, false)?;
-        println!("{}", Value::Object(status));
-        return Ok(ExitCode::SUCCESS);
-    }
     let response = client.request_for(Operation::ViewRunGet, Some(run_id), JsonObject::new())?;
     let view = accepted(&response)?
         .get("view")
         .cloned()
         .context("the server sent no view")?;
+    if json {
+        // The summary, plus the view's `display` (the status renderers show, its reason and
+        // controls), so a script sees `ambiguous` where a person does.
+        let mut status = status_of(&mut client, run_id, false)?;
+        status.insert("display".into(), view["display"].clone());
+        println!("{}", Value::Object(status));
+        return Ok(ExitCode::SUCCESS);
+    }
     println!("{}", super::view::render_summary(&view, super::view::now_ms()));
     Ok(ExitCode::SUCCESS)
 }

@@ -111,6 +111,67 @@ pub struct RunnerSettings {
     /// A runner process resident above this is stopped (`PI_WORKFLOWS_RUNNER_MEMORY_MB`);
     /// `None`: no bound.
     pub memory_bytes_max: Option<u64>,
+    /// Variables withheld from children (`PI_WORKFLOWS_ENV_DENY`).
+    pub env_deny: Vec<EnvRule>,
+    /// The runner is a custom program (`PI_WORKFLOWS_RUNNER`: the tests' scripted runner),
+    /// which alone gets its test script.
+    pub custom_runner: bool,
+}
+
+/// One `PI_WORKFLOWS_ENV_DENY` entry: a variable name, or a prefix ending in `*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvRule {
+    Name(String),
+    Prefix(String),
+}
+
+impl EnvRule {
+    pub fn matches(&self, name: &str) -> bool {
+        match self {
+            Self::Name(exact) => name == exact,
+            Self::Prefix(prefix) => name.starts_with(prefix.as_str()),
+        }
+    }
+}
+
+/// `PI_WORKFLOWS_ENV_DENY`: variables (comma-separated; `NAME` or `PREFIX*`) the server
+/// withholds from the children it starts.
+pub const ENV_DENY_ENV: &str = "PI_WORKFLOWS_ENV_DENY";
+/// Rules at most, and the longest rule.
+pub const ENV_DENY_RULES_MAX: usize = 256;
+pub const ENV_DENY_RULE_BYTES_MAX: usize = 256;
+
+fn env_deny() -> anyhow::Result<Vec<EnvRule>> {
+    let Ok(text) = std::env::var(ENV_DENY_ENV) else {
+        return Ok(Vec::new());
+    };
+    let rules: Vec<EnvRule> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|rule| !rule.is_empty())
+        .map(|rule| {
+            let name = rule.strip_suffix('*').unwrap_or(rule);
+            let valid = !name.is_empty()
+                && rule.len() <= ENV_DENY_RULE_BYTES_MAX
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                anyhow::bail!(
+                    "{ENV_DENY_ENV} holds {rule:?}: use comma-separated variable names or prefixes ending in `*`"
+                );
+            }
+            Ok(match rule.ends_with('*') {
+                true => EnvRule::Prefix(name.to_string()),
+                false => EnvRule::Name(name.to_string()),
+            })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    if rules.len() > ENV_DENY_RULES_MAX {
+        anyhow::bail!(
+            "{ENV_DENY_ENV} holds {} rules; at most {ENV_DENY_RULES_MAX}",
+            rules.len()
+        );
+    }
+    Ok(rules)
 }
 
 fn env_number(name: &str, default: u64) -> anyhow::Result<u64> {
@@ -145,6 +206,8 @@ impl ServerConfig {
             ping_interval: liveness_ms(RUNNER_PING_ENV, RUNNER_PING_MS_DEFAULT)?,
             unresponsive_after: liveness_ms(RUNNER_UNRESPONSIVE_ENV, RUNNER_UNRESPONSIVE_MS_DEFAULT)?,
             memory_bytes_max: runner_memory_bytes_max()?,
+            env_deny: env_deny()?,
+            custom_runner,
             warm_runners,
             program: runner_program(),
             max_workers,

@@ -74,6 +74,8 @@ pub struct Shared {
     connections: Arc<AtomicUsize>,
     /// The root supervisor, set once the tree runs.
     root: OnceLock<ActorRef<SupervisorMsg>>,
+    /// The socket the listener bound: its path and (device, inode), for status to check.
+    socket: std::sync::Mutex<Option<(std::path::PathBuf, (u64, u64))>>,
     /// Wakes the scheduler when capacity frees up or work is queued.
     scheduler_wakes: Arc<tokio::sync::Notify>,
     /// Asks the retention sweep to look (the last runner exited).
@@ -92,6 +94,7 @@ impl Shared {
             package_version: env!("CARGO_PKG_VERSION"),
             connections: Arc::new(AtomicUsize::new(0)),
             root: OnceLock::new(),
+            socket: std::sync::Mutex::new(None),
             scheduler_wakes: Arc::new(tokio::sync::Notify::new()),
             sweep_wakes: Arc::new(tokio::sync::Notify::new()),
             stop,
@@ -157,6 +160,19 @@ impl Shared {
 
     pub fn connections(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
+    }
+
+    /// The listener bound `path`, a file with this (device, inode).
+    pub fn set_socket(&self, path: std::path::PathBuf, identity: (u64, u64)) {
+        *self.socket.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((path, identity));
+    }
+
+    /// The socket the listener bound, if it did.
+    pub fn socket(&self) -> Option<(std::path::PathBuf, (u64, u64))> {
+        self.socket
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     /// Remember the running root supervisor (once, when the tree started).

@@ -1,6 +1,7 @@
 //! Starting a workflow child (a runner or a source resolver): its own process group, the
-//! private channel on fd 3, bounded user-only captures, no core dumps, an allow-listed
-//! environment. The caller hands the started process to the one actor that owns it.
+//! private channel on fd 3, bounded user-only captures, no core dumps, the server's
+//! environment less its internals. The caller hands the started process to the one actor
+//! that owns it.
 //!
 //! Architecture Invariant: a child never inherits the server's stdio, and its channel is
 //! never its stdout (workflow code prints).
@@ -19,24 +20,6 @@ use crate::protocol::runner::RUNNER_CHANNEL_FD;
 pub const CHILD_GRACE_MS: u64 = 5_000;
 /// Captured child output per stream.
 pub const CHILD_CAPTURE_BYTES_MAX: u64 = 1024 * 1024;
-/// Environment a child inherits (its shell steps and headless Pi need a normal user
-/// environment); everything else of the server's environment is withheld.
-const CHILD_ENV_ALLOWED: &[&str] = &[
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "SHELL",
-    "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TZ",
-    "TMPDIR",
-    "PI_CODING_AGENT_DIR",
-    "PI_OFFLINE",
-    "PI_WORKFLOWS_PI_BIN",
-    "PI_WORKFLOWS_TEST_SCRIPT",
-];
 /// Open files a child (and what it starts) may hold at once; never above the server's own
 /// hard limit (a child cannot be given more than its parent has).
 pub const CHILD_OPEN_FILES_MAX: u64 = 16_384;
@@ -55,9 +38,27 @@ pub fn child_mark(log_stem: &str) -> String {
     format!("{CHILD_MARK_ENV}={log_stem}")
 }
 
-/// Model-provider credentials for headless agent steps (`OPENAI_API_KEY`, …) pass through
-/// by this suffix; they are never logged.
-const CHILD_ENV_ALLOWED_SUFFIX: &str = "_API_KEY";
+/// The server's own variables a child may see (its shell steps and headless agents need the
+/// Pi binary and Node the user chose); every other `PI_WORKFLOWS_*` is the server's internal
+/// configuration or a test hook, withheld.
+const CHILD_INTERNAL_ENV_ALLOWED: &[&str] = &["PI_WORKFLOWS_PI_BIN", "PI_WORKFLOWS_NODE"];
+/// The scripted test runner's script: passed only to a custom runner program
+/// (`PI_WORKFLOWS_RUNNER`), never to the Node runner.
+const TEST_SCRIPT_ENV: &str = "PI_WORKFLOWS_TEST_SCRIPT";
+const INTERNAL_ENV_PREFIX: &str = "PI_WORKFLOWS_";
+
+/// Whether a child inherits the server's variable `name`: everything of the user's
+/// environment (a shell step sees what it would see in the shell that started the server),
+/// except the server's internals and what `PI_WORKFLOWS_ENV_DENY` withholds.
+fn inherited(name: &str, settings: &RunnerSettings) -> bool {
+    if settings.env_deny.iter().any(|rule| rule.matches(name)) {
+        return false;
+    }
+    if !name.starts_with(INTERNAL_ENV_PREFIX) {
+        return true;
+    }
+    CHILD_INTERNAL_ENV_ALLOWED.contains(&name) || (name == TEST_SCRIPT_ENV && settings.custom_runner)
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
@@ -135,20 +136,11 @@ fn process_spec(
     if let Some(dir) = cwd.filter(|dir| dir.is_dir()) {
         spec = spec.cwd(dir);
     }
-    spec = spec.env(crate::package::CACHE_DIR_ENV, &settings.cache_dir);
-    spec = spec.env(CHILD_MARK_ENV, log_stem);
-    for name in CHILD_ENV_ALLOWED {
-        if let Some(value) = std::env::var_os(name) {
-            spec = spec.env(*name, value);
-        }
-    }
     for (name, value) in std::env::vars_os() {
-        if name
-            .to_str()
-            .is_some_and(|name| name.ends_with(CHILD_ENV_ALLOWED_SUFFIX))
-        {
+        if name.to_str().is_some_and(|name| inherited(name, settings)) {
             spec = spec.env(name, value);
         }
     }
-    spec
+    spec.env(crate::package::CACHE_DIR_ENV, &settings.cache_dir)
+        .env(CHILD_MARK_ENV, log_stem)
 }

@@ -76,6 +76,9 @@ impl Actor for Listener {
         let listener = UnixListener::bind(&args.socket)?;
         std::fs::set_permissions(&args.socket, std::fs::Permissions::from_mode(SOCKET_MODE))?;
         let bound = file_identity(&args.socket);
+        if let Some(identity) = bound {
+            args.ops.shared.set_socket(args.socket.clone(), identity);
+        }
         myself.send_interval(std::time::Duration::from_millis(SOCKET_CHECK_MS), || {
             ListenerMsg::CheckSocket
         });

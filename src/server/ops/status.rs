@@ -24,8 +24,13 @@ const TREE_CALL_TIMEOUT_MS: u64 = 2_000;
 pub struct ServerStatus {
     pub state: &'static str,
     pub epoch: i64,
+    /// The socket as checked now: `available` (the file the listener bound), `missing`,
+    /// `replaced` (another file at its path), or `starting` (not bound yet).
     pub socket: &'static str,
     pub uptime_ms: u64,
+    /// How old the environment children inherit is: the server keeps the one it was started
+    /// with (restart it to pick up a changed one).
+    pub environment_age_ms: u64,
     pub clients: usize,
     pub active_runners: usize,
     #[serde(flatten)]
@@ -70,13 +75,25 @@ async fn collect(ctx: &OpsContext, with_tree: bool) -> anyhow::Result<ServerStat
             "running"
         },
         epoch: ctx.shared.epoch,
-        socket: "available",
+        socket: socket_state(ctx),
         uptime_ms: ctx.shared.started.elapsed().as_millis() as u64,
+        environment_age_ms: ctx.shared.started.elapsed().as_millis() as u64,
         clients: ctx.shared.connections(),
         active_runners: ctx.runners.live(),
         counts,
         tree,
     })
+}
+
+fn socket_state(ctx: &OpsContext) -> &'static str {
+    let Some((path, bound)) = ctx.shared.socket() else {
+        return "starting";
+    };
+    match crate::server::ownership::file_identity(&path) {
+        Some(identity) if identity == bound => "available",
+        Some(_) => "replaced",
+        None => "missing",
+    }
 }
 
 async fn tree(ctx: &OpsContext) -> Option<TreeSnapshot> {
