@@ -121,3 +121,31 @@ fn expect_out_of_memory(env: &Env, fixture: &str) {
         "the allocation loop must not have finished"
     );
 }
+
+#[test]
+fn an_unresponsive_runner_can_be_cancelled() {
+    let env = Env::with_vars(vec![
+        ("PI_WORKFLOWS_RUNNER_PING_MS".to_string(), "200".to_string()),
+        ("PI_WORKFLOWS_RUNNER_UNRESPONSIVE_MS".to_string(), "1000".to_string()),
+    ]);
+    let run_id = env.start_fixture("long-wait", None);
+    wait_for_activity(&env, &run_id, "ready");
+    signal(runner_pid(&env), "STOP");
+    wait_for_activity(&env, &run_id, "unresponsive");
+    let cancel = env.cli(&["run", "cancel", &run_id]);
+    env.expect_code(&cancel, 0, "cancel an unresponsive run");
+    env.wait_runner_gone(&run_id);
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM runs WHERE run_id = '{run_id}' AND status = 'cancelled'"
+        )),
+        1
+    );
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM run_workers WHERE run_id = '{run_id}' AND finished_at IS NOT NULL AND unresponsive_since IS NULL"
+        )),
+        1,
+        "the runner's end is recorded"
+    );
+}

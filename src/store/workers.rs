@@ -81,7 +81,8 @@ pub fn record_responsiveness(tx: &WriteTx<'_>, runner_epoch: &str, responsive: b
     Ok(changed == 1)
 }
 
-/// Record the epoch's one terminal outcome; a second call changes nothing.
+/// Record the epoch's one terminal outcome (an ended runner is no longer "unresponsive");
+/// a second call changes nothing.
 pub fn record_outcome(
     tx: &WriteTx<'_>,
     runner_epoch: &str,
@@ -92,7 +93,8 @@ pub fn record_outcome(
     let changed = tx
         .conn()
         .prepare_cached(
-            "UPDATE run_workers SET status = ?1, finished_at = ?2, exit_code = ?3, signal = ?4
+            "UPDATE run_workers SET status = ?1, finished_at = ?2, exit_code = ?3, signal = ?4,
+                                    unresponsive_since = NULL
              WHERE runner_epoch = ?5 AND status IN ('starting', 'ready')",
         )?
         .execute(params![outcome.as_str(), tx.now_ms(), exit_code, signal, runner_epoch])?;
