@@ -79,16 +79,11 @@ async fn main() -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::channel(256);
     let pid_cell: Arc<Mutex<Option<i32>>> = Arc::default();
     let record = Arc::clone(&pid_cell);
-    let config = ProcessConfig {
-        factory: Arc::new(|| Ok((ProcessSpec::new("/bin/sh").args(["-c", SCRIPT]), None))),
-        readiness: Readiness::Immediate,
-        on_started: Some(Arc::new(move |id: &StartIdentity| {
-            *record.lock().expect("lock") = Some(id.pid)
-        })),
-        on_exit: None,
-        details: None,
-        adopt: None,
-    };
+    let config = ProcessConfig::new(
+        || Ok((ProcessSpec::new("/bin/sh").args(["-c", SCRIPT]), None)),
+        Readiness::Immediate,
+    )
+    .on_started(move |id: &StartIdentity| *record.lock().expect("lock") = Some(id.pid));
     let child = ChildSpec::worker("forker", Restart::Permanent, move || (ProcessActor, config.clone()))
         .with_label("sh with 3 background sleeps");
     let spec = SupervisorSpec::new("procs", Strategy::OneForOne)

@@ -42,17 +42,14 @@ async fn main() -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::channel(256);
     let started: Arc<Mutex<Option<StartIdentity>>> = Arc::default();
     let record = Arc::clone(&started);
-    let config = ProcessConfig {
-        // `sleep` never sends a ready handshake, and nobody sends `ProcessMsg::Ready` for it.
-        factory: Arc::new(|| Ok((ProcessSpec::new("sleep").arg("60"), None))),
-        readiness: Readiness::Message { deadline: DEADLINE },
-        on_started: Some(Arc::new(move |identity: &StartIdentity| {
-            *record.lock().expect("lock") = Some(identity.clone());
-        })),
-        on_exit: None,
-        details: None,
-        adopt: None,
-    };
+    // `sleep` never sends a ready handshake, and nobody sends `ProcessMsg::Ready` for it.
+    let config = ProcessConfig::new(
+        || Ok((ProcessSpec::new("sleep").arg("60"), None)),
+        Readiness::Message { deadline: DEADLINE },
+    )
+    .on_started(move |identity: &StartIdentity| {
+        *record.lock().expect("lock") = Some(identity.clone());
+    });
     let child = ChildSpec::worker("handshake", Restart::Temporary, move || (ProcessActor, config.clone()))
         .with_label(format!("ready deadline {} ms", DEADLINE.as_millis()));
     let spec = SupervisorSpec::new("procs", Strategy::OneForOne)

@@ -71,19 +71,14 @@ async fn main() -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::channel(256);
     let pid_cell: Arc<Mutex<Option<i32>>> = Arc::default();
     let record = Arc::clone(&pid_cell);
-    let config = ProcessConfig {
-        factory: Arc::new(|| spec_with_ready_fd().map(|(spec, ours)| (spec, Some(ours)))),
-        readiness: Readiness::Line {
+    let config = ProcessConfig::new(
+        || spec_with_ready_fd().map(|(spec, ours)| (spec, Some(ours))),
+        Readiness::Line {
             deadline: WAIT,
             line: "ready".into(),
         },
-        on_started: Some(Arc::new(move |id: &StartIdentity| {
-            *record.lock().expect("lock") = Some(id.pid)
-        })),
-        on_exit: None,
-        details: None,
-        adopt: None,
-    };
+    )
+    .on_started(move |id: &StartIdentity| *record.lock().expect("lock") = Some(id.pid));
     let child = ChildSpec::worker("stubborn", Restart::Permanent, move || (ProcessActor, config.clone()))
         .with_label(format!("grace {} ms", GRACE.as_millis()));
     let spec = SupervisorSpec::new("procs", Strategy::OneForOne)

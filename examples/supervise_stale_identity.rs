@@ -36,16 +36,8 @@ async fn main() -> anyhow::Result<()> {
     // What a server would persist before it could ever signal the child.
     let persisted: Arc<Mutex<Option<String>>> = Arc::default();
     let record = Arc::clone(&persisted);
-    let config = ProcessConfig {
-        factory: Arc::new(|| Ok((ProcessSpec::new("sleep").arg("60"), None))),
-        readiness: Readiness::Immediate,
-        on_started: Some(Arc::new(move |id: &StartIdentity| {
-            *record.lock().expect("lock") = Some(id.to_string())
-        })),
-        on_exit: None,
-        details: None,
-        adopt: None,
-    };
+    let config = ProcessConfig::new(|| Ok((ProcessSpec::new("sleep").arg("60"), None)), Readiness::Immediate)
+        .on_started(move |id: &StartIdentity| *record.lock().expect("lock") = Some(id.to_string()));
     let child = ChildSpec::worker("sleeper", Restart::Temporary, move || (ProcessActor, config.clone()));
     let spec = SupervisorSpec::new("procs", Strategy::OneForOne)
         .with_child(child)

@@ -52,6 +52,12 @@ impl StopReason {
     }
 }
 
+/// Lock `mutex`, taking over a poisoned one: every value the server guards this way stays
+/// consistent at each step (a panicking holder cannot leave it half-changed).
+pub fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// One open client connection, counted while this value lives.
 #[derive(Debug)]
 pub struct ConnectionSlot(Arc<AtomicUsize>);
@@ -164,15 +170,12 @@ impl Shared {
 
     /// The listener bound `path`, a file with this (device, inode).
     pub fn set_socket(&self, path: std::path::PathBuf, identity: (u64, u64)) {
-        *self.socket.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((path, identity));
+        *lock(&self.socket) = Some((path, identity));
     }
 
     /// The socket the listener bound, if it did.
     pub fn socket(&self) -> Option<(std::path::PathBuf, (u64, u64))> {
-        self.socket
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+        lock(&self.socket).clone()
     }
 
     /// Remember the running root supervisor (once, when the tree started).

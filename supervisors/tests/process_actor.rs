@@ -36,16 +36,9 @@ fn config(
 ) -> (ProcessConfig, Started) {
     let started: Started = Arc::default();
     let record = Arc::clone(&started);
-    let config = ProcessConfig {
-        factory: Arc::new(factory),
-        readiness,
-        on_started: Some(Arc::new(move |identity: &StartIdentity| {
-            record.lock().expect("lock").push(identity.pid);
-        })),
-        on_exit: None,
-        details: None,
-        adopt: None,
-    };
+    let config = ProcessConfig::new(factory, readiness).on_started(move |identity: &StartIdentity| {
+        record.lock().expect("lock").push(identity.pid);
+    });
     (config, started)
 }
 

@@ -10,6 +10,7 @@ use supervisors::DetailsCell;
 
 use super::mailbox::ResolverMsg;
 use crate::server::config::{Program, RunnerSettings};
+use crate::server::shared::lock;
 
 /// What a resolver actor is started with.
 #[derive(Clone)]
@@ -92,8 +93,4 @@ impl ResolverRegistry {
     pub fn quick_deaths(&self) -> u32 {
         self.quick_deaths.load(Ordering::SeqCst)
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -17,29 +17,46 @@ use crate::view::document::DEFINITION_MEDIA_TYPE;
 pub const WORKFLOW_MEMORY_MB_MAX: u64 = 65_536;
 
 /// The runner's bound: the workflow's declared `limits.runnerMemoryMb` (read from its
-/// definition snapshot), else the server's. An unreadable definition keeps the server's.
+/// definition snapshot, once per definition), else the server's.
 pub async fn bound_for(args: &RunnerArgs) -> Option<u64> {
-    let server = args.runners.settings.memory_bytes_max;
+    let digest = &args.run.definition_digest;
+    let declared = match args.runners.declared_memory(digest) {
+        Some(declared) => declared,
+        None => match declared_memory_mb(args).await {
+            Some(declared) => {
+                args.runners.remember_declared_memory(digest, declared);
+                declared
+            }
+            // Not readable now: the server's bound for this launch, and a fresh look next time.
+            None => None,
+        },
+    };
+    declared.map(|mb| mb << 20).or(args.runners.settings.memory_bytes_max)
+}
+
+/// The bound a definition declares, in MiB (`Some(None)`: none); `None` when the definition
+/// could not be read.
+async fn declared_memory_mb(args: &RunnerArgs) -> Option<Option<u64>> {
     let digest = args
         .run
         .definition_digest
         .strip_prefix("sha256:")
         .unwrap_or(&args.run.definition_digest);
     if !crate::digest::is_sha256_hex(digest) {
-        return server;
+        return Some(None);
     }
     let hex = digest.to_string();
     let definition = blocking::read(&args.shared.store, move |conn| {
         let reference = blobs::blob_ref(conn, &hex, DEFINITION_MEDIA_TYPE)?;
         blobs::read_blob_verified(conn, &reference)
     })
-    .await;
-    let declared = definition
+    .await
+    .ok()?;
+    let declared = serde_json::from_slice::<Value>(&definition)
         .ok()
-        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
         .and_then(|definition| definition.pointer("/limits/runnerMemoryMb").and_then(Value::as_u64))
         .filter(|mb| (1..=WORKFLOW_MEMORY_MB_MAX).contains(mb));
-    declared.map(|mb| mb << 20).or(server)
+    Some(declared)
 }
 
 /// Whether the runner's resident memory is above its bound (`VmRSS` of `/proc/<pid>/status`).

@@ -13,7 +13,7 @@ use ractor::ActorRef;
 
 use super::mailbox::{PoolMsg, RunnerMsg};
 use crate::server::config::RunnerSettings;
-use crate::server::shared::Shared;
+use crate::server::shared::{Shared, lock};
 
 pub struct Runners {
     pub settings: RunnerSettings,
@@ -26,7 +26,13 @@ pub struct Runners {
     launched: AtomicU64,
     /// The running warm pool, if any.
     pool: Mutex<Option<ActorRef<PoolMsg>>>,
+    /// The memory bound each definition declares (`limits.runnerMemoryMb`, MiB), by digest:
+    /// a definition never changes, so a launch reads and parses it only once.
+    declared_memory: Mutex<HashMap<String, Option<u64>>>,
 }
+
+/// Definitions whose declared memory bound is remembered at most.
+const DECLARED_MEMORY_CACHED_MAX: usize = 64;
 
 impl Runners {
     pub fn new(settings: RunnerSettings) -> Arc<Self> {
@@ -36,6 +42,7 @@ impl Runners {
             live: AtomicUsize::new(0),
             launched: AtomicU64::new(0),
             pool: Mutex::new(None),
+            declared_memory: Mutex::new(HashMap::new()),
         })
     }
 
@@ -79,6 +86,19 @@ impl Runners {
         self.launched.fetch_add(1, Ordering::SeqCst) + 1
     }
 
+    /// The declared memory bound of the definition `digest`, if it was read before.
+    pub fn declared_memory(&self, digest: &str) -> Option<Option<u64>> {
+        lock(&self.declared_memory).get(digest).copied()
+    }
+
+    pub fn remember_declared_memory(&self, digest: &str, declared: Option<u64>) {
+        let mut cached = lock(&self.declared_memory);
+        if cached.len() >= DECLARED_MEMORY_CACHED_MAX {
+            cached.clear();
+        }
+        cached.insert(digest.to_string(), declared);
+    }
+
     pub fn set_pool(&self, pool: Option<ActorRef<PoolMsg>>) {
         *lock(&self.pool) = pool;
     }
@@ -109,8 +129,4 @@ impl Drop for Registration {
             self.shared.request_sweep();
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -32,6 +32,7 @@ use crate::protocol::encode_frame;
 use crate::protocol::runner::{LAUNCH_SCHEMA, Launch, RUNNER_PROTOCOL_VERSION};
 use crate::server::blocking;
 use crate::server::frames::{LineRead, read_line};
+use crate::server::shared::lock;
 use crate::server::spawn::{CHILD_GRACE_MS, child_mark, spawn_with_channel};
 use crate::store::StoreError;
 use crate::store::StoreResult;
@@ -208,11 +209,7 @@ impl Actor for Runner {
             return Ok(());
         }
         // The process ended on its own (or missed its ready deadline); its actor told us how.
-        let end = state
-            .end_slot
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take();
+        let end = lock(&state.end_slot).take();
         state.timed_out |= end.is_some_and(|end| end.cause == EndCause::ReadyDeadlineMissed);
         if end.is_some_and(|end| end.cause == EndCause::ReadyDeadlineMissed) {
             tracing::warn!(run_id = %state.args.run.run_id, "runner missed its ready deadline and was killed");
@@ -260,7 +257,7 @@ async fn own_process(
         deadline: args.runners.settings.ready_timeout,
     };
     let config = ProcessConfig::adopt(child, readiness).on_exit(move |end| {
-        *slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(end);
+        *lock(&slot) = Some(end);
     });
     let (process, _) = Actor::spawn_linked(None, ProcessActor, config, myself.get_cell()).await?;
     args.details.set_processes([info]);
@@ -278,11 +275,7 @@ async fn terminate(state: &RunnerState) -> Option<ExitOutcome> {
     {
         Ok(ractor::rpc::CallResult::Success(outcome)) => outcome,
         // Its actor already stopped (the process ended): the end slot says how.
-        _ => state
-            .end_slot
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .and_then(|end| end.outcome),
+        _ => lock(&state.end_slot).and_then(|end| end.outcome),
     }
 }
 

@@ -21,7 +21,7 @@ use supervisors::{ChildSpec, Restart, SupervisorMsg};
 use super::cache::{self, Views};
 use crate::protocol::JsonObject;
 use crate::server::blocking;
-use crate::server::shared::Shared;
+use crate::server::shared::{Shared, lock};
 use crate::store::{Store, run_view};
 
 /// Views a run feed keeps for reconnecting subscribers (a retained revision gets a patch).
@@ -54,7 +54,7 @@ pub struct RunFeed {
 impl RunFeed {
     /// The retained view of `revision`, if it is still kept.
     pub fn retained(&self, revision: i64) -> Option<Arc<Snapshot>> {
-        let retained = self.retained.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let retained = lock(&self.retained);
         retained.iter().find(|snapshot| snapshot.revision == revision).cloned()
     }
 
@@ -68,7 +68,7 @@ impl RunFeed {
         }
         let snapshot = Arc::new(snapshot);
         {
-            let mut retained = self.retained.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut retained = lock(&self.retained);
             if retained.len() >= RETAINED_REVISIONS_MAX {
                 retained.pop_front();
             }
@@ -403,8 +403,4 @@ fn forget_run(runs: &mut HashMap<String, Arc<RunFeed>>, run_id: &str, feed: &Arc
     if runs.get(run_id).is_some_and(|current| Arc::ptr_eq(current, feed)) {
         runs.remove(run_id);
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
