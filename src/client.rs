@@ -1,16 +1,32 @@
 //! A small blocking client of `pi-workflows.client.v1` for the CLI: connect, read `hello`,
 //! send one request at a time, read its response. Subscription events that arrive before a
 //! response are kept (at most [`EVENTS_QUEUED_MAX`]) for `next_event`.
+//!
+//! Identity and reconnects (docs/CLIENT-PROTOCOL.md, "Client identity and reconnects"):
+//! every request carries the installation's stable client ID ([`identity`]), because the
+//! server keys receipts by (client ID, idempotency key). When the connection is lost (end of
+//! file, reset, broken pipe) after a request was written and before its response, the client
+//! reconnects, checks `hello` again and resends the same request (same client ID and
+//! idempotency key: the server adopts a committed receipt, or waits again for the verdict of
+//! a submission it is still validating) under a new request ID: at most [`RETRIES_MAX`]
+//! times, after the waits of [`RETRY_BACKOFF_MS`], none starting later than
+//! [`RETRY_WINDOW_MS`] after the first loss. An error response is an answer and is never
+//! retried. Subscriptions are restored on the new connection from the newest revision seen,
+//! and their events keep the subscription IDs the caller was given.
 
+pub mod identity;
+
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use crate::digest::hex_lower;
+use serde_json::{Value, json};
+
 use crate::protocol::{
-    ClientMessage, ClientSchema, Event, FRAME_BYTES_MAX, Hello, JsonObject, OpaqueId, Operation, Request, Response,
-    decode_client_message, encode_client_message,
+    ClientMessage, ClientSchema, Event, EventKind, FRAME_BYTES_MAX, Hello, JsonObject, OpaqueId, Operation, Outcome,
+    Request, Response, Revision, decode_client_message, encode_client_message,
 };
 
 /// How long one request may wait for its response (see `response_timeout` for the longer
@@ -19,11 +35,12 @@ pub const RESPONSE_TIMEOUT_MS: u64 = 30_000;
 
 /// The response wait of one operation: longer for those the server may legitimately work on
 /// longer (resolving a workflow ≤ 60 s, a submission's verdict ≤ 120 s, state maintenance on
-/// a large database).
+/// a large database). Each transport attempt gets the whole wait: a resent submission must
+/// be able to wait for the same verdict.
 pub fn response_timeout(operation: Operation) -> Duration {
     let ms = match operation {
         Operation::RunStart => 90_000,
-        Operation::InteractionSubmit | Operation::DecisionAnswer => 150_000,
+        Operation::InteractionSubmit | Operation::InteractionAssistant | Operation::DecisionAnswer => 150_000,
         Operation::StateBackup | Operation::StatePrune | Operation::StateVerify => 30 * 60_000,
         _ => RESPONSE_TIMEOUT_MS,
     };
@@ -32,6 +49,18 @@ pub fn response_timeout(operation: Operation) -> Duration {
 /// Events kept while a response is awaited; older ones are dropped (a subscriber only
 /// needs the newest view, and every event can be replaced by a snapshot).
 pub const EVENTS_QUEUED_MAX: usize = 64;
+/// Resends of one request after its connection was lost, each on a new connection.
+pub const RETRIES_MAX: usize = 3;
+/// The wait before each resend: short, because a lost local socket either answers again at
+/// once (a replaced connection, a restarted server) or not at all (the server stopped).
+pub const RETRY_BACKOFF_MS: [u64; RETRIES_MAX] = [100, 300, 1_000];
+/// No resend starts later than this after the first loss of one request; so a request ends
+/// within (1 + [`RETRIES_MAX`]) response waits plus this window.
+pub const RETRY_WINDOW_MS: u64 = 10_000;
+/// How long a reconnect waits for `hello` (the server writes it at once).
+pub const HELLO_TIMEOUT_MS: u64 = 5_000;
+/// Subscriptions restored after a reconnect (the server's limit per connection).
+pub const SUBSCRIPTIONS_KEPT_MAX: usize = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -49,42 +78,103 @@ pub enum ClientError {
         "the server did not answer {operation} within {seconds} s; it may still finish it: check with `pi-workflows runs`, or retry"
     )]
     TimedOut { operation: &'static str, seconds: u64 },
+    /// The connection ended before an answer (a transport loss: reconnected and retried).
+    #[error("the server closed the connection ({0})")]
+    Disconnected(String),
+    /// The connection was lost and the bounded reconnects and resends got no answer.
+    #[error(
+        "lost the connection to the server {during}; {attempts} reconnect attempt(s) got no answer (last: {last}); {advice}"
+    )]
+    ConnectionLost {
+        during: String,
+        attempts: usize,
+        last: String,
+        advice: &'static str,
+    },
     #[error("connection to the server failed: {0}")]
     Io(#[from] std::io::Error),
 }
 
+/// A lost connection: worth reconnecting and resending. Everything else (an error
+/// response, a bad message, a timeout, another version) is final.
+fn is_transport_loss(err: &ClientError) -> bool {
+    use std::io::ErrorKind;
+    match err {
+        // `Unavailable` only arises here from a reconnect: the server may be coming back.
+        ClientError::Disconnected(_) | ClientError::Unavailable(_) => true,
+        ClientError::Io(io) => matches!(
+            io.kind(),
+            ErrorKind::BrokenPipe
+                | ErrorKind::ConnectionReset
+                | ErrorKind::ConnectionAborted
+                | ErrorKind::UnexpectedEof
+                | ErrorKind::NotConnected
+        ),
+        _ => false,
+    }
+}
+
+fn is_timeout(err: &std::io::Error) -> bool {
+    matches!(
+        err.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+/// What to do when the retries are used up.
+fn advice(operation: Operation) -> &'static str {
+    match operation {
+        Operation::ServerStop => "the server may be stopping: check with `pi-workflows server status`",
+        op if op.is_state_changing() => {
+            "the command may have been applied: check with `pi-workflows runs` or `pi-workflows run status <run-id>` before repeating it"
+        }
+        _ => "check the server with `pi-workflows server status` and try again",
+    }
+}
+
+/// Operations never resent automatically: a stop resent to a server started since would
+/// stop that one.
+fn is_resendable(operation: Operation) -> bool {
+    operation != Operation::ServerStop
+}
+
 pub struct Client {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
+    socket: PathBuf,
+    /// `None` after a loss, until the next request or event wait reconnects.
+    connection: Option<Connection>,
     client_id: OpaqueId,
-    events: std::collections::VecDeque<Event>,
-    /// The start of a message a read timeout cut.
-    partial: Vec<u8>,
+    events: VecDeque<Event>,
+    subscriptions: Vec<Subscription>,
     pub hello: Hello,
 }
 
-fn random_id(prefix: &str) -> String {
-    let mut bytes = [0u8; 12];
-    // Without randomness, fall back to time and pid: IDs only need to be unique per client.
-    if getrandom::fill(&mut bytes).is_err() {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos();
-        bytes[..8].copy_from_slice(&(nanos as u64).to_le_bytes());
-        bytes[8..].copy_from_slice(&std::process::id().to_le_bytes());
-    }
-    format!("{prefix}-{}", hex_lower(&bytes))
+/// One connection: its read and write halves and the start of a message a read timeout cut.
+struct Connection {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    partial: Vec<u8>,
 }
 
-impl Client {
-    pub fn connect(socket: &Path) -> Result<Self, ClientError> {
+impl Connection {
+    /// Connect and read `hello` (within `hello_wait`); another package version is refused.
+    fn open(socket: &Path, hello_wait: Duration) -> Result<(Self, Hello), ClientError> {
         let writer = UnixStream::connect(socket).map_err(|err| ClientError::Unavailable(err.kind().to_string()))?;
-        writer.set_read_timeout(Some(Duration::from_millis(RESPONSE_TIMEOUT_MS)))?;
-        let mut reader = BufReader::new(writer.try_clone()?);
-        let hello = match read_message(&mut reader, &mut Vec::new())? {
-            ClientMessage::Hello(hello) => hello,
-            _ => return Err(ClientError::Protocol("the first message was not hello".to_string())),
+        writer.set_read_timeout(Some(hello_wait))?;
+        let mut connection = Self {
+            reader: BufReader::new(writer.try_clone()?),
+            writer,
+            partial: Vec::new(),
+        };
+        let hello = match connection.read() {
+            Ok(ClientMessage::Hello(hello)) => hello,
+            Ok(_) => return Err(ClientError::Protocol("the first message was not hello".to_string())),
+            Err(ClientError::Io(err)) if is_timeout(&err) => {
+                return Err(ClientError::Disconnected(format!(
+                    "no hello within {} s",
+                    hello_wait.as_secs()
+                )));
+            }
+            Err(err) => return Err(err),
         };
         let client = env!("CARGO_PKG_VERSION");
         if hello.package_version != client {
@@ -93,15 +183,94 @@ impl Client {
                 client: client.to_string(),
             });
         }
-        let client_id = OpaqueId::new(random_id("cli")).map_err(|err| ClientError::Protocol(err.to_string()))?;
+        Ok((connection, hello))
+    }
+
+    fn read(&mut self) -> Result<ClientMessage, ClientError> {
+        read_message(&mut self.reader, &mut self.partial)
+    }
+}
+
+/// A subscription the caller holds, restored after a reconnect.
+struct Subscription {
+    /// The ID the caller was given; its events keep it across reconnects.
+    id: OpaqueId,
+    /// Its ID on the current connection (`None` until restored there).
+    current: Option<OpaqueId>,
+    operation: Operation,
+    run_id: Option<OpaqueId>,
+    payload: JsonObject,
+    /// The newest presentation revision an event carried: a restore asks from there.
+    revision: Option<u64>,
+}
+
+/// The resend budget of one request (or one wait for events).
+struct Retry {
+    retries: usize,
+    first_loss: Option<Instant>,
+}
+
+impl Retry {
+    fn new() -> Self {
+        Self {
+            retries: 0,
+            first_loss: None,
+        }
+    }
+
+    /// Wait before the next attempt, or give up with what happened and what to do.
+    fn next(&mut self, loss: &ClientError, during: &str, advice: &'static str) -> Result<(), ClientError> {
+        let first = *self.first_loss.get_or_insert_with(Instant::now);
+        let pause = RETRY_BACKOFF_MS.get(self.retries).map(|ms| Duration::from_millis(*ms));
+        match pause {
+            Some(pause) if first.elapsed() + pause < Duration::from_millis(RETRY_WINDOW_MS) => {
+                std::thread::sleep(pause);
+                self.retries += 1;
+                Ok(())
+            }
+            _ => Err(ClientError::ConnectionLost {
+                during: during.to_string(),
+                attempts: self.retries,
+                last: loss.to_string(),
+                advice,
+            }),
+        }
+    }
+}
+
+fn new_id(prefix: &str) -> OpaqueId {
+    identity::process_id(prefix)
+}
+
+/// The state directory a socket belongs to (`<state>/server/server.sock`); for any other
+/// layout (a proxy in a test) the socket's own directory.
+fn state_dir_of(socket: &Path) -> PathBuf {
+    let parent = socket.parent().unwrap_or(Path::new("."));
+    match (parent.file_name(), parent.parent()) {
+        (Some(name), Some(state)) if name == "server" => state.to_path_buf(),
+        _ => parent.to_path_buf(),
+    }
+}
+
+impl Client {
+    /// Connect and read `hello`; the client ID is the installation's (`identity`), read
+    /// from (or created in) the socket's state directory.
+    pub fn connect(socket: &Path) -> Result<Self, ClientError> {
+        let (connection, hello) = Connection::open(socket, Duration::from_millis(RESPONSE_TIMEOUT_MS))?;
+        let client_id = identity::installation_id(&state_dir_of(socket), &identity::CLI);
         Ok(Self {
-            reader,
-            writer,
+            socket: socket.to_path_buf(),
+            connection: Some(connection),
             client_id,
-            events: std::collections::VecDeque::new(),
-            partial: Vec::new(),
+            events: VecDeque::new(),
+            subscriptions: Vec::new(),
             hello,
         })
+    }
+
+    /// The client ID every request carries.
+    pub fn client_id(&self) -> &str {
+        self.client_id.as_str()
     }
 
     /// Send one request and wait for its response. State-changing operations get a fresh
@@ -117,8 +286,26 @@ impl Client {
         run_id: Option<&str>,
         payload: JsonObject,
     ) -> Result<Response, ClientError> {
-        let key = operation.is_state_changing().then(|| random_id("key"));
+        let key = operation
+            .is_state_changing()
+            .then(|| new_id("key").as_str().to_string());
         self.request_keyed(operation, run_id, payload, key)
+    }
+
+    /// `request_for` fenced by the run revision the caller last read: the server refuses it
+    /// (`revisionMismatch`) if the run changed since, so it acts on what the user saw.
+    pub fn request_at_revision(
+        &mut self,
+        operation: Operation,
+        run_id: &str,
+        payload: JsonObject,
+        expected_revision: u64,
+    ) -> Result<Response, ClientError> {
+        let key = operation
+            .is_state_changing()
+            .then(|| new_id("key").as_str().to_string());
+        let expected = Revision::new(expected_revision).map_err(|err| ClientError::Protocol(err.to_string()))?;
+        self.send(operation, Some(run_id), payload, key, Some(expected))
     }
 
     /// `request_for` with a chosen idempotency key: an automatic retry of one user action
@@ -130,6 +317,17 @@ impl Client {
         payload: JsonObject,
         idempotency_key: Option<String>,
     ) -> Result<Response, ClientError> {
+        self.send(operation, run_id, payload, idempotency_key, None)
+    }
+
+    fn send(
+        &mut self,
+        operation: Operation,
+        run_id: Option<&str>,
+        mut payload: JsonObject,
+        idempotency_key: Option<String>,
+        expected_revision: Option<Revision>,
+    ) -> Result<Response, ClientError> {
         let run_id = run_id
             .map(OpaqueId::new)
             .transpose()
@@ -138,33 +336,98 @@ impl Client {
             .map(OpaqueId::new)
             .transpose()
             .map_err(|err| ClientError::Protocol(err.to_string()))?;
-        let request = Request {
+        let unwatched = self.forget_subscription(operation, &mut payload);
+        let mut request = Request {
             schema: ClientSchema::V1,
-            request_id: OpaqueId::new(random_id("req")).map_err(|err| ClientError::Protocol(err.to_string()))?,
+            request_id: new_id("req"),
             client_id: self.client_id.clone(),
             operation,
             idempotency_key,
             run_id,
-            expected_revision: None,
+            expected_revision,
             payload,
         };
+        let wait = response_timeout(operation);
+        let during = format!("waiting for the answer to {}", operation.as_str());
+        let mut retry = Retry::new();
+        loop {
+            let reconnected = self.connection.is_none();
+            if reconnected && let Some(original) = unwatched.as_ref() {
+                // The subscription ended with the lost connection; resending its old ID
+                // could remove another subscription restored under the same ID.
+                return Ok(unwatch_answer(&request, original));
+            }
+            let result = self.connected().and_then(|()| self.exchange(&request, wait));
+            match result {
+                Ok(response) => return Ok(self.answered(&request, response, unwatched.as_ref())),
+                Err(err) if is_transport_loss(&err) => {
+                    self.lose_connection();
+                    if !is_resendable(operation) {
+                        return Err(ClientError::ConnectionLost {
+                            during,
+                            attempts: 0,
+                            last: err.to_string(),
+                            advice: advice(operation),
+                        });
+                    }
+                    retry.next(&err, &during, advice(operation))?;
+                    // Same client ID and idempotency key; a new transport attempt.
+                    request.request_id = new_id("req");
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// Connect again after a loss (and restore the subscriptions there); nothing when
+    /// connected.
+    fn connected(&mut self) -> Result<(), ClientError> {
+        if self.connection.is_some() {
+            return Ok(());
+        }
+        let (connection, hello) = Connection::open(&self.socket, Duration::from_millis(HELLO_TIMEOUT_MS))?;
+        self.connection = Some(connection);
+        self.hello = hello;
+        self.restore_subscriptions()
+    }
+
+    fn lose_connection(&mut self) {
+        self.connection = None;
+        for subscription in &mut self.subscriptions {
+            subscription.current = None;
+        }
+    }
+
+    fn read(&mut self) -> Result<ClientMessage, ClientError> {
+        match self.connection.as_mut() {
+            Some(connection) => connection.read(),
+            None => Err(ClientError::Disconnected("not connected".to_string())),
+        }
+    }
+
+    /// Write `request` and read until its response (keeping events that arrive first).
+    fn exchange(&mut self, request: &Request, wait: Duration) -> Result<Response, ClientError> {
         let bytes = encode_client_message(&ClientMessage::Request(request.clone()))
             .map_err(|err| ClientError::Protocol(err.to_string()))?;
-        let wait = response_timeout(operation);
-        self.writer.set_read_timeout(Some(wait))?;
-        self.writer.write_all(&bytes)?;
+        let Some(connection) = self.connection.as_mut() else {
+            return Err(ClientError::Disconnected("not connected".to_string()));
+        };
+        connection.writer.set_read_timeout(Some(wait))?;
+        connection.writer.write_all(&bytes)?;
         loop {
-            let message = read_message(&mut self.reader, &mut self.partial).map_err(|err| match err {
-                ClientError::Io(io)
-                    if matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
-                {
-                    ClientError::TimedOut {
-                        operation: operation.as_str(),
+            let message = match self.read() {
+                Ok(message) => message,
+                Err(ClientError::Io(io)) if is_timeout(&io) => {
+                    // Its answer may still come on this connection and would be mistaken
+                    // for the next one's: start the next request on a new connection.
+                    self.lose_connection();
+                    return Err(ClientError::TimedOut {
+                        operation: request.operation.as_str(),
                         seconds: wait.as_secs(),
-                    }
+                    });
                 }
-                other => other,
-            })?;
+                Err(err) => return Err(err),
+            };
             match message {
                 ClientMessage::Response(response) if response.request_id == request.request_id => return Ok(response),
                 ClientMessage::Event(event) => self.keep_event(event),
@@ -177,7 +440,112 @@ impl Client {
         }
     }
 
+    /// Note a new subscription from its answer; an unwatch answer names the caller's ID.
+    fn answered(&mut self, request: &Request, mut response: Response, unwatched: Option<&OpaqueId>) -> Response {
+        let is_watch = matches!(request.operation, Operation::ViewRunWatch | Operation::ViewRunsWatch);
+        if is_watch
+            && self.subscriptions.len() < SUBSCRIPTIONS_KEPT_MAX
+            && let Some(id) = subscription_id_of(&response)
+        {
+            let mut payload = request.payload.clone();
+            payload.remove("sinceRevision");
+            self.subscriptions.push(Subscription {
+                id: id.clone(),
+                current: Some(id),
+                operation: request.operation,
+                run_id: request.run_id.clone(),
+                payload,
+                revision: None,
+            });
+        }
+        if let (Some(original), Some(receipt)) = (unwatched, response.receipt.as_mut())
+            && receipt.contains_key("subscriptionId")
+        {
+            receipt.insert("subscriptionId".into(), json!(original.as_str()));
+        }
+        response
+    }
+
+    /// For an unwatch of a subscription this client restores: stop restoring it and name
+    /// its ID on the current connection. Returns the caller's ID.
+    fn forget_subscription(&mut self, operation: Operation, payload: &mut JsonObject) -> Option<OpaqueId> {
+        if !matches!(operation, Operation::ViewRunUnwatch | Operation::ViewUnwatch) {
+            return None;
+        }
+        let named = payload.get("subscriptionId").and_then(Value::as_str)?;
+        let index = self.subscriptions.iter().position(|s| s.id.as_str() == named)?;
+        let subscription = self.subscriptions.remove(index);
+        // Without a current ID the connection is lost (a restore names every subscription
+        // it keeps), and the request loop answers for the ended subscription itself.
+        if let Some(current) = subscription.current.as_ref() {
+            payload.insert("subscriptionId".into(), json!(current.as_str()));
+        }
+        Some(subscription.id)
+    }
+
+    /// Watch again, on a new connection, what the caller holds: from the newest revision
+    /// seen (the server answers a patch if it still has it, else a snapshot). A watch the
+    /// server now refuses (the run was deleted) ends with an `unavailable` event.
+    fn restore_subscriptions(&mut self) -> Result<(), ClientError> {
+        for index in 0..self.subscriptions.len() {
+            let subscription = &self.subscriptions[index];
+            let mut payload = subscription.payload.clone();
+            if let (Operation::ViewRunWatch, Some(revision)) = (subscription.operation, subscription.revision) {
+                payload.insert("sinceRevision".into(), json!(revision));
+            }
+            let request = Request {
+                schema: ClientSchema::V1,
+                request_id: new_id("req"),
+                client_id: self.client_id.clone(),
+                operation: subscription.operation,
+                idempotency_key: None,
+                run_id: subscription.run_id.clone(),
+                expected_revision: None,
+                payload,
+            };
+            let response = self.exchange(&request, Duration::from_millis(RESPONSE_TIMEOUT_MS))?;
+            self.subscriptions[index].current = subscription_id_of(&response);
+        }
+        let (restored, refused): (Vec<_>, Vec<_>) = std::mem::take(&mut self.subscriptions)
+            .into_iter()
+            .partition(|subscription| subscription.current.is_some());
+        self.subscriptions = restored;
+        for subscription in refused {
+            self.keep_event(Event {
+                schema: ClientSchema::V1,
+                subscription_id: subscription.id.clone(),
+                event: EventKind::Unavailable,
+                revision: None,
+                run_id: subscription.run_id,
+                payload: JsonObject::new(),
+            });
+        }
+        Ok(())
+    }
+
+    /// An event with the subscription ID the caller knows; its revision is remembered. An
+    /// `unavailable` event ends the subscription on the server: it is not restored.
+    fn translated(&mut self, mut event: Event) -> Event {
+        let Some(index) = self
+            .subscriptions
+            .iter()
+            .position(|s| s.current.as_ref() == Some(&event.subscription_id))
+        else {
+            return event;
+        };
+        let subscription = &mut self.subscriptions[index];
+        event.subscription_id = subscription.id.clone();
+        if let Some(revision) = event.revision {
+            subscription.revision = Some(revision.get());
+        }
+        if event.event == EventKind::Unavailable {
+            self.subscriptions.remove(index);
+        }
+        event
+    }
+
     fn keep_event(&mut self, event: Event) {
+        let event = self.translated(event);
         if self.events.len() >= EVENTS_QUEUED_MAX {
             self.events.pop_front();
         }
@@ -189,29 +557,70 @@ impl Client {
         self.events.drain(..).collect()
     }
 
-    /// The next subscription event; `Ok(None)` when none arrives within `timeout`.
+    /// The next subscription event; `Ok(None)` when none arrives within `timeout`. A lost
+    /// connection is reconnected (bounded, as for requests) while subscriptions are held.
     pub fn next_event(&mut self, timeout: Duration) -> Result<Option<Event>, ClientError> {
-        if let Some(event) = self.events.pop_front() {
-            return Ok(Some(event));
-        }
-        self.writer
-            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
-        let read = read_message(&mut self.reader, &mut self.partial);
-        self.writer
-            .set_read_timeout(Some(Duration::from_millis(RESPONSE_TIMEOUT_MS)))?;
-        match read {
-            Ok(ClientMessage::Event(event)) => Ok(Some(event)),
-            Ok(_) => Err(ClientError::Protocol("expected an event".to_string())),
-            Err(ClientError::Io(err))
-                if matches!(
-                    err.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                Ok(None)
+        let mut retry = Retry::new();
+        loop {
+            if let Some(event) = self.events.pop_front() {
+                return Ok(Some(event));
             }
+            match self.connected().and_then(|()| self.read_event(timeout)) {
+                Ok(event) => return Ok(event),
+                Err(err) if is_transport_loss(&err) && !self.subscriptions.is_empty() => {
+                    self.lose_connection();
+                    retry.next(
+                        &err,
+                        "while waiting for subscription events",
+                        advice(Operation::ViewRunWatch),
+                    )?;
+                }
+                Err(err) => {
+                    if is_transport_loss(&err) {
+                        self.lose_connection();
+                    }
+                    return Err(err);
+                }
+            }
+        }
+    }
+
+    fn read_event(&mut self, timeout: Duration) -> Result<Option<Event>, ClientError> {
+        if let Some(connection) = self.connection.as_mut() {
+            connection
+                .writer
+                .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+        }
+        match self.read() {
+            Ok(ClientMessage::Event(event)) => Ok(Some(self.translated(event))),
+            Ok(_) => Err(ClientError::Protocol("expected an event".to_string())),
+            Err(ClientError::Io(err)) if is_timeout(&err) => Ok(None),
             Err(err) => Err(err),
         }
+    }
+}
+
+/// The subscription ID of an accepted watch answer.
+fn subscription_id_of(response: &Response) -> Option<OpaqueId> {
+    if !matches!(response.outcome, Outcome::Accepted | Outcome::Adopted) {
+        return None;
+    }
+    let id = response.receipt.as_ref()?.get("subscriptionId")?.as_str()?;
+    OpaqueId::new(id).ok()
+}
+
+/// The answer to an unwatch whose subscription ended with a lost connection.
+fn unwatch_answer(request: &Request, original: &OpaqueId) -> Response {
+    let mut receipt = JsonObject::new();
+    receipt.insert("subscriptionId".into(), json!(original.as_str()));
+    receipt.insert("removed".into(), json!(true));
+    Response {
+        schema: ClientSchema::V1,
+        request_id: request.request_id.clone(),
+        outcome: Outcome::Accepted,
+        revision: None,
+        receipt: Some(receipt),
+        error: None,
     }
 }
 
@@ -226,7 +635,7 @@ fn read_message(reader: &mut BufReader<UnixStream>, partial: &mut Vec<u8>) -> Re
             return decode_client_message(&line).map_err(|err| ClientError::Protocol(err.to_string()));
         }
         if read == 0 && budget > 0 {
-            return Err(ClientError::Protocol("the server closed the connection".to_string()));
+            return Err(ClientError::Disconnected("end of file".to_string()));
         }
         if partial.len() >= FRAME_BYTES_MAX {
             return Err(ClientError::Protocol("the server sent a frame above 1 MiB".to_string()));

@@ -364,31 +364,86 @@ fn sigkill_of_the_runner_during_a_shell_effect_parks_it_ambiguous_and_reaps_the_
     assert_eq!(status["detail"], "effectAmbiguous", "{status}");
 }
 
-// Regression: an `interrupted` attempt once looked unfinished to the engine, which reused its
-// ID and was refused on every resume; it now reruns as a new attempt, and the ambiguous effect
-// fails the node (routed), never re-executed.
+/// `kill_runner_during_shell`, then wait until the shell's group and the runner are gone.
+fn killed_and_cleaned_up() -> KilledShell {
+    let killed = kill_runner_during_shell();
+    killed.env.wait_until("the shell step's process group is gone", || {
+        live_group_members(killed.child_pid).is_empty()
+    });
+    killed.env.wait_runner_gone(&killed.run_id);
+    killed
+}
+
+// An ambiguous effect blocks `resume` until an operator reviews it; a review `--failed`
+// then routes the node's failure through `$result.outcome`, and the effect never runs again.
+// (Regression too: an `interrupted` attempt once looked unfinished to the engine, which
+// reused its ID and was refused on every resume; it now reruns as a new attempt.)
 #[test]
-fn resuming_an_ambiguous_effect_never_runs_it_again_and_routes_the_failure() {
+fn an_ambiguous_effect_is_reviewed_before_resume_and_a_failed_review_routes_the_failure() {
     let KilledShell {
         env,
         marker,
         run_id,
-        child_pid,
         _work,
-    } = kill_runner_during_shell();
-    env.wait_until("the shell step's process group is gone", || {
-        live_group_members(child_pid).is_empty()
-    });
-    env.wait_runner_gone(&run_id);
+        ..
+    } = killed_and_cleaned_up();
+    let revision = env.count(&format!("SELECT revision FROM runs WHERE run_id = '{run_id}'"));
+    let view = json_of(&env.cli(&["run", "status", &run_id, "--json"]));
+    assert_eq!(view["display"]["status"], "ambiguous", "{view}");
+    assert_eq!(
+        view["display"]["controls"],
+        serde_json::json!(["cancel", "review"]),
+        "{view}"
+    );
+    assert_eq!(view["display"]["reason"]["code"], "effectAmbiguous", "{view}");
+    // Resume is refused while the effect is ambiguous, and changes nothing.
+    let resume = env.cli(&["run", "resume", &run_id]);
+    assert_ne!(resume.status.code(), Some(0), "resume past an ambiguous effect");
+    assert!(stderr_of(&resume).contains("run review"), "{}", stderr_of(&resume));
+    assert_eq!(
+        env.count(&format!("SELECT revision FROM runs WHERE run_id = '{run_id}'")),
+        revision
+    );
+    // The listing names the effect without its request (only the command's name).
+    let listing = env.cli(&["run", "review", &run_id]);
+    env.expect_code(&listing, 0, "run review");
+    let listed = String::from_utf8_lossy(&listing.stdout).to_string();
+    assert!(listed.contains("1 ambiguous effect"), "{listed}");
+    assert!(listed.contains("node append (visit 1)"), "{listed}");
+    assert!(listed.contains("request: sh"), "{listed}");
+    assert!(
+        !listed.contains(&marker.display().to_string()),
+        "the request's arguments are private: {listed}"
+    );
+    let review = env.cli(&[
+        "run",
+        "review",
+        &run_id,
+        "--failed",
+        "--note",
+        "the marker shows one start only",
+    ]);
+    env.expect_code(&review, 0, "run review --failed");
+    assert!(String::from_utf8_lossy(&review.stdout).contains("run resume"));
+    // A second review of the same effect is refused.
+    let again = env.cli(&["run", "review", &run_id, "--applied"]);
+    assert_ne!(again.status.code(), Some(0), "a second review");
+    let view = json_of(&env.cli(&["run", "status", &run_id, "--json"]));
+    assert_eq!(
+        view["display"]["controls"],
+        serde_json::json!(["resume", "cancel"]),
+        "{view}"
+    );
+    assert_eq!(view["display"]["reason"]["code"], "effectReviewed", "{view}");
+
     let revision = env.count(&format!("SELECT revision FROM runs WHERE run_id = '{run_id}'"));
     let resume = env.cli(&["run", "resume", &run_id]);
     env.expect_code(&resume, 0, "run resume");
     env.wait_settled_after(&run_id, revision);
-    // The ambiguous effect is never executed again.
-    assert_eq!(line_count(&marker), 1);
-    assert_eq!(env.text("SELECT status FROM effects"), "ambiguous");
+    assert_eq!(line_count(&marker), 1, "a reviewed-failed effect never runs again");
+    assert_eq!(env.text("SELECT status FROM effects"), "rejected");
     assert_eq!(env.count("SELECT count(*) FROM effect_attempts"), 1);
-    // The node fails with effectAmbiguous and `$result.outcome` routes `failed`.
+    assert_eq!(env.text("SELECT review FROM effect_attempts"), "failed");
     assert_eq!(
         env.text(&format!("SELECT status FROM runs WHERE run_id = '{run_id}'")),
         "completed",
@@ -398,12 +453,197 @@ fn resuming_an_ambiguous_effect_never_runs_it_again_and_routes_the_failure() {
     let output_hash = env.text(&format!("SELECT output_hash FROM runs WHERE run_id = '{run_id}'"));
     assert_eq!(
         env.blob_json(&output_hash),
-        serde_json::json!({"route": "failed", "code": "effectAmbiguous"})
+        serde_json::json!({"route": "failed", "code": "effectRejected"})
     );
     assert_eq!(
         env.count("SELECT count(*) FROM node_attempts WHERE node_path = 'finished'"),
         0
     );
+}
+
+// A reviewed retry applies the effect again as attempt 2 (the operator accepted a possible
+// duplicate); a review `--applied` continues the node with the supplied result.
+#[test]
+fn a_reviewed_retry_applies_again_and_a_reviewed_success_continues_with_its_result() {
+    for resolution in ["--retry", "--applied"] {
+        let KilledShell {
+            env,
+            marker,
+            run_id,
+            _work,
+            ..
+        } = killed_and_cleaned_up();
+        let mut args = vec!["run", "review", run_id.as_str(), resolution];
+        let receipt = r#"{"exitCode":0,"signal":null,"stdout":"seen","stderr":"","timedOut":false}"#;
+        if resolution == "--applied" {
+            args.extend(["--result", receipt]);
+        }
+        let review = env.cli(&args);
+        env.expect_code(&review, 0, "run review");
+        if resolution == "--retry" {
+            assert!(
+                stderr_of(&review).contains("twice"),
+                "the retry warns: {}",
+                stderr_of(&review)
+            );
+        }
+        let revision = env.count(&format!("SELECT revision FROM runs WHERE run_id = '{run_id}'"));
+        env.expect_code(&env.cli(&["run", "resume", &run_id]), 0, "run resume");
+        env.wait_settled_after(&run_id, revision);
+        assert_eq!(
+            env.text(&format!("SELECT status FROM runs WHERE run_id = '{run_id}'")),
+            "completed",
+            "{resolution}: {}",
+            env.diagnostics()
+        );
+        assert_eq!(env.text("SELECT status FROM effects"), "applied");
+        let output_hash = env.text(&format!("SELECT output_hash FROM runs WHERE run_id = '{run_id}'"));
+        assert_eq!(
+            env.blob_json(&output_hash),
+            serde_json::json!({"route": "ok"}),
+            "{resolution}"
+        );
+        match resolution {
+            "--retry" => {
+                assert_eq!(line_count(&marker), 2, "the retry applied again");
+                assert_eq!(env.count("SELECT count(*) FROM effect_attempts"), 2);
+            }
+            _ => {
+                assert_eq!(line_count(&marker), 1, "an applied review never runs it again");
+                assert_eq!(env.count("SELECT count(*) FROM effect_attempts"), 1);
+                assert_eq!(env.node_output(&run_id, "append")["stdout"], "seen");
+            }
+        }
+    }
+}
+
+/// SIGKILL the runner of `run_id` once `ready` holds, and wait until the run parked.
+fn kill_runner_when(env: &Env, run_id: &str, what: &str, ready: impl FnMut() -> bool) {
+    env.wait_until(what, ready);
+    let runner_pid = env.count(&format!(
+        "SELECT pid FROM run_workers WHERE run_id = '{run_id}' AND status IN ('starting', 'ready')"
+    ));
+    kill9(runner_pid as i32);
+    env.wait_for_count(
+        "the run parks",
+        &format!("SELECT count(*) FROM run_queue WHERE run_id = '{run_id}' AND status = 'parked'"),
+    );
+    env.wait_runner_gone(run_id);
+}
+
+/// Resume `run_id` and wait until it settles; its final status.
+fn resume_to_end(env: &Env, run_id: &str) -> String {
+    let revision = env.count(&format!("SELECT revision FROM runs WHERE run_id = '{run_id}'"));
+    env.expect_code(&env.cli(&["run", "resume", run_id]), 0, "run resume");
+    env.wait_settled_after(run_id, revision);
+    env.text(&format!("SELECT status FROM runs WHERE run_id = '{run_id}'"))
+}
+
+// An idempotent effect interrupted by a crash is applied again with the same engine key,
+// which the external system deduplicates: it ran twice, it took effect once.
+#[test]
+fn an_interrupted_idempotent_effect_is_applied_again_with_the_same_key() {
+    let env = Env::new();
+    let work = short_temp_dir("piwl");
+    let ledger = work.path().join("ledger");
+    let tries = work.path().join("ledger.tries");
+    let input = serde_json::json!({"ledger": ledger}).to_string();
+    let run_id = env.start_fixture("idempotent-ledger", Some(&input));
+    kill_runner_when(&env, &run_id, "the first try recorded its key", || {
+        line_count(&ledger) == 1
+    });
+    // Not ambiguous: the contract says a repeat is safe, so the run only waits for a resume.
+    assert_eq!(
+        env.text("SELECT status FROM effects"),
+        "pending",
+        "{}",
+        env.diagnostics()
+    );
+    assert_eq!(env.text("SELECT outcome FROM effect_attempts"), "interrupted");
+    assert_eq!(
+        env.text(&format!("SELECT status_detail FROM runs WHERE run_id = '{run_id}'")),
+        "workerCrashed"
+    );
+    assert_eq!(resume_to_end(&env, &run_id), "completed", "{}", env.diagnostics());
+    let key = env.text("SELECT idempotency_key FROM effects");
+    let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
+    assert_eq!(
+        read(&tries),
+        format!("{key}\n{key}\n"),
+        "both tries saw the engine's key"
+    );
+    assert_eq!(read(&ledger), format!("{key}\n"), "the system recorded it once");
+    assert_eq!(env.text("SELECT status FROM effects"), "applied");
+    assert_eq!(
+        env.texts("SELECT outcome FROM effect_attempts ORDER BY attempt_number"),
+        ["interrupted", "applied"]
+    );
+}
+
+// A read-back effect interrupted by a crash is observed first: a proved "applied" adopts
+// the observed result without running it again; a proved "not applied" applies it again.
+#[test]
+fn an_interrupted_read_back_effect_applies_again_only_when_observed_not_applied() {
+    for sleep_before in [false, true] {
+        let env = Env::new();
+        let work = short_temp_dir("piwr");
+        let system = work.path().join("system");
+        let input = serde_json::json!({"system": system, "sleepBefore": sleep_before}).to_string();
+        let run_id = env.start_fixture("read-back", Some(&input));
+        match sleep_before {
+            false => kill_runner_when(&env, &run_id, "the first try wrote", || line_count(&system) == 1),
+            true => {
+                kill_runner_when(&env, &run_id, "the first try is applying", || {
+                    env.count("SELECT count(*) FROM effects WHERE status = 'applying'") == 1
+                });
+                assert_eq!(line_count(&system), 0, "killed before it wrote");
+            }
+        }
+        assert_eq!(
+            env.text("SELECT status FROM effects"),
+            "pending",
+            "{}",
+            env.diagnostics()
+        );
+        assert_eq!(resume_to_end(&env, &run_id), "completed", "{}", env.diagnostics());
+        let key = env.text("SELECT idempotency_key FROM effects");
+        assert_eq!(
+            line_count(&system),
+            1,
+            "written exactly once (sleepBefore {sleep_before})"
+        );
+        let output_hash = env.text(&format!("SELECT output_hash FROM runs WHERE run_id = '{run_id}'"));
+        // Observed applied → the observed result; observed not applied → the new run's result.
+        assert_eq!(
+            env.blob_json(&output_hash),
+            serde_json::json!({"published": key, "observed": !sleep_before}),
+            "sleepBefore {sleep_before}"
+        );
+        assert_eq!(env.count("SELECT count(*) FROM effect_attempts"), 2);
+    }
+}
+
+// A declared deadline that passes with no `timed_out` route ends the run `timed_out` with
+// failure class workerTimedOut — not `failed`, which is for workflow code that failed.
+#[test]
+fn an_unrouted_timeout_ends_the_run_timed_out_not_failed() {
+    let env = Env::new();
+    let run_id = env.start_fixture("times-out", None);
+    env.wait_for_count(
+        "the run ends",
+        &format!("SELECT count(*) FROM runs WHERE run_id = '{run_id}' AND finished_at IS NOT NULL"),
+    );
+    assert_eq!(
+        env.text(&format!(
+            "SELECT status || ' ' || status_detail FROM runs WHERE run_id = '{run_id}'"
+        )),
+        "timed_out workerTimedOut",
+        "{}",
+        env.diagnostics()
+    );
+    let view = json_of(&env.cli(&["run", "status", &run_id, "--json"]));
+    assert_eq!(view["display"]["status"], "timed_out", "{view}");
+    assert_eq!(view["display"]["reason"]["code"], "timedOut", "{view}");
 }
 
 // 3. SIGKILL of the server mid-run --------------------------------------------------------

@@ -2,7 +2,8 @@
 //! answering the server's pings (here: SIGSTOP) shows as `unresponsive` in the run view,
 //! still with `cancel` among its controls, and as `ready` once it runs again (SIGCONT); a
 //! runner above its memory bound is stopped and its run parks as `runnerOutOfMemory`, with
-//! `resume`.
+//! `resume`; a runner stopped past the stall bound is killed and its run reclaimed and
+//! relaunched under a new generation.
 
 mod common;
 
@@ -148,4 +149,43 @@ fn an_unresponsive_runner_can_be_cancelled() {
         1,
         "the runner's end is recorded"
     );
+}
+
+#[test]
+fn a_runner_stopped_past_the_stall_bound_is_killed_and_its_run_relaunched() {
+    let env = Env::with_vars(vec![
+        ("PI_WORKFLOWS_RUNNER_PING_MS".to_string(), "200".to_string()),
+        ("PI_WORKFLOWS_RUNNER_UNRESPONSIVE_MS".to_string(), "500".to_string()),
+        ("PI_WORKFLOWS_RUNNER_STALLED_MS".to_string(), "1500".to_string()),
+        ("PI_WORKFLOWS_RECLAIM_INTERVAL_MS".to_string(), "100".to_string()),
+    ]);
+    let run_id = env.start_fixture("long-wait", None);
+    wait_for_activity(&env, &run_id, "ready");
+    let pid = runner_pid(&env);
+    signal(pid, "STOP");
+    // Killed (SIGKILL works on a stopped process), reclaimed (generation 2), relaunched (3).
+    env.wait_for_count(
+        "a new runner serves the reclaimed run",
+        &format!("SELECT count(*) FROM run_workers WHERE run_id = '{run_id}' AND generation = 3 AND status = 'ready'"),
+    );
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the stopped runner was killed and reaped"
+    );
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM run_workers WHERE run_id = '{run_id}' AND generation = 1 AND status = 'timedOut'"
+        )),
+        1
+    );
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM events WHERE run_id = '{run_id}' AND event_type = 'run.reclaimed' AND lease_generation = 2"
+        )),
+        1
+    );
+    let relaunched = wait_for_activity(&env, &run_id, "ready");
+    assert_eq!(relaunched["display"]["status"], "running", "{}", relaunched["display"]);
+    let cancel = env.cli(&["run", "cancel", &run_id]);
+    env.expect_code(&cancel, 0, "cancel the relaunched run");
 }

@@ -424,6 +424,7 @@ fn the_tree_has_the_documented_layout() {
         [
             "channels",
             "clients",
+            "reclaimer",
             "reconciles",
             "resolvers",
             "retention",
@@ -492,6 +493,7 @@ fn the_tree_has_the_documented_layout() {
     for name in [
         "store",
         "scheduler",
+        "reclaimer",
         "retention",
         "resolvers",
         "runners",
@@ -510,8 +512,10 @@ fn the_tree_has_the_documented_layout() {
     assert!(child(&without, "retention").is_none(), "{}", pretty(&without));
     assert!(child(&without, "scheduler").is_some(), "{}", pretty(&without));
 
-    // Retention is a transient task: a panic restarts it, the server's stop ends it for good.
+    // Retention and the reclaimer are transient tasks: a panic restarts them, the server's
+    // stop ends them for good.
     assert_node(tree, &["retention"], "worker", None, "transient");
+    assert_node(tree, &["reclaimer"], "worker", None, "transient");
 }
 
 /// Queue `run_id`, start the server, and wait for its `runner-N` child to list one live

@@ -5,12 +5,10 @@
 mod common;
 
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pi_workflows::client::Client;
 use pi_workflows::protocol::{EventKind, JsonObject, Operation, Outcome, Response};
-use pi_workflows::store::{Store, SystemClock, blobs};
 use pi_workflows::view::patch;
 use serde_json::{Value, json};
 
@@ -25,7 +23,7 @@ impl Server {
     /// server whose runners follow `script`.
     fn start(runs: usize, nodes: usize, script: &str) -> Self {
         let dir = tempfile::Builder::new().prefix("piwv").tempdir_in("/tmp").expect("dir");
-        queue_with_definition(dir.path(), runs, nodes);
+        common::queue_with_definition(dir.path(), runs, nodes);
         let out = Command::new(env!("CARGO_BIN_EXE_pi-workflows"))
             .arg("--state-dir")
             .arg(dir.path())
@@ -50,34 +48,6 @@ impl Drop for Server {
 }
 
 /// A definition snapshot like the resolver's, with `nodes` compute nodes.
-fn definition(nodes: usize) -> Value {
-    let items: Vec<Value> = (1..=nodes)
-        .map(|i| json!({"path": format!("root/step{i}"), "type": "compute", "title": format!("Step {i}")}))
-        .collect();
-    json!({"schema": "pi-workflows.definition-snapshot.v1", "name": "example", "startAt": "n1",
-           "maxSteps": 1000, "nodes": items, "includes": [], "edges": []})
-}
-
-fn queue_with_definition(dir: &std::path::Path, runs: usize, nodes: usize) {
-    std::fs::create_dir_all(dir).expect("state dir");
-    let store = Store::open(&dir.join("state.sqlite"), Arc::new(SystemClock)).expect("store");
-    let bytes = serde_json_canonicalizer::to_vec(&definition(nodes)).expect("canonical");
-    for index in 0..runs {
-        let bytes = bytes.clone();
-        let run = pi_workflows::store::runs::NewRun {
-            project_path: String::new(),
-            definition_digest: format!("sha256:{}", pi_workflows::digest::sha256_hex(&bytes)),
-            ..common::new_run(&format!("run-{index}"))
-        };
-        store
-            .write(move |tx| {
-                blobs::put_blob(tx, &bytes, pi_workflows::view::document::DEFINITION_MEDIA_TYPE)?;
-                pi_workflows::store::runs::queue_run(tx, &run)
-            })
-            .expect("queue");
-    }
-}
-
 fn request(client: &mut Client, operation: Operation, run_id: Option<&str>, payload: Value) -> Response {
     let payload: JsonObject = serde_json::from_value(payload).expect("object");
     client.request_for(operation, run_id, payload).expect("request")
@@ -291,7 +261,7 @@ fn history_pages_walk_every_attempt_once_and_content_reads_verify() {
     let bytes = read_content(&mut client, "run-0", &reference, 1000);
     assert_eq!(bytes.len() as u64, reference["byteLength"].as_u64().expect("length"));
     let value: Value = serde_json::from_slice(&bytes).expect("JSON");
-    assert_eq!(value, definition(120));
+    assert_eq!(value, common::definition(120));
 
     let mut wrong_media = reference.clone();
     wrong_media["mediaType"] = json!("application/json");

@@ -150,7 +150,7 @@ fn apply(t: &common::TestStore, world: &mut World, op: &Op) -> Applied {
             runs::start_run(tx, id, OWNERS[owner]).map(|c| Some(c.value))
         }),
         Op::Reclaim { run, owner } => with_run(store, world.run(run), move |tx, id| {
-            runs::reclaim_expired(tx, id, OWNERS[owner]).map(|c| Some(c.value))
+            runs::reclaim(tx, id, OWNERS[owner], runs::Takeover::Expired).map(|c| Some(c.value))
         }),
         Op::MarkRunning { auth } => with_auth(store, world.authority(auth), |tx, a| runs::mark_running(tx, a, None)),
         Op::StartAttempt { auth } => {

@@ -80,8 +80,9 @@ fn only_old_terminal_unprotected_trees_expire() {
     store
         .write(|tx| {
             tx.conn().execute(
-                "INSERT INTO effects (effect_id, run_id, effect_type, idempotency_key, request_fingerprint, status,
-                                      created_at, updated_at) VALUES ('e', 'effect', 't', 'k', 'f', 'ambiguous', 0, 0)",
+                "INSERT INTO effects (effect_id, run_id, effect_type, idempotency_key, request_fingerprint, recovery,
+                                      status, created_at, updated_at)
+                 VALUES ('e', 'effect', 't', 'k', 'f', 'manual', 'ambiguous', 0, 0)",
                 [],
             )?;
             Ok(())

@@ -16,7 +16,10 @@
 //!   to PATH (the "external system"), settle it as applied
 //! - `effect-ms=N`        sleep N ms after applying the effect, before settling it
 //! - `crash-in-effect`    exit with code 70 after applying the effect, before settling it
-//! - `crash-first-only`   `crash-after` and `crash-in-effect` apply only in generation 1
+//! - `hang-at=N`          step N, after `node.started`, spins forever without reading its
+//!   channel (busy, never answers a ping), until the server kills it
+//! - `crash-first-only`   `crash-after`, `crash-in-effect` and `hang-at` apply only in
+//!   generation 1
 //! - `work-ms=N`          sleep N ms inside each node (between `node.started` and
 //!   `node.finished`), so a crash can find an attempt running. Without it (and without an
 //!   effect) a step is a pure compute node: one `node.finished` with its start fields
@@ -25,6 +28,8 @@
 //! - `request-kind=K`     the kind of the checkpoint-at request (default checkpoint)
 //! - `verdict=accept|reject` how to judge a `validating` submission in the run state
 //!   (`interaction.accepted` / `interaction.rejected`); a rejection ends the runner
+//! - `verdict-delay-ms=N` sleep N ms before judging a submission (a slow step check, so a
+//!   client can lose its connection while the submission is validating)
 //! - `output-bytes=N`     every node output is a string of N bytes (large run states)
 //! - `pipeline=N`         send up to N pure-node results before reading their answers
 //!   (answers still arrive in order, each after its commit); timings then measure each
@@ -71,6 +76,7 @@ struct Script {
     /// Crash only in the run's first generation (so a resumed runner can finish).
     crash_first_only: bool,
     hang_before_ready: bool,
+    hang_at: Option<u64>,
     garbage: bool,
     oversized: bool,
     stale_generation: bool,
@@ -85,6 +91,7 @@ struct Script {
     effect_ms: u64,
     checkpoint_at: Option<u64>,
     reject_submissions: bool,
+    verdict_delay_ms: u64,
     /// `checkpoint` (answered directly) or `agent` (answers are validated by a runner).
     request_kind: String,
     output_bytes: usize,
@@ -116,6 +123,7 @@ fn parse_script() -> Script {
             "crash-after" => script.crash_after = Some(number()),
             "crash-first-only" => script.crash_first_only = true,
             "hang-before-ready" => script.hang_before_ready = true,
+            "hang-at" => script.hang_at = Some(number()),
             "garbage" => script.garbage = true,
             "oversized" => script.oversized = true,
             "stale-generation" => script.stale_generation = true,
@@ -130,6 +138,7 @@ fn parse_script() -> Script {
             "effect-ms" => script.effect_ms = number(),
             "checkpoint-at" => script.checkpoint_at = Some(number()),
             "verdict" => script.reject_submissions = value == "reject",
+            "verdict-delay-ms" => script.verdict_delay_ms = number(),
             "request-kind" if !value.is_empty() => script.request_kind = value.to_string(),
             "output-bytes" => script.output_bytes = number() as usize,
             "updates" => script.updates = true,
@@ -300,7 +309,10 @@ fn read_frame(reader: &mut BufReader<std::fs::File>) -> Map<String, Value> {
 /// engine derives it), the external system is a file that must never get two lines.
 fn perform_effect(channel: &mut Channel, attempt: Option<String>, path: &str, script: &Script) {
     let key = format!("{}:append:root/step1:1", channel.launch.run_id);
-    let request = json!({"effectType": "append", "idempotencyKey": key, "requestFingerprint": "f".repeat(64)});
+    let request = json!({
+        "effectType": "append", "idempotencyKey": key, "requestFingerprint": "f".repeat(64), "recovery": "manual",
+        "requestSummary": "append a line",
+    });
     let response = channel.send(MessageKind::EffectReserve, attempt.clone(), request, script);
     let Some(reservation) = response.result else {
         exit_with(EXIT_PROTOCOL, "reserve without a result")
@@ -485,6 +497,7 @@ fn judge(channel: &mut Channel, state: &Value, script: &Script) -> bool {
     }
     let (request_id, submission_id) = (interaction["requestId"].clone(), validating["submissionId"].clone());
     let attempt = interaction["attemptId"].as_str().map(str::to_string);
+    std::thread::sleep(Duration::from_millis(script.verdict_delay_ms));
     if script.reject_submissions {
         let verdict = json!({"requestId": request_id, "submissionId": submission_id,
                              "error": {"code": "invalidAnswer", "message": "scripted rejection"}});
@@ -634,9 +647,15 @@ fn main() {
             }
         }
         let effect_step = step == 1 && script.effect_file.is_some();
-        let two_phase = effect_step || script.work_ms > 0;
+        let hang = script.hang_at == Some(step) && (!script.crash_first_only || channel.launch.generation == 1);
+        let two_phase = effect_step || script.work_ms > 0 || hang;
         if two_phase {
             channel.send(MessageKind::NodeStarted, attempt.clone(), node.clone(), &script);
+        }
+        if hang {
+            loop {
+                std::thread::yield_now();
+            }
         }
         if let Some(path) = script.effect_file.as_deref().filter(|_| effect_step) {
             perform_effect(&mut channel, attempt.clone(), path, &script);

@@ -3,12 +3,14 @@
 //! 5 waiting for input, 6 parked for review or paused (see `workflow`).
 
 mod protocol_check;
+mod review;
 mod run;
 mod server;
 mod settings;
 mod state;
 mod view;
 mod workflow;
+mod workflows;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -51,6 +53,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List the workflows `run start <name>` finds for a project (its .pi/workflows/, then the
+    /// global ones), with titles, a page at a time.
+    Workflows(workflows::WorkflowsArgs),
     /// Show one run live (nodes, status, current node, timing) until it ends.
     View {
         #[arg(value_parser = RunIdParser)]
@@ -151,6 +156,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(command) => run::run(resolve_state_dir(cli.state_dir)?, command),
         Command::Runs { watch: true, json, .. } => view::watch_runs(&resolve_state_dir(cli.state_dir)?, json),
         Command::Runs { limit, json, .. } => workflow::list(&resolve_state_dir(cli.state_dir)?, limit, json),
+        Command::Workflows(args) => workflows::list(&resolve_state_dir(cli.state_dir)?, args),
         Command::View { run_id, once, json } => view::view(&resolve_state_dir(cli.state_dir)?, &run_id, once, json),
         Command::Checkpoint(CheckpointCommand::Answer {
             run_id,

@@ -1,4 +1,4 @@
-//! `pi-workflows run start|status|restart|pause|resume|cancel|settings`: runs through the server.
+//! `pi-workflows run start|status|restart|pause|resume|cancel|review|settings`: runs through the server.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -75,6 +75,9 @@ pub enum RunCommand {
         #[arg(long)]
         json: bool,
     },
+    /// List a run's ambiguous effects, or settle one after inspecting the external
+    /// system: --applied (it happened), --retry (apply again), --failed (it did not).
+    Review(super::review::ReviewArgs),
     /// Show a run's settings, or change them (`--set /pointer=VALUE`, `--patch JSON`): only
     /// the paths its workflow declares changeable; nodes started afterwards see the change.
     Settings(super::settings::SettingsArgs),
@@ -110,6 +113,7 @@ pub fn run(state_dir: PathBuf, command: RunCommand) -> anyhow::Result<ExitCode> 
             return super::workflow::restart(&state_dir, &run_id, follow, json);
         }
         RunCommand::Settings(args) => return super::settings::settings(&state_dir, args),
+        RunCommand::Review(args) => return super::review::review(&state_dir, args),
         RunCommand::Pause { run_id, json } => (Operation::RunPause, run_id, json, "paused"),
         RunCommand::Resume { run_id, json } => (Operation::RunResume, run_id, json, "resumed"),
         RunCommand::Cancel { run_id, json } => (Operation::RunCancel, run_id, json, "cancelled"),

@@ -124,7 +124,7 @@ fn print_page(page: &JsonObject, as_json: bool) -> anyhow::Result<()> {
 }
 
 /// `YYYY-MM-DD HH:MM:SS UTC` of Unix milliseconds (civil-from-days, proleptic Gregorian).
-fn utc_time(ms: i64) -> String {
+pub(super) fn utc_time(ms: i64) -> String {
     let (days, seconds) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000) / 1000);
     let shifted = days + 719_468;
     let era = shifted.div_euclid(146_097);

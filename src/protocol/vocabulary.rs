@@ -25,6 +25,12 @@ wire_enum! {
         RunStatus = "run.status",
         /// List runs.
         RunList = "run.list",
+        /// List the discoverable workflows of a project (project, then global), paged.
+        WorkflowList = "workflow.list",
+        /// List a run's effects for review (ambiguous ones first).
+        EffectList = "effect.list",
+        /// Settle an ambiguous effect by an operator's review.
+        EffectRecover = "effect.recover",
         /// Answer an ordinary checkpoint.
         CheckpointAnswer = "checkpoint.answer",
         /// Answer a protected decision.
@@ -103,14 +109,17 @@ impl Operation {
     /// key and a committed receipt before its response.
     ///
     /// Views and subscriptions (`view.*`), status reads (`*.status`), `run.list`,
-    /// `resourceManager.list`, `resourceManager.get` and `state.verify` only read. Every other
-    /// operation, including `server.stop` and `channel.reload`, changes something.
+    /// `workflow.list`, `effect.list`, `resourceManager.list`, `resourceManager.get` and
+    /// `state.verify` only read. Every other operation, including `server.stop` and
+    /// `channel.reload`, changes something.
     #[must_use]
     pub const fn is_state_changing(self) -> bool {
         !matches!(
             self,
             Self::RunStatus
                 | Self::RunList
+                | Self::WorkflowList
+                | Self::EffectList
                 | Self::ChannelStatus
                 | Self::ResourceManagerList
                 | Self::ResourceManagerGet
@@ -193,7 +202,7 @@ mod tests {
         check(Operation::ALL, Operation::as_str, Operation::from_wire);
         check(Outcome::ALL, Outcome::as_str, Outcome::from_wire);
         check(EventKind::ALL, EventKind::as_str, EventKind::from_wire);
-        assert_eq!(Operation::ALL.len(), 43);
+        assert_eq!(Operation::ALL.len(), 46);
     }
 
     #[test]
@@ -204,7 +213,12 @@ mod tests {
                 || name.ends_with(".status")
                 || matches!(
                     name,
-                    "run.list" | "resourceManager.list" | "resourceManager.get" | "state.verify"
+                    "run.list"
+                        | "workflow.list"
+                        | "effect.list"
+                        | "resourceManager.list"
+                        | "resourceManager.get"
+                        | "state.verify"
                 );
             assert_eq!(operation.is_state_changing(), !read, "{name}");
         }

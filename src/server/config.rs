@@ -38,6 +38,18 @@ pub const RUNNER_UNRESPONSIVE_MS_DEFAULT: u64 = 10_000;
 /// Bounds of both liveness settings.
 pub const RUNNER_LIVENESS_MS_MIN: u64 = 100;
 pub const RUNNER_LIVENESS_MS_MAX: u64 = 10 * 60 * 1_000;
+/// A runner silent this long is stalled: stopped, its claim given up, its run reclaimed.
+pub const RUNNER_STALLED_ENV: &str = "PI_WORKFLOWS_RUNNER_STALLED_MS";
+/// Long enough that only a stopped or wedged event loop reaches it, not a slow step.
+pub const RUNNER_STALLED_MS_DEFAULT: u64 = 5 * 60 * 1_000;
+/// The longest stall bound that may be set (at least the unresponsive bound).
+pub const RUNNER_STALLED_MS_MAX: u64 = 60 * 60 * 1_000;
+/// How often the reclaimer looks for running rows whose claim expired.
+pub const RECLAIM_INTERVAL_ENV: &str = "PI_WORKFLOWS_RECLAIM_INTERVAL_MS";
+pub const RECLAIM_INTERVAL_MS_DEFAULT: u64 = 5_000;
+pub const RECLAIM_INTERVAL_MS_MIN: u64 = 100;
+/// A look less often than a claim lives would leave expired runs for more than a lease.
+pub const RECLAIM_INTERVAL_MS_MAX: u64 = crate::store::claims::RUN_CLAIM_LEASE_MS as u64;
 /// Warm runners kept at most (`PI_WORKFLOWS_WARM_RUNNERS`, default 1 with the Node runner).
 pub const WARM_RUNNERS_MAX: usize = 4;
 /// `PI_WORKFLOWS_RETENTION_DAYS`: days finished runs are kept (default 30), or `off`.
@@ -75,6 +87,8 @@ pub struct ServerConfig {
     pub connection_deadlines: ConnectionDeadlines,
     /// How long a workflow may take to load in a resolver before its process is killed.
     pub resolve_timeout: Duration,
+    /// How often the reclaimer looks for expired running rows (`PI_WORKFLOWS_RECLAIM_INTERVAL_MS`).
+    pub reclaim_interval: Duration,
 }
 
 /// How long a client connection may stay silent.
@@ -108,6 +122,10 @@ pub struct RunnerSettings {
     pub ping_interval: Duration,
     /// A runner silent this long shows as unresponsive (`PI_WORKFLOWS_RUNNER_UNRESPONSIVE_MS`).
     pub unresponsive_after: Duration,
+    /// A runner silent this long is stalled (`PI_WORKFLOWS_RUNNER_STALLED_MS`): its group is
+    /// killed, its claim given up and its run left to the reclaimer. At least
+    /// `unresponsive_after`.
+    pub stalled_after: Duration,
     /// A runner process resident above this is stopped (`PI_WORKFLOWS_RUNNER_MEMORY_MB`);
     /// `None`: no bound.
     pub memory_bytes_max: Option<u64>,
@@ -202,9 +220,11 @@ impl ServerConfig {
         let resolver = crate::package::node_program("resolver-main.js")
             .ok()
             .map(|program| (program.node.clone(), [program.args(), vec!["--serve".into()]].concat()));
+        let unresponsive_after = liveness_ms(RUNNER_UNRESPONSIVE_ENV, RUNNER_UNRESPONSIVE_MS_DEFAULT)?;
         let runner = RunnerSettings {
             ping_interval: liveness_ms(RUNNER_PING_ENV, RUNNER_PING_MS_DEFAULT)?,
-            unresponsive_after: liveness_ms(RUNNER_UNRESPONSIVE_ENV, RUNNER_UNRESPONSIVE_MS_DEFAULT)?,
+            unresponsive_after,
+            stalled_after: stalled_after(unresponsive_after)?,
             memory_bytes_max: runner_memory_bytes_max()?,
             env_deny: env_deny()?,
             custom_runner,
@@ -224,8 +244,31 @@ impl ServerConfig {
             retention_days: retention_days()?,
             connection_deadlines: connection_deadlines()?,
             resolve_timeout: resolve_timeout()?,
+            reclaim_interval: reclaim_interval()?,
         })
     }
+}
+
+/// `PI_WORKFLOWS_RUNNER_STALLED_MS`: from the unresponsive bound to an hour.
+fn stalled_after(unresponsive_after: Duration) -> anyhow::Result<Duration> {
+    let ms = env_number(RUNNER_STALLED_ENV, RUNNER_STALLED_MS_DEFAULT)?;
+    let min = unresponsive_after.as_millis() as u64;
+    if !(min..=RUNNER_STALLED_MS_MAX).contains(&ms) {
+        anyhow::bail!(
+            "{RUNNER_STALLED_ENV} must be between {RUNNER_UNRESPONSIVE_ENV} ({min} ms) and {RUNNER_STALLED_MS_MAX} ms, not {ms}"
+        );
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+fn reclaim_interval() -> anyhow::Result<Duration> {
+    let ms = env_number(RECLAIM_INTERVAL_ENV, RECLAIM_INTERVAL_MS_DEFAULT)?;
+    if !(RECLAIM_INTERVAL_MS_MIN..=RECLAIM_INTERVAL_MS_MAX).contains(&ms) {
+        anyhow::bail!(
+            "{RECLAIM_INTERVAL_ENV} must be between {RECLAIM_INTERVAL_MS_MIN} and {RECLAIM_INTERVAL_MS_MAX} ms, not {ms}"
+        );
+    }
+    Ok(Duration::from_millis(ms))
 }
 
 /// `PI_WORKFLOWS_RUNNER_MEMORY_MB`: megabytes (at least 64), or `off`.

@@ -18,6 +18,7 @@ pub mod frames;
 pub mod logging;
 pub mod ops;
 pub mod ownership;
+pub mod reclaimer;
 pub mod resolvers;
 pub mod retention;
 pub mod runners;
@@ -137,6 +138,7 @@ fn tree_parts(
         socket: config.paths.socket.clone(),
         idle_exit: config.idle_exit,
         retention_days: config.retention_days,
+        reclaim_interval: config.reclaim_interval,
         connection_deadlines: config.connection_deadlines,
         held,
     }
@@ -152,21 +154,8 @@ async fn release_lease(store: &Arc<Store>, lease: ServerLease) {
 /// Startup recovery before any runner is admitted: stop processes an older server left
 /// behind (only when their start identity still matches), then settle their runs.
 async fn recover(store: &Arc<Store>, server_id: &str) -> anyhow::Result<()> {
-    use supervisors::process::{ProcessSignal, StartIdentity, signal_group_if_identity_matches};
     let stale = blocking::read(store, crate::store::recovery::stale_workers).await?;
-    for worker in &stale {
-        let Some(identity) = worker
-            .process_start_identity
-            .as_deref()
-            .and_then(|text| text.parse::<StartIdentity>().ok())
-        else {
-            continue;
-        };
-        match signal_group_if_identity_matches(&identity, ProcessSignal::Kill) {
-            Ok(outcome) => tracing::info!(pid = identity.pid, ?outcome, "stale runner from an older server"),
-            Err(err) => tracing::warn!(pid = identity.pid, error = %err, "could not check a stale runner"),
-        }
-    }
+    runners::settle::stop_stale_runners(&stale).await;
     // Registered headless Pi groups of those runners: no runner of this server lives yet.
     runners::settle::reap_registered(store, None).await;
     let owner = server_id.to_string();

@@ -4,6 +4,7 @@
 //! server (root, one_for_one, 3 restarts / 60 s; details: the server epoch)
 //! ├── store        worker, permanent: holds the store, stops last; a dead writer stops the server
 //! ├── scheduler    worker, permanent: lease renewal, admission, idle exit
+//! ├── reclaimer    task, transient: reclaims running rows whose claim expired (no live runner)
 //! ├── retention    task, transient: the daily retention sweep (absent when retention is off)
 //! ├── resolvers    one_for_one, 10 / 60 s
 //! │   ├── resolver worker, permanent: the warm source resolver and its Node process
@@ -41,6 +42,7 @@ use supervisors::{ChildSpec, DetailsCell, Restart, Strategy, SupervisorSpec};
 use super::clients::listener::{Listener, ListenerArgs};
 use super::ops::context::OpsContext;
 use super::ownership::HeldFiles;
+use super::reclaimer::{ReclaimArgs, reclaimer};
 use super::resolvers::handle::Resolvers;
 use super::resolvers::resolver::Resolver;
 use super::retention::{SweepArgs, sweeper};
@@ -78,6 +80,8 @@ pub struct TreeParts {
     pub idle_exit: Duration,
     /// Days finished runs are kept; `None`: no retention child.
     pub retention_days: Option<i64>,
+    /// How often the reclaimer looks for expired running rows.
+    pub reclaim_interval: Duration,
     pub connection_deadlines: super::config::ConnectionDeadlines,
     /// The state directory's files this server holds (watched by `store`).
     pub held: HeldFiles,
@@ -90,7 +94,8 @@ pub fn root_spec(parts: &TreeParts) -> SupervisorSpec {
         .with_intensity(ROOT_RESTARTS_MAX, Duration::from_millis(ROOT_PERIOD_MS))
         .with_details(details)
         .with_child(store(parts))
-        .with_child(scheduler(parts));
+        .with_child(scheduler(parts))
+        .with_child(reclaim(parts));
     if let Some(days) = parts.retention_days {
         root = root.with_child(retention(parts, days));
     }
@@ -117,6 +122,15 @@ fn scheduler(parts: &TreeParts) -> ChildSpec {
         idle_exit: parts.idle_exit,
     };
     ChildSpec::worker("scheduler", Restart::Permanent, move || (Scheduler, args.clone()))
+}
+
+fn reclaim(parts: &TreeParts) -> ChildSpec {
+    let args = ReclaimArgs {
+        shared: Arc::clone(&parts.shared),
+        runners: Arc::clone(&parts.runners),
+        interval: parts.reclaim_interval,
+    };
+    ChildSpec::task("reclaimer", Restart::Transient, move || reclaimer(args.clone()))
 }
 
 fn retention(parts: &TreeParts, days: i64) -> ChildSpec {

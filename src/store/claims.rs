@@ -318,6 +318,31 @@ pub fn renew(tx: &WriteTx<'_>, authority: &ClaimAuthority, lease_ms: i64) -> Sto
     extend(tx, authority, lease_ms)
 }
 
+/// Let a held claim lapse now, changing nothing else: its holder gives the run up (a runner
+/// the server stopped for not answering), so a reclaim can take it under a new generation at
+/// once instead of after the rest of the lease. Verified like a renewal (only the exact live
+/// holder can do this); the holder columns stay, since a running row always names a holder.
+/// The schema keeps an expiry after the last heartbeat, so a claim renewed this very
+/// millisecond lapses one millisecond later.
+pub fn expire_now(tx: &WriteTx<'_>, authority: &ClaimAuthority) -> StoreResult<()> {
+    verify(tx, authority)?;
+    let expired = tx
+        .conn()
+        .prepare_cached(
+            "UPDATE leases SET expires_at = max(?1, heartbeat_at + 1)
+             WHERE resource_type = ?2 AND resource_id = ?3 AND generation = ?4",
+        )?
+        .execute(params![
+            tx.now_ms(),
+            authority.resource_type.as_str(),
+            authority.resource_id,
+            authority.generation
+        ])?;
+    assert_eq!(expired, 1, "a verified claim row must exist");
+    tracing::debug!(resource_id = %authority.resource_id, generation = authority.generation, "claim given up");
+    Ok(())
+}
+
 /// Re-arm a claim that expired but still names `authority` exactly (owner, generation and
 /// token): nobody took it over. Only the server lease uses this (after a long suspend); a
 /// run claim that expired must be re-acquired under a new generation.

@@ -98,6 +98,26 @@ pub enum StoreError {
     #[error("{resource_id} is claimed by a live owner; wait for its claim to expire or be released")]
     ClaimHeld { resource_id: String },
 
+    #[error(
+        "effect key {idempotency_key} of run {run_id} already names another request; \
+         the workflow computed a different request for the same node visit, so it is refused"
+    )]
+    EffectRequestChanged { run_id: String, idempotency_key: String },
+
+    #[error("run {run_id} has no effect {effect_id}; list its effects with `pi-workflows run review {run_id}`")]
+    EffectNotFound { run_id: String, effect_id: String },
+
+    #[error(
+        "effect {effect_id} is {status}, not ambiguous: only an ambiguous effect can be reviewed; nothing was changed"
+    )]
+    EffectNotAmbiguous { effect_id: String, status: String },
+
+    #[error(
+        "run {run_id} has {count} ambiguous effect(s): inspect the external system, then settle each with \
+         `pi-workflows run review {run_id}` before resuming"
+    )]
+    EffectsAmbiguous { run_id: String, count: i64 },
+
     #[error("node attempt {attempt_id} is not the unfinished attempt of run {run_id}")]
     AttemptNotActive { run_id: String, attempt_id: String },
 
@@ -178,6 +198,10 @@ impl StoreError {
             StoreError::RunExists { .. } => "runExists",
             StoreError::InvalidTransition { .. } => "invalidTransition",
             StoreError::AttemptNotActive { .. } => "attemptNotActive",
+            StoreError::EffectRequestChanged { .. } => "effectRequestChanged",
+            StoreError::EffectNotFound { .. } => "notFound",
+            StoreError::EffectNotAmbiguous { .. } => "effectNotAmbiguous",
+            StoreError::EffectsAmbiguous { .. } => "effectsAmbiguous",
             StoreError::Blob(_) => "invalidContent",
             StoreError::TooLarge { .. } => "tooLarge",
             StoreError::InvalidInput { .. } => "invalidInput",

@@ -48,7 +48,12 @@ pub(super) fn end_run(tx: &WriteTx<'_>, run_id: &str, ending: Ending) -> StoreRe
             AttemptStatus::Failed,
             Some(class.as_str()),
         ),
-        Ending::TimedOut => (RunStatus::TimedOut, QueueStatus::Failed, AttemptStatus::TimedOut, None),
+        Ending::TimedOut => (
+            RunStatus::TimedOut,
+            QueueStatus::Failed,
+            AttemptStatus::TimedOut,
+            Some(FailureClass::WorkerTimedOut.as_str()),
+        ),
         Ending::Cancelled => (
             RunStatus::Cancelled,
             QueueStatus::Cancelled,

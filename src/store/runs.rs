@@ -8,7 +8,7 @@
 //! |--------------|--------------------------------------|-------------------------|---------------|
 //! | `queue_run`  | (new)                                | queued / queued         | none          |
 //! | `start_run`  | queued / queued, not paused          | running / starting      | acquired      |
-//! | `reclaim_expired`| running / starting or running, claim expired | running / starting | new generation |
+//! | `reclaim`    | running / starting or running, holder gone | running / starting | new generation |
 //! | `mark_running`| running / starting                  | running / running       | held          |
 //! | `park_run`   | running / starting or running        | running / parked        | released      |
 //! | `wait_run`   | running / running                    | waiting / parked        | released      |
@@ -27,6 +27,7 @@ use rusqlite::{OptionalExtension, params};
 
 use super::attempts;
 use super::claims::{self, ClaimAuthority, Committed, OwnerType, RUN_CLAIM_LEASE_MS, ResourceType};
+use super::effects::{self, ReviewResolution};
 use super::error::{StoreError, StoreResult};
 use super::events::{self, Actor, RunEvent};
 use super::run_endings::{Ending, cancel_pending_messages, end_claimed, end_run};
@@ -74,19 +75,24 @@ wire_enum! {
         EffectAmbiguous = "effectAmbiguous",
         /// The runner used more memory than its bound and was stopped; resumable.
         RunnerOutOfMemory = "runnerOutOfMemory",
+        /// Parked `effectAmbiguous`, and an operator has reviewed every ambiguous effect;
+        /// an explicit resume continues it.
+        EffectReviewed = "effectReviewed",
     }
 }
 
 wire_enum! {
-    /// Failure classes that end a run. Claim loss never fails a run, and
-    /// `runnerNoProgress` parks instead.
+    /// The failure classes (spec "Failure classification") a run *ends* with, stored as its
+    /// `status_detail`. The spec's other classes never end a run, each has its own place:
+    /// `workerCrashed`, `runnerNoProgress`, `effectAmbiguous` and the source check
+    /// (`workflowSourceChanged`) park it for review ([`ParkReason`]); `claimLost` and
+    /// `protocolRejected` are refusal codes of one message or request (the writer stops,
+    /// the run is untouched); `hostUnavailable` is a client error (no server to reach).
     pub enum FailureClass {
-        WorkerCrashed = "workerCrashed",
+        /// A declared deadline passed with no `timed_out` route: the run ends `timed_out`.
         WorkerTimedOut = "workerTimedOut",
-        SourceChanged = "sourceChanged",
-        EffectAmbiguous = "effectAmbiguous",
+        /// Workflow code failed and no route handled it: the run ends `failed`.
         NodeFailed = "nodeFailed",
-        ProtocolRejected = "protocolRejected",
     }
 }
 
@@ -364,13 +370,35 @@ pub fn start_run(tx: &WriteTx<'_>, run_id: &str, owner_id: &str) -> StoreResult<
     })
 }
 
-/// Recovery of a running row whose claim expired (its runner or server died): take a new
-/// claim generation, which proves the old lease expired, and record a new launch starting.
-/// Everything the old generation still holds is fenced from here on.
-pub fn reclaim_expired(tx: &WriteTx<'_>, run_id: &str, owner_id: &str) -> StoreResult<Committed<ClaimAuthority>> {
+/// How a reclaim proves that the previous holder of a running row is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Takeover {
+    /// The claim is absent or expired, checked in the reclaim's own transaction
+    /// (`claims::acquire`): a live claim is never taken. The proof while the server lives.
+    Expired,
+    /// This server holds the global lock, so every older server and each runner it
+    /// supervised are gone, whatever their claims' expiry (`claims::take_over`). Startup
+    /// recovery's proof.
+    OlderServerGone,
+}
+
+/// Recovery of a running row whose holder is gone (its runner stalled or vanished, or its
+/// server died): take a new claim generation, proved by `takeover`, interrupt the running
+/// attempt and record a new launch starting. Everything the old generation still holds is
+/// fenced from here on. `recovery::reclaim_run` decides what the run does next.
+pub fn reclaim(
+    tx: &WriteTx<'_>,
+    run_id: &str,
+    owner_id: &str,
+    takeover: Takeover,
+) -> StoreResult<Committed<ClaimAuthority>> {
     let run = read_run(tx, run_id)?;
     run.require("reclaim", run.is_claimed_active())?;
-    let authority = claims::acquire(
+    let take = match takeover {
+        Takeover::Expired => claims::acquire,
+        Takeover::OlderServerGone => claims::take_over,
+    };
+    let authority = take(
         tx,
         ResourceType::Run,
         run_id,
@@ -646,6 +674,24 @@ pub fn pause_unclaimed(tx: &WriteTx<'_>, run_id: &str, expected: Option<i64>) ->
 /// Clear a pause, or release a run parked for review. A waiting run keeps waiting for its
 /// pending input in place; other work becomes queued for a new claim generation.
 pub fn resume_run(tx: &WriteTx<'_>, run_id: &str, expected: Option<i64>) -> StoreResult<i64> {
+    // Resuming past an ambiguous effect would fail its node without anyone having looked:
+    // the operator settles it first (`review_effect`).
+    let ambiguous = effects::ambiguous_count(tx.conn(), run_id)?;
+    if ambiguous > 0 {
+        read_run(tx, run_id)?; // an unknown run reads as not found, not as ambiguous
+        return Err(StoreError::EffectsAmbiguous {
+            run_id: run_id.to_string(),
+            count: ambiguous,
+        });
+    }
+    requeue_parked(tx, run_id, expected)
+}
+
+/// The server's own requeue of a run parked at a boundary (startup recovery, a runner
+/// stopped from outside): the run continues where it was, so an effect that became
+/// ambiguous while it ran (its node already failed on it) does not hold it back the way it
+/// holds back an operator's `resume_run`.
+pub fn requeue_parked(tx: &WriteTx<'_>, run_id: &str, expected: Option<i64>) -> StoreResult<i64> {
     let parked_for_review = |run: &RunRow| run.status == RunStatus::Running && run.queue == QueueStatus::Parked;
     unclaimed_transition(
         tx,
@@ -661,6 +707,43 @@ pub fn resume_run(tx: &WriteTx<'_>, run_id: &str, expected: Option<i64>) -> Stor
                 set_queue_status(tx, run_id, QueueStatus::Queued)?;
             }
             Ok(RunEvent::new("run.resumed", Actor::Client))
+        },
+    )
+}
+
+/// Settle one ambiguous effect of a run without a live claim by an operator's review
+/// (`effects::review`), fenced by the run revision; a parked run stays parked until a
+/// resume. An ended run records `applied` or `failed` (nothing changes its result); a
+/// retry needs a run that continues.
+pub fn review_effect(
+    tx: &WriteTx<'_>,
+    run_id: &str,
+    expected: Option<i64>,
+    effect_id: &str,
+    resolution: ReviewResolution,
+    result_hash: Option<&str>,
+) -> StoreResult<i64> {
+    unclaimed_transition(
+        tx,
+        run_id,
+        expected,
+        "review an effect of",
+        // An ended run can still record what happened outside; only a retry needs a run
+        // that will continue.
+        |run| !run.status.is_terminal() || resolution != ReviewResolution::Retry,
+        |tx| {
+            effects::review(tx, run_id, effect_id, resolution, result_hash)?;
+            if effects::ambiguous_count(tx.conn(), run_id)? == 0 {
+                // The park's reason no longer asks for a review: it asks for a resume.
+                tx.conn()
+                    .prepare_cached("UPDATE runs SET status_detail = ?1 WHERE run_id = ?2 AND status_detail = ?3")?
+                    .execute(params![
+                        ParkReason::EffectReviewed.as_str(),
+                        run_id,
+                        ParkReason::EffectAmbiguous.as_str()
+                    ])?;
+            }
+            Ok(RunEvent::new("effect.reviewed", Actor::Client))
         },
     )
 }

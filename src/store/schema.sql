@@ -213,6 +213,14 @@ CREATE TABLE effects (
   -- Derived by the engine from run ID, effect type, node path and visit; never by workflow code.
   idempotency_key TEXT NOT NULL,
   request_fingerprint TEXT NOT NULL,
+  -- The workflow's contract (spec "Effects and retry safety"): after an uncertain crash an
+  -- idempotent effect is applied again with its key, a read-back effect is observed first,
+  -- a manual one becomes ambiguous.
+  recovery TEXT NOT NULL CHECK (recovery IN ('idempotent', 'readBack', 'manual')),
+  -- The node attempt that reserved it (its node path and visit name it for review).
+  attempt_id TEXT,
+  -- A short, non-secret description for review (e.g. a command name), at most 200 bytes.
+  request_summary TEXT CHECK (request_summary IS NULL OR length(CAST(request_summary AS BLOB)) <= 200),
   status TEXT NOT NULL CHECK (status IN
     ('pending', 'applying', 'applied', 'rejected', 'ambiguous', 'cancelled')),
   attempt_count INTEGER NOT NULL DEFAULT 0 CHECK (attempt_count >= 0),
@@ -229,6 +237,8 @@ CREATE TABLE effect_attempts (
   runner_epoch TEXT,
   lease_generation INTEGER NOT NULL,
   outcome TEXT CHECK (outcome IN ('applied', 'rejected', 'ambiguous', 'interrupted', 'cancelled')),
+  -- How an ambiguous attempt was settled by an operator's review (NULL: not reviewed).
+  review TEXT CHECK (review IS NULL OR (outcome = 'ambiguous' AND review IN ('applied', 'retry', 'failed'))),
   started_at INTEGER NOT NULL,
   finished_at INTEGER,
   PRIMARY KEY (effect_id, attempt_number),

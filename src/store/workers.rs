@@ -101,6 +101,19 @@ pub fn record_outcome(
     Ok(changed == 1)
 }
 
+/// How many of the run's newest ended runner epochs in a row stalled (`timedOut` after
+/// `ready`: the server stopped them for not answering its pings), counting at most `limit`.
+pub fn consecutive_stalls(conn: &rusqlite::Connection, run_id: &str, limit: usize) -> StoreResult<usize> {
+    let stalled = conn
+        .prepare_cached(
+            "SELECT status = 'timedOut' AND ready_at IS NOT NULL FROM run_workers
+             WHERE run_id = ?1 AND finished_at IS NOT NULL ORDER BY started_at DESC, rowid DESC LIMIT ?2",
+        )?
+        .query_map(params![run_id, limit as i64], |row| row.get::<_, bool>(0))?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(stalled.iter().take_while(|stalled| **stalled).count())
+}
+
 /// The stored answer to a runner message already accepted or rejected.
 /// A stored runner message answer.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -149,7 +149,12 @@ pub fn controls(status: DisplayStatus, facts: &DisplayFacts<'_>) -> Vec<Control>
         }
         _ => vec![Control::Pause, Control::Cancel],
     };
-    if facts.ambiguous_effects > 0 {
+    // A review needs the run without a live claim (parked, ended, or queued before its
+    // runner): while a runner holds it, `review` would only be refused. An ended run's
+    // unresolved effect keeps the action (spec display rule 1): the operator records what
+    // the external system shows.
+    let claimed = matches!(facts.queue_status, "starting" | "running");
+    if facts.ambiguous_effects > 0 && !claimed {
         controls.push(Control::Review);
     }
     controls.sort();
@@ -210,12 +215,41 @@ mod tests {
             paused: true,
             pending_kind: Some("checkpoint"),
             ambiguous_effects: 2,
+            queue_status: "parked",
             ..facts()
         };
         assert_eq!(display_status(&f), DisplayStatus::Ambiguous);
         assert_eq!(
             controls(DisplayStatus::Ambiguous, &f),
             vec![Control::Cancel, Control::Review]
+        );
+    }
+
+    #[test]
+    fn review_is_offered_only_without_a_live_claim() {
+        let live = DisplayFacts {
+            ambiguous_effects: 1,
+            ..facts()
+        };
+        assert_eq!(display_status(&live), DisplayStatus::Ambiguous);
+        assert_eq!(controls(DisplayStatus::Ambiguous, &live), vec![Control::Cancel]);
+        let parked = DisplayFacts {
+            queue_status: "parked",
+            worker_active: false,
+            ..live
+        };
+        assert_eq!(
+            controls(DisplayStatus::Ambiguous, &parked),
+            vec![Control::Cancel, Control::Review]
+        );
+        let reviewed = DisplayFacts {
+            ambiguous_effects: 0,
+            ..parked
+        };
+        assert_eq!(display_status(&reviewed), DisplayStatus::Queued);
+        assert_eq!(
+            controls(DisplayStatus::Queued, &reviewed),
+            vec![Control::Resume, Control::Cancel]
         );
     }
 

@@ -105,6 +105,37 @@ pub fn queue_runs_in(state_dir: &std::path::Path, run_ids: impl IntoIterator<Ite
     }
 }
 
+/// A definition snapshot of `nodes` compute nodes (`root/step1`, …), as a resolver makes one.
+pub fn definition(nodes: usize) -> serde_json::Value {
+    let items: Vec<serde_json::Value> = (1..=nodes)
+        .map(|i| serde_json::json!({"path": format!("root/step{i}"), "type": "compute", "title": format!("Step {i}")}))
+        .collect();
+    serde_json::json!({"schema": "pi-workflows.definition-snapshot.v1", "name": "example", "startAt": "n1",
+           "maxSteps": 1000, "nodes": items, "includes": [], "edges": []})
+}
+
+/// Queue `runs` headless runs (`run-0`, …) whose definition of `nodes` steps is stored, so
+/// their views have a graph, before a server starts.
+pub fn queue_with_definition(dir: &std::path::Path, runs: usize, nodes: usize) {
+    std::fs::create_dir_all(dir).expect("state dir");
+    let store = Store::open(&dir.join("state.sqlite"), Arc::new(pi_workflows::store::SystemClock)).expect("store");
+    let bytes = serde_json_canonicalizer::to_vec(&definition(nodes)).expect("canonical");
+    for index in 0..runs {
+        let bytes = bytes.clone();
+        let run = NewRun {
+            project_path: String::new(),
+            definition_digest: format!("sha256:{}", pi_workflows::digest::sha256_hex(&bytes)),
+            ..new_run(&format!("run-{index}"))
+        };
+        store
+            .write(move |tx| {
+                pi_workflows::store::blobs::put_blob(tx, &bytes, pi_workflows::view::document::DEFINITION_MEDIA_TYPE)?;
+                pi_workflows::store::runs::queue_run(tx, &run)
+            })
+            .expect("queue");
+    }
+}
+
 /// Stop the server of `state_dir`, if one runs (tests' clean-up; errors are irrelevant).
 pub fn stop_server(state_dir: &std::path::Path) {
     let _ = std::process::Command::new(env!("CARGO_BIN_EXE_pi-workflows"))

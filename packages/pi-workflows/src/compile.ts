@@ -45,6 +45,8 @@ export interface SnapshotNode {
 export interface DefinitionSnapshot {
   schema: typeof SNAPSHOT_SCHEMA;
   name: string;
+  /** Present when the root workflow declares a title (absent keeps older digests unchanged). */
+  title?: string;
   startAt: string;
   maxSteps: number;
   nodes: SnapshotNode[];
@@ -157,6 +159,8 @@ function buildSnapshot(root: CompiledScope): DefinitionSnapshot {
     }
   };
   visit(root);
+  // Only when declared: a workflow without a title keeps the digest it always had.
+  if (root.definition.title !== undefined) snapshot.title = root.definition.title;
   if (root.definition.settings) snapshot.settings = settingsSnapshot(root.definition.settings);
   if (root.definition.limits) snapshot.limits = { ...root.definition.limits };
   return snapshot;

@@ -18,6 +18,7 @@ export function defineWorkflow<I = unknown>(options: WorkflowOptions<I>): Workfl
     throw new Error(`workflow "${name}": ${what}`);
   };
   if (options.input !== undefined && typeof options.input !== "function") fail("input must be a normalizer function");
+  const title = options.title === undefined ? undefined : checkTitle(options.title, fail);
   const maxSteps = options.maxSteps ?? DEFAULT_MAX_STEPS;
   if (!Number.isInteger(maxSteps) || maxSteps <= 0) fail("maxSteps must be a positive integer");
 
@@ -37,6 +38,7 @@ export function defineWorkflow<I = unknown>(options: WorkflowOptions<I>): Workfl
   const definition: WorkflowDefinition<I> = Object.freeze({
     kind: "workflow",
     name,
+    ...(title !== undefined ? { title } : {}),
     input: options.input,
     startAt,
     nodes: Object.freeze({ ...nodes }),
@@ -52,6 +54,28 @@ export function defineWorkflow<I = unknown>(options: WorkflowOptions<I>): Workfl
 }
 
 type Fail = (what: string) => never;
+
+/** The longest workflow title, in characters (code points): a title is one line of a table. */
+export const WORKFLOW_TITLE_CHARS_MAX = 200;
+/** Characters a title must not hold: control characters and line or paragraph separators
+ * would break the line it is shown on (or move a terminal's cursor). */
+const TITLE_FORBIDDEN = /[\p{Cc}\u2028\u2029]/u;
+
+/** Why `title` is not a usable workflow title, or undefined when it is. */
+export function titleProblem(title: unknown): string | undefined {
+  if (typeof title !== "string") return "title must be a string";
+  if (title.trim() === "") return "title must not be empty";
+  const chars = [...title].length;
+  if (chars > WORKFLOW_TITLE_CHARS_MAX) return `title must be at most ${WORKFLOW_TITLE_CHARS_MAX} characters (it has ${chars}); shorten it`;
+  if (TITLE_FORBIDDEN.test(title)) return "title must be one line of printable text (no control characters or line breaks)";
+  return undefined;
+}
+
+function checkTitle(title: unknown, fail: Fail): string {
+  const problem = titleProblem(title);
+  if (problem !== undefined) fail(problem);
+  return title as string;
+}
 
 /** The runner memory bound a workflow may ask for, in MiB (the server's own bounds). */
 export const RUNNER_MEMORY_MB_MIN = 64;

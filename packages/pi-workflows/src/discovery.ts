@@ -1,5 +1,5 @@
 // Finding a workflow file by name (project first, then the user's agent directory) or by path.
-import { realpath, readdir, stat } from "node:fs/promises";
+import { opendir, realpath, stat } from "node:fs/promises";
 import { homedir } from "node:os";
 import path from "node:path";
 import { WorkflowError } from "./errors.js";
@@ -56,24 +56,71 @@ export async function resolveWorkflowFile(nameOrPath: string, projectPath: strin
   throw new WorkflowError("workflowNotFound", `no workflow named "${nameOrPath}" in ${dirs.join(" or ")}`);
 }
 
-/** Every discoverable workflow; a project file hides a global one of the same name. */
-export async function listWorkflows(projectPath: string, env: NodeJS.ProcessEnv = process.env): Promise<(ResolvedWorkflowFile & { scope: "project" | "global" })[]> {
-  const found = new Map<string, ResolvedWorkflowFile & { scope: "project" | "global" }>();
-  for (const [scope, dir] of [["project", projectWorkflowsDir(projectPath)], ["global", globalWorkflowsDir(env)]] as const) {
-    let entries: string[] = [];
-    try {
-      entries = (await readdir(dir)).sort();
-    } catch {
-      continue;
+export type WorkflowScope = "project" | "global";
+
+export interface DiscoveredWorkflow extends ResolvedWorkflowFile {
+  scope: WorkflowScope;
+}
+
+/** Entries read from one workflow directory at most: a listing never reads an unbounded
+ * directory; one with more entries is listed in part (`truncated`). */
+export const DIRECTORY_ENTRIES_MAX = 1000;
+
+export interface Discovery {
+  /** Project workflows first, then global ones; each group by name (code-unit order). */
+  workflows: DiscoveredWorkflow[];
+  /** A directory had more than `DIRECTORY_ENTRIES_MAX` entries: some workflows may be missing. */
+  truncated: boolean;
+  /** Where workflows were looked for. */
+  directories: Record<WorkflowScope, string>;
+}
+
+/** At most `max` entry names of `dir`, sorted; none when it cannot be read (it need not exist). */
+async function readEntries(dir: string, max: number): Promise<{ names: string[]; truncated: boolean }> {
+  const names: string[] = [];
+  let truncated = false;
+  try {
+    // `opendir` streams: a huge directory costs no more than `max` entries. Leaving the loop
+    // early closes it.
+    for await (const entry of await opendir(dir)) {
+      if (names.length >= max) {
+        truncated = true;
+        break;
+      }
+      names.push(entry.name);
     }
+  } catch {
+    // Missing or unreadable (or removed while read): what was read so far.
+  }
+  return { names: names.sort(), truncated };
+}
+
+/** Every discoverable workflow (bounded); a project file hides a global one of the same name. */
+export async function discoverWorkflows(projectPath: string, env: NodeJS.ProcessEnv = process.env): Promise<Discovery> {
+  const directories: Record<WorkflowScope, string> = { project: projectWorkflowsDir(projectPath), global: globalWorkflowsDir(env) };
+  const found = new Map<string, DiscoveredWorkflow>();
+  let truncated = false;
+  for (const scope of ["project", "global"] as const) {
+    const entries = await readEntries(directories[scope], DIRECTORY_ENTRIES_MAX);
+    truncated ||= entries.truncated;
     // Extension order decides between two files of one name, as in resolveWorkflowFile.
     for (const ext of WORKFLOW_EXTENSIONS) {
-      for (const entry of entries.filter((e) => e.endsWith(`.workflow${ext}`))) {
+      for (const entry of entries.names.filter((e) => e.endsWith(`.workflow${ext}`))) {
         const name = workflowNameOf(entry);
-        const full = path.join(dir, entry);
-        if (!found.has(name) && (await isFile(full))) found.set(name, { name, path: await realpath(full), scope });
+        const full = path.join(directories[scope], entry);
+        if (found.has(name) || !(await isFile(full))) continue;
+        // A file removed between the two looks is simply not listed.
+        const real = await realpath(full).catch(() => undefined);
+        if (real !== undefined) found.set(name, { name, path: real, scope });
       }
     }
   }
-  return [...found.values()];
+  const rank = (w: DiscoveredWorkflow) => (w.scope === "project" ? 0 : 1);
+  const workflows = [...found.values()].sort((a, b) => rank(a) - rank(b) || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  return { workflows, truncated, directories };
+}
+
+/** Every discoverable workflow; a project file hides a global one of the same name. */
+export async function listWorkflows(projectPath: string, env: NodeJS.ProcessEnv = process.env): Promise<DiscoveredWorkflow[]> {
+  return (await discoverWorkflows(projectPath, env)).workflows;
 }

@@ -163,6 +163,9 @@ function executeNode(attempt: Attempt): Promise<StepOutcome> {
 
 async function finishRun(host: Host, outcome: Extract<RunOutcome, { kind: "completed" | "failed" }>): Promise<RunOutcome> {
   if (outcome.kind === "completed") await host.runFinished({ outcome: "completed", output: outcome.output });
+  // A declared deadline that passed with no `timed_out` route ends the run `timed_out`
+  // (failure class workerTimedOut), apart from a node that failed.
+  else if (outcome.error.code === "timedOut") await host.runFinished({ outcome: "timed_out", error: outcome.error });
   else await host.runFinished({ outcome: "failed", error: outcome.error });
   return outcome;
 }

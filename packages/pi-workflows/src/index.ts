@@ -9,6 +9,7 @@ export {
   decision,
   idempotentEffect,
   manualEffect,
+  readBackEffect,
   notify,
   shell,
 } from "./nodes.js";

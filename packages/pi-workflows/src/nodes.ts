@@ -30,6 +30,16 @@ export function idempotentEffect(type: string): EffectContract {
   return effectContract(type, "idempotent");
 }
 
+/**
+ * An effect the workflow can check: after an uncertain crash `observe` looks at the external
+ * system, and only a proved `{applied: false}` applies it again (`{applied: true, result}`
+ * completes the node with `result`). Action nodes only.
+ */
+export function readBackEffect(type: string, observe: EffectContract["observe"]): EffectContract {
+  requireFunction(observe, "readBackEffect.observe");
+  return Object.freeze({ ...effectContract(type, "readBack"), observe });
+}
+
 /** An effect that cannot be proved after an uncertain crash: it becomes ambiguous, never retried. */
 export function manualEffect(type: string): EffectContract {
   return effectContract(type, "manual");
@@ -47,8 +57,12 @@ function requireDynamicText(value: unknown, what: string): void {
 
 function requireEffect(value: unknown, what: string): asserts value is EffectContract {
   const effect = value as EffectContract | undefined;
-  if (!effect || typeof effect.type !== "string" || (effect.recovery !== "idempotent" && effect.recovery !== "manual")) {
-    throw new Error(`${what} must be idempotentEffect(type) or manualEffect(type)`);
+  const known = effect?.recovery === "idempotent" || effect?.recovery === "manual" || effect?.recovery === "readBack";
+  if (!effect || typeof effect.type !== "string" || !known) {
+    throw new Error(`${what} must be idempotentEffect(type), readBackEffect(type, observe) or manualEffect(type)`);
+  }
+  if (effect.recovery === "readBack" && typeof effect.observe !== "function") {
+    throw new Error(`${what} is a read-back effect without an observe function`);
   }
 }
 
@@ -67,12 +81,15 @@ export function compute<I = any>(options: { run: (ctx: NodeContext<I>) => unknow
 /** A side effect reserved and settled through the server before and after it runs. */
 export function action<I = any>(options: {
   effect: EffectContract;
+  /** What the effect asks of the external system (default: the node input); fingerprinted. */
+  request?: (ctx: NodeContext<I>) => unknown;
   run: (ctx: ActionContext<I>) => unknown;
   title?: string;
 }): ActionNode<I> {
   requireEffect(options?.effect, "action.effect");
   requireFunction(options.run, "action.run");
-  return Object.freeze({ kind: "action", effect: options.effect, run: options.run, title: options.title });
+  if (options.request !== undefined) requireFunction(options.request, "action.request");
+  return Object.freeze({ kind: "action", effect: options.effect, request: options.request, run: options.run, title: options.title });
 }
 
 /** A command owned by the workflow; without `effect` it is a manual effect of type "shell". */
@@ -84,6 +101,9 @@ export function shell<I = any>(options: {
 }): ShellNode<I> {
   const effect = options?.effect ?? manualEffect("shell");
   requireEffect(effect, "shell.effect");
+  if (effect.recovery === "readBack") {
+    throw new Error("shell.effect cannot be a read-back effect: run the command from an action node with readBackEffect");
+  }
   requireFunction(options.exec, "shell.exec");
   if (options.parse !== undefined) requireFunction(options.parse, "shell.parse");
   return Object.freeze({ kind: "shell", effect, exec: options.exec, parse: options.parse, title: options.title });

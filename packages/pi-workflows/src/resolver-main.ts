@@ -4,11 +4,15 @@
 // Served: `node dist/resolver-main.js --serve` answers the same requests
 // (`{id, target, project, inputJson?}` → `{id, answer}` or `{id, error}`) on the channel at
 // fd 3, so the server keeps one resolver warm and `run start` needs no Node start-up.
+// Listing (workflow-list.ts): `--list --project <dir> [--offset N] [--limit N]`, or served
+// `{id, list: {project, offset, limit, budgetMs?}}`, answers one page of the discoverable
+// workflows with their titles (`workflow.list`).
 import path from "node:path";
 import { canonicalDigest, canonicalJson, toJsonValue } from "./canonical.js";
 import { WorkflowError } from "./errors.js";
 import { loadWorkflow } from "./loader.js";
 import { FrameChannel } from "./runner/channel.js";
+import { listRequestOf, listWorkflowPage } from "./workflow-list.js";
 
 function parseArgs(argv: string[]): { target: string; project: string; inputJson?: string } {
   let target: string | undefined;
@@ -73,11 +77,31 @@ function errorOf(error: unknown): { code: string; message: string } {
   return { code, message: (error as Error)?.message ?? String(error) };
 }
 
+/** The one-shot `--list` form's request. */
+function parseListArgs(argv: string[]): Record<string, unknown> {
+  const fields: Record<string, unknown> = { project: process.cwd() };
+  for (let i = 0; i < argv.length; i += 1) {
+    const arg = argv[i]!;
+    if (arg === "--list") continue;
+    const value = argv[i + 1];
+    if (!["--project", "--offset", "--limit"].includes(arg)) {
+      throw new WorkflowError("invalidArguments", `unexpected argument ${JSON.stringify(arg)}; usage: resolver-main.js --list [--project <dir>] [--offset N] [--limit N]`);
+    }
+    if (value === undefined) throw new WorkflowError("invalidArguments", `${arg} needs a value`);
+    i += 1;
+    if (arg === "--project") fields.project = path.resolve(value);
+    else fields[arg.slice(2)] = /^\d+$/.test(value) ? Number(value) : value;
+  }
+  return fields;
+}
+
 async function once(): Promise<void> {
   let line: string;
   let code = 0;
   try {
-    line = canonicalJson(await resolve(parseArgs(process.argv.slice(2))));
+    const argv = process.argv.slice(2);
+    const answer = argv.includes("--list") ? await listWorkflowPage(listRequestOf(parseListArgs(argv))) : await resolve(parseArgs(argv));
+    line = canonicalJson(answer);
   } catch (error) {
     line = canonicalJson({ error: errorOf(error) });
     code = 2;
@@ -102,8 +126,16 @@ async function serve(): Promise<void> {
     const id = request.id;
     let reply: Record<string, unknown>;
     try {
-      const args = servedArgs(request);
-      reply = { id, answer: await resolve(args) };
+      if (request.list !== undefined) {
+        // A listing, not a resolution: the resolve request's form stays as it is.
+        const fields = request.list;
+        if (!fields || typeof fields !== "object" || Array.isArray(fields)) {
+          throw new WorkflowError("invalidArguments", "a list request is {id, list: {project, offset?, limit?, budgetMs?}}");
+        }
+        reply = { id, answer: await listWorkflowPage(listRequestOf(fields as Record<string, unknown>)) };
+      } else {
+        reply = { id, answer: await resolve(servedArgs(request)) };
+      }
     } catch (error) {
       reply = { id, error: errorOf(error) };
     }

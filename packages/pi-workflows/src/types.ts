@@ -34,17 +34,44 @@ export interface NodeContext<I = any> {
 }
 
 /** Function actions can also publish progress (`node.update`). */
+/** The managed effect a node performs, as the engine identifies it. */
+export interface EffectIdentity {
+  readonly type: string;
+  /**
+   * Stable across repeats of this node visit (derived from run ID, effect type, node path and
+   * visit): pass it to the external system as its idempotency key, so a repeat after a crash
+   * deduplicates there.
+   */
+  readonly key: string;
+  /** 1 for the first try; higher when an interrupted or reviewed effect is applied again. */
+  readonly attempt: number;
+}
+
 export interface ActionContext<I = any> extends NodeContext<I> {
   update(progress: { message: string; completed?: number; total?: number }): Promise<void>;
+  effect: EffectIdentity;
+  /** The action's declared request (`action({request})`), or its input when it declares none. */
+  request: unknown;
+}
+
+/** What a read-back check found in the external system. */
+export type Observation = { applied: true; result?: unknown } | { applied: false };
+
+/** The context a read-back check sees: the node context, its effect and its request. */
+export interface ObserveContext<I = any> extends NodeContext<I> {
+  effect: EffectIdentity;
+  request: unknown;
 }
 
 /** A value given directly or computed from the node context. */
 export type Dynamic<T, I = any> = T | ((ctx: NodeContext<I>) => T | Promise<T>);
 
-/** How a side effect recovers when a runner dies mid-way (recorded in the snapshot). */
+/** How a side effect recovers when a runner dies mid-way (type and recovery are recorded in the snapshot). */
 export interface EffectContract {
   readonly type: string;
-  readonly recovery: "idempotent" | "manual";
+  readonly recovery: "idempotent" | "readBack" | "manual";
+  /** Read-back only: decides after an uncertain crash whether the effect applied. */
+  readonly observe?: (ctx: ObserveContext) => Observation | Promise<Observation>;
 }
 
 interface NodeCommon {
@@ -59,6 +86,8 @@ export interface ComputeNode<I = any> extends NodeCommon {
 export interface ActionNode<I = any> extends NodeCommon {
   readonly kind: "action";
   readonly effect: EffectContract;
+  /** What the effect asks of the external system; its fingerprint guards the effect key. */
+  readonly request?: (ctx: NodeContext<I>) => unknown;
   readonly run: (ctx: ActionContext<I>) => unknown;
 }
 
@@ -172,6 +201,8 @@ export interface WorkflowSettings {
 
 export interface WorkflowOptions<I = unknown> {
   name: string;
+  /** A one-line human title shown in listings (display only: 1 to 200 printable characters). */
+  title?: string;
   input?: (raw: unknown) => I;
   startAt: string;
   nodes: Record<string, WorkflowNode<I>>;
@@ -197,6 +228,7 @@ export interface WorkflowLimits {
 export interface WorkflowDefinition<I = any> {
   readonly kind: "workflow";
   readonly name: string;
+  readonly title?: string;
   readonly input?: (raw: unknown) => I;
   readonly startAt: string;
   readonly nodes: Readonly<Record<string, WorkflowNode<I>>>;

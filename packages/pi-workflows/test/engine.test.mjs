@@ -11,7 +11,9 @@ import {
   includeWorkflow,
   manualEffect,
   notify,
+  readBackEffect,
   runWorkflow,
+  shell,
 } from "../dist/index.js";
 import { FakeHost } from "./support/fake-host.mjs";
 
@@ -188,6 +190,116 @@ test("an ambiguous effect is never executed again: the node fails clearly", asyn
   assert.equal(outcome.error.code, "effectAmbiguous");
   assert.equal(counter.count, 1);
   assert.equal(host.messages.at(-2).kind, "node.failed");
+});
+
+test("an interrupted idempotent action runs again with the same engine key and a new attempt number", async () => {
+  const seen = [];
+  const wf = defineWorkflow({
+    name: "ticket",
+    startAt: "open",
+    nodes: { open: action({ effect: idempotentEffect("ticket.open"), run: ({ effect }) => { seen.push({ ...effect }); return { ticket: effect.key }; } }) },
+    edges: [],
+  });
+  const host = new FakeHost();
+  host.crashAt = { kind: "effect.settle", count: 1 };
+  await assert.rejects(run(wf, host), /simulated crash/);
+  host.runnerDied();
+  const outcome = await run(wf, host, "resume");
+  assert.equal(outcome.kind, "completed");
+  const key = host.messages.find((m) => m.kind === "effect.reserve").payload.idempotencyKey;
+  assert.deepEqual(seen, [{ type: "ticket.open", key, attempt: 1 }, { type: "ticket.open", key, attempt: 2 }]);
+  assert.deepEqual(outcome.output, { ticket: key });
+  assert.equal(host.messages.find((m) => m.kind === "effect.reserve").payload.recovery, "idempotent");
+});
+
+function readBackWorkflow(system, calls) {
+  return defineWorkflow({
+    name: "publish",
+    startAt: "publish",
+    nodes: {
+      publish: action({
+        effect: readBackEffect("system.publish", ({ effect }) => {
+          calls.observe += 1;
+          return system.has(effect.key) ? { applied: true, result: { observed: true } } : { applied: false };
+        }),
+        run: ({ effect }) => { calls.run += 1; system.add(effect.key); return { observed: false }; },
+      }),
+    },
+    edges: [],
+  });
+}
+
+test("an interrupted read-back action is observed first: applied adopts, not applied runs again", async () => {
+  for (const appliedBeforeCrash of [true, false]) {
+    const system = new Set();
+    const calls = { observe: 0, run: 0 };
+    const host = new FakeHost();
+    host.crashAt = appliedBeforeCrash ? { kind: "effect.settle", count: 1 } : null;
+    if (!appliedBeforeCrash) {
+      // Crash inside the effect before it touched the system.
+      host.effectReserve = ((reserve) => async (...args) => { const r = await reserve.apply(host, args); throw Object.assign(new Error("simulated crash"), { r }); })(host.effectReserve);
+    }
+    await assert.rejects(run(readBackWorkflow(system, calls), host), /simulated crash/);
+    if (!appliedBeforeCrash) delete host.effectReserve;
+    host.runnerDied();
+    const outcome = await run(readBackWorkflow(system, calls), host, "resume");
+    assert.equal(outcome.kind, "completed");
+    assert.deepEqual(outcome.output, { observed: appliedBeforeCrash });
+    assert.equal(calls.observe, 1, "observed once, after the interruption");
+    assert.equal(calls.run, 1, "the effect ran exactly once in all");
+    assert.equal(system.size, 1);
+  }
+});
+
+test("a read-back check that fails proves nothing: the effect is settled ambiguous and the node fails", async () => {
+  const host = new FakeHost();
+  const wf = defineWorkflow({
+    name: "publish",
+    startAt: "publish",
+    nodes: {
+      publish: action({ effect: readBackEffect("system.publish", () => { throw new Error("the system is down"); }), run: () => ({}) }),
+    },
+    edges: [],
+  });
+  host.crashAt = { kind: "effect.settle", count: 1 };
+  await assert.rejects(run(wf, host), /simulated crash/);
+  host.runnerDied();
+  const outcome = await run(wf, host, "resume");
+  assert.equal(outcome.kind, "failed");
+  assert.equal(outcome.error.code, "effectAmbiguous");
+  assert.match(outcome.error.message, /the system is down/);
+  const settle = host.messages.filter((m) => m.kind === "effect.settle").at(-1);
+  assert.equal(settle.payload.outcome, "ambiguous");
+});
+
+test("an action's fingerprint covers its request: another request under the same key fails the node", async () => {
+  const wf = (label) => defineWorkflow({
+    name: "stamp",
+    startAt: "stamp",
+    nodes: { stamp: action({ effect: manualEffect("stamp.write"), request: () => ({ label }), run: ({ request }) => request }) },
+    edges: [],
+  });
+  // Applied and settled, the node unfinished; without the effect in RunState the engine
+  // reserves again: the same request is adopted, another one under the same key is refused.
+  const resumeWith = async (label) => {
+    const host = new FakeHost();
+    host.crashAt = { kind: "node.finished", count: 1 };
+    await assert.rejects(run(wf("a"), host), /simulated crash/);
+    const state = host.runState();
+    state.effects = [];
+    return runWorkflow({ workflow: compileWorkflow(wf(label)), host, runState: state, command: "resume", projectPath: ".", attemptIdPrefix: "r" });
+  };
+  const other = await resumeWith("b");
+  assert.equal(other.kind, "failed");
+  assert.equal(other.error.code, "effectRequestChanged");
+  assert.deepEqual(await resumeWith("a"), { kind: "completed", output: { label: "a" } });
+});
+
+test("effect contracts are checked where they are declared", () => {
+  assert.throws(() => readBackEffect("x"), /observe must be a function/);
+  assert.throws(() => shell({ effect: readBackEffect("x", () => ({ applied: false })), exec: () => ({ command: "true" }) }), /cannot be a read-back effect/);
+  assert.throws(() => action({ effect: { type: "x", recovery: "readBack" }, run: () => 1 }), /without an observe function/);
+  assert.throws(() => action({ effect: manualEffect("x"), request: "not a function", run: () => 1 }), /action.request must be a function/);
 });
 
 test("maxSteps bounds a loop", async () => {

@@ -6,7 +6,7 @@
 
 use super::context::OpsContext;
 use super::run_controls::run_control;
-use super::{follow_ups, run_commands, settings, state, status, submissions, updates, views};
+use super::{effects, follow_ups, run_commands, settings, state, status, submissions, updates, views, workflows};
 use crate::protocol::{Operation, Request};
 use crate::server::answers::{Handled, handled, rejected};
 use crate::server::runners::mailbox::RunControl;
@@ -30,6 +30,9 @@ pub async fn handle_request(ctx: &OpsContext, request: Request) -> Handled {
         Operation::RunChangeSettings => settings::change_settings(ctx, &request).await,
         Operation::RunStatus => run_commands::run_status(ctx, &request).await,
         Operation::RunList => run_commands::run_list(ctx, &request).await,
+        Operation::WorkflowList => workflows::workflow_list(ctx, &request).await,
+        Operation::EffectList => effects::effect_list(ctx, &request).await,
+        Operation::EffectRecover => effects::effect_recover(ctx, &request).await,
         Operation::ViewRunGet => views::view_run_get(ctx, &request).await,
         Operation::ViewPage => views::view_page(ctx, &request).await,
         Operation::ViewContent => views::view_content(ctx, &request).await,

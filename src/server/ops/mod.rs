@@ -1,11 +1,13 @@
 //! The operations behind the front door: dispatch, run controls, run commands, submissions,
-//! updates, settings, follow-ups, views, state maintenance and server status.
+//! updates, settings, follow-ups, effect reviews, views, state maintenance, server status and
+//! the workflow listing.
 //!
 //! Architecture Invariant: `ops/` never owns a process or a task; it reads and writes the
 //! store and reaches live runners and the resolver through their subtrees' handles.
 
 pub mod context;
 pub mod dispatch;
+pub mod effects;
 pub mod follow_ups;
 pub mod rate_limit;
 pub mod run_commands;
@@ -16,3 +18,4 @@ pub mod status;
 pub mod submissions;
 pub mod updates;
 pub mod views;
+pub mod workflows;

@@ -1,4 +1,5 @@
-//! The `resolvers` subtree's handle: `run.start` asks it to resolve a workflow. A request
+//! The `resolvers` subtree's handle: `run.start` asks it to resolve a workflow, and
+//! `workflow.list` to list the discoverable workflows (loading them for their titles). A request
 //! goes to the warm resolver when it is free; while it is busy (a large or hanging workflow),
 //! to a one-shot `resolver-N` child started for that request, at most
 //! `EXTRA_RESOLVERS_MAX` at once. So one workflow that never finishes loading cannot stall
@@ -15,7 +16,7 @@ use serde_json::{Value, json};
 use supervisors::{ChildSpec, DetailsCell, Restart, SupervisorMsg};
 use tokio::sync::Semaphore;
 
-use super::mailbox::{Resolution, ResolveFailure, ResolverMsg};
+use super::mailbox::{Resolution, ResolveFailure, ResolverJob, ResolverMsg};
 use super::registry::{ResolverArgs, ResolverRegistry};
 use super::resolver::Resolver;
 use crate::server::shared::Shared;
@@ -28,6 +29,14 @@ const RESOLVER_QUEUE_WAIT_MS: u64 = 10_000;
 /// How long a request waits for the warm resolver while it (re)starts.
 const RESOLVER_WAIT_MS: u64 = 5_000;
 const RESOLVER_POLL_MS: u64 = 20;
+/// The longest a listing may take in its resolver process: a client waits 30 s for an
+/// answer (`client::RESPONSE_TIMEOUT_MS`) and the request may first wait up to
+/// `RESOLVER_QUEUE_WAIT_MS` for a free resolver. (A shorter resolve timeout also bounds it.)
+pub const LIST_TIMEOUT_MS_MAX: u64 = 15_000;
+/// The part of a listing's timeout its resolver may spend loading the page's workflows for
+/// their titles; the rest is discovery and the answer. Workflows left unloaded are listed
+/// as `loadSkipped`, so a slow page still answers before its process would be killed.
+const LIST_LOAD_BUDGET_PERCENT: u128 = 70;
 /// Where resolver children run, below the root.
 const RESOLVERS_PATH: [&str; 1] = ["resolvers"];
 
@@ -60,36 +69,53 @@ impl Resolvers {
 
     /// Resolve `target` for `project` with the raw `input_json` (if any).
     pub async fn resolve(&self, target: &str, project: &str, input_json: Option<&str>) -> Resolution {
+        let mut request = json!({"target": target, "project": project});
+        if let Some(input) = input_json {
+            request["inputJson"] = Value::String(input.to_string());
+        }
+        self.dispatch(ResolverJob {
+            request,
+            timeout: self.registry.timeout,
+        })
+        .await
+    }
+
+    /// One page of the workflows discoverable for `project` (project ones first, then
+    /// global ones, by name), each with its title or why it does not load.
+    pub async fn list(&self, project: &str, offset: u64, limit: usize) -> Resolution {
+        let timeout = self.registry.timeout.min(Duration::from_millis(LIST_TIMEOUT_MS_MAX));
+        let budget_ms = (timeout.as_millis() * LIST_LOAD_BUDGET_PERCENT / 100).max(1) as u64;
+        let request = json!({"list": {"project": project, "offset": offset, "limit": limit, "budgetMs": budget_ms}});
+        self.dispatch(ResolverJob { request, timeout }).await
+    }
+
+    async fn dispatch(&self, job: ResolverJob) -> Resolution {
         if self.registry.program.is_none() {
             return Err(ResolveFailure::Unavailable(
                 "the pi-workflows package or node was not found when the server started (see the server log)"
                     .to_string(),
             ));
         }
-        let mut request = json!({"target": target, "project": project});
-        if let Some(input) = input_json {
-            request["inputJson"] = Value::String(input.to_string());
-        }
         // The warm resolver when it is free, else a one-shot one; waiting is bounded.
         tokio::select! {
             biased;
-            Ok(_permit) = self.warm_free.acquire() => self.resolve_warm(request).await,
-            Ok(_permit) = self.extras_free.acquire() => self.resolve_once(request).await,
+            Ok(_permit) = self.warm_free.acquire() => self.resolve_warm(job).await,
+            Ok(_permit) = self.extras_free.acquire() => self.resolve_once(job).await,
             () = tokio::time::sleep(Duration::from_millis(RESOLVER_QUEUE_WAIT_MS)) => Err(ResolveFailure::Busy),
         }
     }
 
-    async fn resolve_warm(&self, request: Value) -> Resolution {
+    async fn resolve_warm(&self, job: ResolverJob) -> Resolution {
         let Some(resolver) = self.wait_for_warm().await else {
             return Err(ResolveFailure::Unavailable(
                 "no resolver is running (the server is stopping?)".to_string(),
             ));
         };
-        self.ask(&resolver, request).await
+        self.ask(&resolver, job).await
     }
 
     /// A one-shot `resolver-N` child under `resolvers`, for one request; it stops after it.
-    async fn resolve_once(&self, request: Value) -> Resolution {
+    async fn resolve_once(&self, job: ResolverJob) -> Resolution {
         let unavailable = |why: &str| ResolveFailure::Unavailable(why.to_string());
         let supervisor = self
             .shared
@@ -115,14 +141,14 @@ impl Resolvers {
             Ok(ractor::rpc::CallResult::Success(Some(cell))) => ActorRef::<ResolverMsg>::from(cell),
             _ => return Err(unavailable("the resolver stopped before its request")),
         };
-        self.ask(&child, request).await
+        self.ask(&child, job).await
     }
 
-    async fn ask(&self, resolver: &ActorRef<ResolverMsg>, request: Value) -> Resolution {
-        // Two tries at most inside the resolver, each bounded by the timeout.
-        let limit = 2 * self.registry.timeout + Duration::from_millis(RESOLVER_WAIT_MS);
+    async fn ask(&self, resolver: &ActorRef<ResolverMsg>, job: ResolverJob) -> Resolution {
+        // Two tries at most inside the resolver, each bounded by the job's timeout.
+        let limit = 2 * job.timeout + Duration::from_millis(RESOLVER_WAIT_MS);
         match resolver
-            .call(|reply| ResolverMsg::Resolve(request, reply), Some(limit))
+            .call(|reply| ResolverMsg::Resolve(job, reply), Some(limit))
             .await
         {
             Ok(ractor::rpc::CallResult::Success(resolution)) => resolution,

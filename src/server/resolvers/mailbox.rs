@@ -1,6 +1,8 @@
 //! The resolver actors' messages and arguments, apart from the actors, so the handle and
 //! the actors can both name them without importing each other.
 
+use std::time::Duration;
+
 use ractor::RpcReplyPort;
 use serde_json::{Map, Value};
 
@@ -19,9 +21,17 @@ pub enum ResolveFailure {
 
 pub type Resolution = Result<Map<String, Value>, ResolveFailure>;
 
+/// One request for a resolver process and how long its answer may take (then the process is
+/// killed: the workflow code did not finish).
+pub struct ResolverJob {
+    /// `{target, project, inputJson?}` (a resolution) or `{list: {...}}` (a listing).
+    pub request: Value,
+    pub timeout: Duration,
+}
+
 pub enum ResolverMsg {
-    /// Resolve one request (`target`, `project`, optional `inputJson`).
-    Resolve(Value, RpcReplyPort<Resolution>),
+    /// Answer one job.
+    Resolve(ResolverJob, RpcReplyPort<Resolution>),
     /// Start the Node process ahead of the first request.
     Prewarm,
 }

@@ -25,7 +25,7 @@ use supervisors::{ProcessActor, ProcessConfig, ProcessMsg, Readiness};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
-use super::mailbox::{Resolution, ResolveFailure, ResolverMsg};
+use super::mailbox::{Resolution, ResolveFailure, ResolverJob, ResolverMsg};
 use super::registry::ResolverArgs;
 use crate::protocol::{decode_frame, encode_frame};
 use crate::server::frames::{LineRead, read_line};
@@ -104,8 +104,8 @@ impl Actor for Resolver {
                 }
             }
             ResolverMsg::Prewarm => {}
-            ResolverMsg::Resolve(request, reply) => {
-                let resolution = resolve(&myself, state, request).await;
+            ResolverMsg::Resolve(job, reply) => {
+                let resolution = resolve(&myself, state, job).await;
                 let _ = reply.send(resolution);
                 if !state.args.warm {
                     // A one-shot resolver served its one request.
@@ -160,10 +160,12 @@ fn backoff(quick_deaths: u32) -> Duration {
     Duration::from_millis((BACKOFF_MS_MIN << doublings).min(BACKOFF_MS_MAX))
 }
 
-/// A resolver that fails is replaced; one that had served before is tried once more with a
-/// fresh process (it may have died of old age between requests). One that times out is not
-/// tried again: the workflow itself does not finish loading.
-async fn resolve(myself: &ActorRef<ResolverMsg>, state: &mut ResolverState, mut request: Value) -> Resolution {
+/// The job's timeout bounds each try. A resolver that fails is replaced; one that had served
+/// before is tried once more with a fresh process (it may have died of old age between
+/// requests). One that times out is not tried again: the workflow itself does not finish
+/// loading.
+async fn resolve(myself: &ActorRef<ResolverMsg>, state: &mut ResolverState, job: ResolverJob) -> Resolution {
+    let ResolverJob { mut request, timeout } = job;
     for _ in 0..2 {
         if state
             .serving
@@ -182,8 +184,7 @@ async fn resolve(myself: &ActorRef<ResolverMsg>, state: &mut ResolverState, mut 
         serving.next_id += 1;
         let fresh = serving.next_id == 1;
         request["id"] = Value::from(serving.next_id);
-        let limit = state.args.registry.timeout;
-        let why = match tokio::time::timeout(limit, exchange(serving, &request)).await {
+        let why = match tokio::time::timeout(timeout, exchange(serving, &request)).await {
             Ok(Ok(reply)) => {
                 state.args.registry.note_healthy();
                 return answer_of(reply);
@@ -192,7 +193,7 @@ async fn resolve(myself: &ActorRef<ResolverMsg>, state: &mut ResolverState, mut 
             Err(_) => {
                 retire(state).await;
                 return Err(ResolveFailure::TimedOut {
-                    seconds: limit.as_secs().max(1),
+                    seconds: timeout.as_secs().max(1),
                 });
             }
         };

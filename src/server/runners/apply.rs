@@ -10,7 +10,7 @@ use crate::protocol::runner::{Message, MessageKind};
 use crate::store::attempts::{self, AttemptOutcome, Finish, NewAttempt};
 use crate::store::blobs::put_json;
 use crate::store::claims::{self, ClaimAuthority, RUN_CLAIM_LEASE_MS};
-use crate::store::effects::{self, EffectRequest, Settlement};
+use crate::store::effects::{self, EffectRecovery, EffectRequest, Settlement};
 use crate::store::interactions::{self, InteractionKind, Judged, NewInteraction};
 use crate::store::messages::{self, MessageKind as WorkflowMessageKind, NewMessage};
 use crate::store::runs::{self, FailureClass, ParkReason};
@@ -238,7 +238,11 @@ fn finish_run(
             let error = put_json(tx, payload.value("error")?, ERROR_BYTES_MAX)?;
             runs::fail_run(tx, authority, expected, FailureClass::NodeFailed, Some(&error))
         }
-        _ => Err(invalid("payload.outcome must be completed or failed")),
+        Some("timed_out") => {
+            let error = put_json(tx, payload.value("error")?, ERROR_BYTES_MAX)?;
+            runs::time_out_run(tx, authority, expected, Some(&error))
+        }
+        _ => Err(invalid("payload.outcome must be completed, failed or timed_out")),
     }
 }
 
@@ -326,14 +330,36 @@ fn reserve_effect(
     expected: Option<i64>,
     payload: &Payload<'_>,
 ) -> StoreResult<Applied> {
+    let recovery = payload
+        .text("recovery")
+        .and_then(|name| EffectRecovery::from_wire(&name))
+        .ok_or_else(|| invalid("payload.recovery must be idempotent, readBack or manual"))?;
     let request = EffectRequest {
         effect_type: payload.required_text("effectType")?,
         idempotency_key: payload.required_text("idempotencyKey")?,
         request_fingerprint: payload.required_text("requestFingerprint")?,
+        recovery,
+        attempt_id: Some(payload.attempt_id()?),
+        request_summary: request_summary(payload)?,
     };
     let reserved = effects::reserve(tx, authority, expected, &request)?;
     let result = serde_json::to_value(&reserved.value).map_err(|err| invalid(&err.to_string()))?;
     Ok((Some(reserved.revision), Some(result)))
+}
+
+/// The optional non-secret summary a review shows: printable, bounded (refused, not cut,
+/// so a reviewer never reads a silently different text).
+fn request_summary(payload: &Payload<'_>) -> StoreResult<Option<String>> {
+    let Some(summary) = payload.text("requestSummary") else {
+        return Ok(None);
+    };
+    if summary.len() > effects::REQUEST_SUMMARY_BYTES_MAX || summary.chars().any(char::is_control) {
+        return Err(invalid(&format!(
+            "payload.requestSummary must be at most {} bytes of printable text",
+            effects::REQUEST_SUMMARY_BYTES_MAX
+        )));
+    }
+    Ok(Some(summary))
 }
 
 fn settle_effect(
@@ -345,7 +371,8 @@ fn settle_effect(
     let settlement = match payload.text("outcome").as_deref() {
         Some("applied") => Settlement::Applied,
         Some("rejected") => Settlement::Rejected,
-        _ => return Err(invalid("payload.outcome must be applied or rejected")),
+        Some("ambiguous") => Settlement::Ambiguous,
+        _ => return Err(invalid("payload.outcome must be applied, rejected or ambiguous")),
     };
     let result = match payload.0.payload.get("result") {
         Some(value) => Some(put_json(tx, value, VALUE_BYTES_MAX)?),

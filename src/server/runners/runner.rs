@@ -115,6 +115,7 @@ impl Actor for Runner {
             claim_lost: false,
             runner_stale: false,
             timed_out: false,
+            stalled: false,
             out_of_memory: false,
             memory_bytes_max,
             finished: false,
@@ -173,9 +174,14 @@ impl Actor for Runner {
                     stop_after_end(&myself, state, None).await;
                     return Ok(());
                 }
-                super::liveness::on_tick(state).await;
+                if super::liveness::on_tick(state).await == super::liveness::Tick::Stalled {
+                    // It cannot act on anything we send; renewing for it would hold its run
+                    // forever. Kill it and leave the run to the reclaimer (`settle`).
+                    state.stalled = true;
+                    stop_after_end(&myself, state, None).await;
+                }
             }
-            RunnerMsg::RenewClaim if state.claim_lost || state.finished => {}
+            RunnerMsg::RenewClaim if state.claim_lost || state.finished || state.stalled => {}
             RunnerMsg::RenewClaim => {
                 let authority = state.args.authority.clone();
                 let renewed = blocking::write(&state.args.shared.store, move |tx| {
@@ -265,8 +271,12 @@ async fn own_process(
 }
 
 /// Stop the runner's whole group (SIGTERM, then SIGKILL after the grace); its exit status.
+/// A stalled runner gets no grace: stopped or wedged, it cannot act on SIGTERM.
 async fn terminate(state: &RunnerState) -> Option<ExitOutcome> {
-    let grace = Duration::from_millis(RUNNER_GRACE_MS);
+    let grace = match state.stalled {
+        true => Duration::ZERO,
+        false => Duration::from_millis(RUNNER_GRACE_MS),
+    };
     let wait = Some(supervisors::process_shutdown_wait(grace));
     match state
         .process

@@ -1,7 +1,9 @@
 //! How a runner's end is settled: its one recorded outcome, the park of a run it left
 //! running (`runnerNoProgress` when the revision never advanced after ready, else
 //! `workerCrashed`; `effectAmbiguous` over both when an effect was applying), and the stop
-//! of the process groups it registered and left behind.
+//! of the process groups it registered and left behind. A stalled runner (`liveness.rs`)
+//! parks nothing: once its groups are stopped its claim is given up (`claims::expire_now`)
+//! and the reclaimer recovers the run as startup recovery would (`recovery::reclaim_run`).
 //!
 //! Architecture Invariant: a runner exit is not a run failure by itself, and a lost claim
 //! changes nothing: another owner has the run.
@@ -12,8 +14,9 @@ use supervisors::process::ExitOutcome;
 
 use super::state::RunnerState;
 use crate::server::blocking;
-use crate::store::claims::ClaimAuthority;
+use crate::store::claims::{self, ClaimAuthority};
 use crate::store::effects;
+use crate::store::recovery::StaleWorker;
 use crate::store::runs::{self, ParkReason, RunStatus};
 use crate::store::workers::{self, WorkerOutcome};
 use crate::store::{Store, StoreError, StoreResult, WriteTx};
@@ -26,14 +29,16 @@ pub async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: 
     state.settled = true;
     let outcome = forced.unwrap_or(if state.claim_lost || state.runner_stale {
         WorkerOutcome::ClaimLost
-    } else if state.timed_out {
+    } else if state.timed_out || state.stalled {
         WorkerOutcome::TimedOut
     } else if exit.is_some_and(ExitOutcome::success) {
         WorkerOutcome::Exited
     } else {
         WorkerOutcome::Crashed
     });
-    let leave_alone = state.claim_lost || state.finished;
+    // A stalled runner's run is the reclaimer's: its claim is given up below instead.
+    let give_up = state.stalled && !state.claim_lost && !state.finished;
+    let leave_alone = state.claim_lost || state.finished || give_up;
     let park = match state.revision_at_ready {
         _ if leave_alone => None,
         // Stopped by the server (shutdown, cancellation): a durable boundary, resumable.
@@ -59,6 +64,13 @@ pub async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: 
         }
         if requeue {
             crate::store::recovery::requeue_boundary(tx, &authority.resource_id)?;
+        }
+        if give_up {
+            // After its groups died: whoever reclaims the run next can overlap with nothing.
+            match claims::expire_now(tx, &authority) {
+                Ok(()) | Err(StoreError::ClaimLost(_)) => {}
+                Err(err) => return Err(err),
+            }
         }
         workers::record_outcome(tx, &epoch, outcome, code, signal)
     })
@@ -116,6 +128,32 @@ pub async fn reap_registered(store: &Arc<Store>, runner_epoch: Option<String>) {
     }
 }
 
+/// Stop (SIGKILL, whole group) the processes of runner epochs no actor of this server owns
+/// any more — an older server's at startup, or one whose runner actor ended without
+/// settling —, each only while its recorded start identity still matches (a reused PID is
+/// never touched); then reap what became this server's to reap.
+pub async fn stop_stale_runners(stale: &[StaleWorker]) {
+    use supervisors::process::{ProcessSignal, SignalOutcome, StartIdentity, signal_group_if_identity_matches};
+    for worker in stale {
+        let Some(identity) = worker
+            .process_start_identity
+            .as_deref()
+            .and_then(|text| text.parse::<StartIdentity>().ok())
+        else {
+            continue;
+        };
+        match signal_group_if_identity_matches(&identity, ProcessSignal::Kill) {
+            Ok(outcome) => {
+                tracing::info!(pid = identity.pid, ?outcome, "stopped a stale runner");
+                if outcome == SignalOutcome::Signaled {
+                    supervisors::process::reap_group(identity.pid).await;
+                }
+            }
+            Err(err) => tracing::warn!(pid = identity.pid, error = %err, "could not check a stale runner"),
+        }
+    }
+}
+
 /// A launch that failed before its runner could run (e.g. the program is missing): the run
 /// must not stay `starting`, so it parks for an explicit resume.
 pub async fn abandon_launch(store: &Arc<Store>, authority: ClaimAuthority, runner_epoch: String) {
@@ -155,16 +193,17 @@ fn park_if_still_running(
     } else {
         reason
     };
-    // An effect the runner was applying when it ended cannot be proved either way.
-    let applying = effects::applying_count(tx, &authority.resource_id)?;
-    let reason = if applying > 0 {
+    // A manual effect the runner was applying when it ended cannot be proved either way;
+    // an idempotent or read-back one is applied again by the next runner.
+    let ambiguous = effects::ambiguous_if_interrupted(tx, &authority.resource_id)?;
+    let reason = if ambiguous > 0 {
         ParkReason::EffectAmbiguous
     } else {
         reason
     };
     match runs::park_run(tx, authority, None, reason) {
         Ok(_) => {
-            effects::mark_applying_ambiguous(tx, &authority.resource_id)?;
+            effects::interrupt_applying(tx, &authority.resource_id)?;
             Ok(())
         }
         // Another owner has the run now; its effects are not ours to judge.

@@ -49,7 +49,11 @@ pub struct RunnerState {
     pub claim_lost: bool,
     /// The runner sent a stale or foreign stamp and was told `claimLost`.
     pub runner_stale: bool,
+    /// Missed its ready deadline (recorded `timedOut`).
     pub timed_out: bool,
+    /// Stopped by the server for not answering pings past the stall bound (`liveness.rs`):
+    /// recorded `timedOut`, its claim given up for the reclaimer, never renewed again.
+    pub stalled: bool,
     /// Stopped by the server for using more memory than its bound.
     pub out_of_memory: bool,
     /// The runner process's resident-memory bound (`memory.rs`); `None`: none.
@@ -77,6 +81,8 @@ pub struct Liveness {
     pub last_seen: Instant,
     /// Recorded as unresponsive.
     pub unresponsive: bool,
+    /// When the ping timer last ran (a late timer means this server did not run).
+    pub last_tick: Instant,
 }
 
 impl Default for Liveness {
@@ -86,6 +92,7 @@ impl Default for Liveness {
             next: 0,
             last_seen: Instant::now(),
             unresponsive: false,
+            last_tick: Instant::now(),
         }
     }
 }

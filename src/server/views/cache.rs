@@ -135,7 +135,11 @@ fn describe_detail(code: &str) -> &'static str {
         "workflowSourceChanged" => {
             "the workflow's source changed since the run started; restore it and resume, or restart the run"
         }
-        "effectAmbiguous" => "an external effect may or may not have happened; review it before resuming",
+        "effectAmbiguous" => {
+            "an external effect may or may not have happened; inspect it, record what happened with \
+             `pi-workflows run review`, then resume"
+        }
+        "effectReviewed" => "its uncertain effects were reviewed; resume to continue",
         "runnerNoProgress" => "the runner stopped making progress; resume to try again",
         "runnerOutOfMemory" => {
             "the runner used more memory than its bound (PI_WORKFLOWS_RUNNER_MEMORY_MB) and was stopped; \

@@ -1,9 +1,21 @@
-// WorkflowClient: one connection to the pi-workflows server's user-only Unix socket, speaking
-// client.v1 (canonical JSON lines). Requests are answered in order; subscription events are
-// delivered to their subscription's handler. Views are materialized from a snapshot plus merge
-// patches, and referenced content is read in chunks and verified before it is returned.
-import { createHash, randomBytes } from "node:crypto";
+// WorkflowClient: one connection at a time to the pi-workflows server's user-only Unix socket,
+// speaking client.v1 (canonical JSON lines). Requests are answered in order; subscription events
+// are delivered to their subscription's handler. Views are materialized from a snapshot plus
+// merge patches, and referenced content is read in chunks and verified before it is returned.
+//
+// Identity and reconnects (docs/CLIENT-PROTOCOL.md, "Client identity and reconnects"): every
+// request carries the installation's stable client ID (`identity.ts`), because the server keys
+// receipts by (client ID, idempotency key). When the connection is lost (end of file, reset,
+// broken pipe) while requests await their answers, the client reconnects, checks `hello` again
+// and resends each of them in order with the same client ID and idempotency key under a new
+// request ID: the server adopts a committed receipt, or waits again for the verdict of a
+// submission it is still validating. At most RETRIES_MAX reconnects without any answer in
+// between, after RETRY_BACKOFF_MS, none later than RETRY_WINDOW_MS after the first loss. An
+// error response is an answer and is never retried. Subscriptions are restored on the new
+// connection from the newest revision seen; their handlers keep the subscription IDs they got.
+import { createHash } from "node:crypto";
 import net from "node:net";
+import { installationClientId, isValidId, newId, PI_CLIENT, stateDirOfSocket } from "./identity.js";
 import { applyMergePatch } from "./patch.js";
 import {
   CLIENT_SCHEMA_V1,
@@ -24,10 +36,13 @@ export const RESPONSE_TIMEOUT_MS = 30_000;
 /**
  * Longer waits for operations the server may legitimately work on longer: resolving a
  * workflow (≤ 60 s), a submission's verdict (≤ 120 s), state maintenance on a large database.
+ * Each transport attempt gets the whole wait: a resent submission must be able to wait for the
+ * same verdict.
  */
 const RESPONSE_TIMEOUTS_MS: Partial<Record<Operation, number>> = {
   "run.start": 90_000,
   "interaction.submit": 150_000,
+  "interaction.assistant": 150_000,
   "decision.answer": 150_000,
   "state.backup": 30 * 60_000,
   "state.prune": 30 * 60_000,
@@ -35,10 +50,20 @@ const RESPONSE_TIMEOUTS_MS: Partial<Record<Operation, number>> = {
 };
 /** Largest chunk `readContent` asks for (the server's limit). */
 export const CONTENT_CHUNK_BYTES_MAX = 512 * 1024;
+/** Reconnects without any answer in between before the client gives up (per loss streak). */
+export const RETRIES_MAX = 3;
+/** The wait before each reconnect: a lost local socket answers again at once or not at all. */
+export const RETRY_BACKOFF_MS: readonly number[] = Object.freeze([100, 300, 1_000]);
+/** No reconnect starts later than this after the first loss of a streak. */
+export const RETRY_WINDOW_MS = 10_000;
+/** How long a connection may take to send `hello` (the server writes it at once). */
+export const HELLO_TIMEOUT_MS = 5_000;
 
 const READ_ONLY = new Set<Operation>([
   "run.status",
   "run.list",
+  "effect.list",
+  "workflow.list",
   "channel.status",
   "resourceManager.list",
   "resourceManager.get",
@@ -62,6 +87,19 @@ export function isStateChanging(operation: Operation): boolean {
   return !READ_ONLY.has(operation);
 }
 
+/** Never resent automatically: a stop resent to a server started since would stop that one. */
+function isResendable(operation: Operation): boolean {
+  return operation !== "server.stop";
+}
+
+function advice(operation: Operation): string {
+  if (operation === "server.stop") return "the server may be stopping: check with `pi-workflows server status`";
+  if (isStateChanging(operation)) {
+    return "the command may have been applied: check with `pi-workflows runs` or `pi-workflows run status <run-id>` before repeating it (with the same idempotency key it is safe)";
+  }
+  return "check the server with `pi-workflows server status` and try again";
+}
+
 export class ClientError extends Error {
   constructor(
     readonly code: string,
@@ -70,6 +108,19 @@ export class ClientError extends Error {
     super(message);
     this.name = "ClientError";
   }
+}
+
+export interface ConnectOptions {
+  /** The client ID to send (tests); default the installation's, stored in the state directory. */
+  clientId?: string;
+  /** Where the installation's client ID lives; default the socket's state directory. */
+  stateDir?: string;
+  /** Refuse a server of another package version (checked again after every reconnect). */
+  packageVersion?: string;
+  /** Reconnect and resend after a lost connection (default true). */
+  reconnect?: boolean;
+  /** Where identity warnings go (a replaced or unwritable ID file); default `process.emitWarning`. */
+  onWarning?: (message: string) => void;
 }
 
 export interface RequestOptions {
@@ -81,11 +132,33 @@ export interface RequestOptions {
   timeoutMs?: number;
 }
 
+/** A request awaiting its answer; `line` encodes it for one transport attempt. */
 interface Pending {
+  operation: Operation;
   requestId: string;
+  line(requestId: string): Buffer;
   resolve(response: Response): void;
   reject(error: Error): void;
-  timer: NodeJS.Timeout;
+  timeoutMs: number;
+  timer?: NodeJS.Timeout;
+  /** A restore of a subscription (internal; redone after another loss). */
+  restore?: boolean;
+  /** An unwatch of a subscription this client restores: the ID its caller holds. */
+  unwatchOf?: string;
+}
+
+/** A subscription the caller holds, restored after a reconnect. */
+interface Subscription {
+  /** The ID its caller was given (handlers and unwatch use it across reconnects). */
+  id: string;
+  /** Its ID on the current connection (undefined until restored there). */
+  current?: string;
+  operation: Operation;
+  runId?: string;
+  /** The watch payload for a restore (from the newest revision seen). */
+  payload(): JsonObject;
+  handler(event: Event): void;
+  onUnavailable?: () => void;
 }
 
 /** A digest-bound reference to content a view advertised. */
@@ -95,79 +168,141 @@ export interface ContentRef {
   byteLength: number;
 }
 
-const randomId = (prefix: string) => `${prefix}-${randomBytes(12).toString("hex")}`;
+const randomId = (prefix: string) => newId(prefix);
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** Connect and read `hello` within `helloMs`; another package version is refused. */
+function openConnection(socketPath: string, helloMs: number, packageVersion: string | undefined): Promise<{ socket: net.Socket; hello: Hello }> {
+  const socket = net.createConnection(socketPath);
+  return new Promise((resolve, reject) => {
+    let data = Buffer.alloc(0);
+    const finish = (error?: Error, hello?: Hello) => {
+      clearTimeout(timer);
+      socket.off("data", onData);
+      socket.off("error", onError);
+      socket.off("close", onClose);
+      if (error) {
+        socket.destroy();
+        reject(error);
+      } else {
+        resolve({ socket, hello: hello as Hello });
+      }
+    };
+    const onData = (chunk: Buffer) => {
+      data = Buffer.concat([data, chunk]);
+      const end = data.indexOf(10);
+      if (end < 0) {
+        if (data.length > FRAME_BYTES_MAX) finish(new ClientError("protocol", "the server sent a frame above 1 MiB"));
+        return;
+      }
+      const rest = data.subarray(end + 1);
+      let message: ClientMessage;
+      try {
+        message = decodeMessage(data.subarray(0, end + 1));
+      } catch (error) {
+        return finish(error as Error);
+      }
+      if (message.type !== "hello") return finish(new ClientError("protocol", "the first message was not hello"));
+      if (packageVersion !== undefined && message.packageVersion !== packageVersion) {
+        return finish(new ClientError("packageVersion", `the server runs pi-workflows ${message.packageVersion}, this client is ${packageVersion}; restart the server`));
+      }
+      socket.pause();
+      if (rest.length > 0) socket.unshift(rest);
+      finish(undefined, message);
+    };
+    const onError = (error: Error) =>
+      finish(new ClientError("unavailable", `no pi-workflows server answers at this socket (${error.message}); start one with \`pi-workflows server start\``));
+    const onClose = () => finish(new ClientError("unavailable", "the server closed the connection before hello"));
+    const timer = setTimeout(() => finish(new ClientError("unavailable", `no hello within ${helloMs} ms`)), helloMs);
+    socket.on("data", onData);
+    socket.on("error", onError);
+    socket.on("close", onClose);
+  });
+}
 
 export class WorkflowClient {
   readonly clientId: string;
+  private socket?: net.Socket;
   private buffered: Buffer[] = [];
   private bufferedBytes = 0;
-  private readonly pending: Pending[] = [];
-  private readonly handlers = new Map<string, (event: Event) => void>();
+  /** In send order; the server answers in that order. */
+  private pending: Pending[] = [];
+  private readonly subscriptions = new Map<string, Subscription>();
   private closedError?: Error;
+  /** True while a reconnect runs (requests queue until it sends them). */
+  private reconnectRunning = false;
+  /** Reconnects since the last answer or event, and when that streak's first loss was. */
+  private lossStreak = 0;
+  private firstLossAt = 0;
 
   private constructor(
-    private readonly socket: net.Socket,
-    readonly hello: Hello,
-    clientId: string | undefined,
+    private readonly socketPath: string,
+    socket: net.Socket,
+    private currentHello: Hello,
+    clientId: string,
+    private readonly options: ConnectOptions,
   ) {
-    this.clientId = clientId ?? randomId("ts");
-    socket.on("data", (chunk: Buffer) => this.onData(chunk));
-    socket.on("close", () => this.fail(new ClientError("unavailable", "the connection to the server closed")));
-    socket.on("error", (error) => this.fail(new ClientError("unavailable", error.message)));
+    this.clientId = clientId;
+    this.attach(socket);
+  }
+
+  /** The `hello` of the current connection. */
+  get hello(): Hello {
+    return this.currentHello;
   }
 
   /** Connect and read `hello`; a server of another package version is refused. */
-  static async connect(socketPath: string, options: { clientId?: string; packageVersion?: string } = {}): Promise<WorkflowClient> {
-    const socket = net.createConnection(socketPath);
-    const hello = await new Promise<Hello>((resolve, reject) => {
-      let data = Buffer.alloc(0);
-      const onData = (chunk: Buffer) => {
-        data = Buffer.concat([data, chunk]);
-        const end = data.indexOf(10);
-        if (end < 0) return;
-        socket.off("data", onData);
-        socket.off("error", onError);
-        const rest = data.subarray(end + 1);
-        if (rest.length > 0) socket.unshift(rest);
-        try {
-          const message = decodeMessage(data.subarray(0, end + 1));
-          if (message.type !== "hello") throw new ClientError("protocol", "the first message was not hello");
-          resolve(message);
-        } catch (error) {
-          reject(error as Error);
-        }
-      };
-      const onError = (error: Error) =>
-        reject(new ClientError("unavailable", `no pi-workflows server answers at this socket (${error.message}); start one with \`pi-workflows server start\``));
-      socket.on("data", onData);
-      socket.once("error", onError);
-    });
-    if (options.packageVersion !== undefined && hello.packageVersion !== options.packageVersion) {
-      socket.destroy();
-      throw new ClientError("packageVersion", `the server runs pi-workflows ${hello.packageVersion}, this client is ${options.packageVersion}; restart the server`);
+  static async connect(socketPath: string, options: ConnectOptions = {}): Promise<WorkflowClient> {
+    if (options.clientId !== undefined && !isValidId(options.clientId)) {
+      throw new ClientError("invalidRequest", "clientId must be 1 to 256 bytes of letters, digits and ._:@|+=~-");
     }
-    return new WorkflowClient(socket, hello, options.clientId);
+    const { socket, hello } = await openConnection(socketPath, RESPONSE_TIMEOUT_MS, options.packageVersion);
+    const clientId = options.clientId ?? installationClientId(options.stateDir ?? stateDirOfSocket(socketPath), PI_CLIENT, options.onWarning);
+    return new WorkflowClient(socketPath, socket, hello, clientId, options);
   }
 
   /** Send one request and wait for its response (responses come back in request order). */
   request(operation: Operation, options: RequestOptions = {}): Promise<Response> {
     if (this.closedError) return Promise.reject(this.closedError);
-    const requestId = randomId("req");
-    const line = encodeMessage({
-      schema: CLIENT_SCHEMA_V1,
-      type: "request",
-      requestId,
-      clientId: this.clientId,
-      operation,
-      ...(options.runId !== undefined ? { runId: options.runId } : {}),
-      ...(isStateChanging(operation) ? { idempotencyKey: options.idempotencyKey ?? randomId("key") } : {}),
-      ...(options.expectedRevision !== undefined ? { expectedRevision: options.expectedRevision } : {}),
-      payload: options.payload ?? {},
-    });
+    let payload = options.payload ?? {};
+    const unwatchOf = this.forgetSubscription(operation, payload);
+    if (unwatchOf !== undefined) {
+      const current = this.subscriptions.get(unwatchOf)?.current;
+      this.subscriptions.delete(unwatchOf);
+      // Not live on a current connection: it ended with the lost one, and its old ID could
+      // name another subscription restored since.
+      if (current === undefined || !this.socket || this.reconnectRunning) {
+        return Promise.resolve(localUnwatch(randomId("req"), unwatchOf));
+      }
+      payload = { ...payload, subscriptionId: current };
+    }
+    const idempotencyKey = isStateChanging(operation) ? (options.idempotencyKey ?? randomId("key")) : undefined;
+    const line = (requestId: string) =>
+      encodeMessage({
+        schema: CLIENT_SCHEMA_V1,
+        type: "request",
+        requestId,
+        clientId: this.clientId,
+        operation,
+        ...(options.runId !== undefined ? { runId: options.runId } : {}),
+        ...(idempotencyKey !== undefined ? { idempotencyKey } : {}),
+        ...(options.expectedRevision !== undefined ? { expectedRevision: options.expectedRevision } : {}),
+        payload,
+      });
     return new Promise<Response>((resolve, reject) => {
-      const timer = setTimeout(() => this.fail(new ClientError("timeout", `${operation} got no response in time`)), options.timeoutMs ?? RESPONSE_TIMEOUTS_MS[operation] ?? RESPONSE_TIMEOUT_MS);
-      this.pending.push({ requestId, resolve, reject, timer });
-      this.socket.write(line);
+      const pending: Pending = {
+        operation,
+        requestId: randomId("req"),
+        line,
+        resolve,
+        reject,
+        timeoutMs: options.timeoutMs ?? RESPONSE_TIMEOUTS_MS[operation] ?? RESPONSE_TIMEOUT_MS,
+        unwatchOf,
+      };
+      this.pending.push(pending);
+      if (this.reconnectRunning) return; // sent once the new connection is up
+      if (this.socket) this.send(pending);
+      else this.startReconnect(new ClientError("unavailable", "not connected"));
     });
   }
 
@@ -180,7 +315,9 @@ export class WorkflowClient {
 
   /**
    * Watch one run: `onView` gets each complete view (a snapshot, or the held view with a
-   * patch applied) with its presentation revision.
+   * patch applied) with its presentation revision. After a reconnect the watch is restored
+   * from the held revision; `onUnavailable` is called when the run is gone or the connection
+   * could not be restored (the watch then ended).
    */
   async watchRun(
     runId: string,
@@ -212,23 +349,31 @@ export class WorkflowClient {
         );
       }
     };
-    const payload: JsonObject = heldRevision !== undefined ? { sinceRevision: heldRevision } : {};
-    const receipt = await this.subscribe("view.run.watch", { runId, payload }, handler);
-    const subscriptionId = receipt.subscriptionId as string;
+    const payload = (): JsonObject => (heldRevision !== undefined ? { sinceRevision: heldRevision } : {});
+    const subscriptionId = await this.subscribe("view.run.watch", runId, payload, handler, options.onUnavailable);
     return {
       subscriptionId,
       unwatch: async () => {
         await this.call("view.run.unwatch", { payload: { subscriptionId } });
-        this.handlers.delete(subscriptionId);
       },
     };
   }
 
-  private async subscribe(operation: Operation, options: RequestOptions, handler: (event: Event) => void): Promise<JsonObject> {
-    const receipt = await this.call(operation, options);
+  private async subscribe(
+    operation: Operation,
+    runId: string | undefined,
+    payload: () => JsonObject,
+    handler: (event: Event) => void,
+    onUnavailable?: () => void,
+  ): Promise<string> {
+    const receipt = await this.call(operation, { runId, payload: payload() });
     const subscriptionId = receipt.subscriptionId;
     if (typeof subscriptionId !== "string") throw new ClientError("protocol", `${operation} answered without a subscriptionId`);
-    this.handlers.set(subscriptionId, handler);
+    // Answered on the connection that is current now (a loss in between would have resent it).
+    // Bounded by the server's limit of live subscriptions per connection (64): an ended one
+    // (`unavailable`) or an unwatched one is forgotten.
+    const subscription: Subscription = { id: subscriptionId, current: subscriptionId, operation, runId, payload, handler, onUnavailable };
+    this.subscriptions.set(subscriptionId, subscription);
     // Events that arrived with the response are replayed once the handler exists.
     const early = this.early.splice(0).filter((event) => {
       if (event.subscriptionId !== subscriptionId) return true;
@@ -236,7 +381,15 @@ export class WorkflowClient {
       return false;
     });
     this.early.push(...early);
-    return receipt;
+    return subscriptionId;
+  }
+
+  /** For an unwatch of a restored subscription: stop restoring it; the ID its caller holds. */
+  private forgetSubscription(operation: Operation, payload: JsonObject): string | undefined {
+    if (operation !== "view.run.unwatch" && operation !== "view.unwatch") return undefined;
+    const named = payload.subscriptionId;
+    if (typeof named !== "string" || !this.subscriptions.has(named)) return undefined;
+    return named;
   }
 
   /** Events for subscriptions whose handler is not registered yet (bounded). */
@@ -289,7 +442,163 @@ export class WorkflowClient {
   }
 
   close(): void {
-    this.socket.destroy();
+    this.fail(new ClientError("closed", "the client was closed"));
+  }
+
+  private attach(socket: net.Socket): void {
+    this.socket = socket;
+    this.buffered = [];
+    this.bufferedBytes = 0;
+    socket.on("data", (chunk: Buffer) => {
+      if (socket === this.socket) this.onData(chunk);
+    });
+    socket.on("close", () => this.onLoss(socket, new ClientError("unavailable", "the server closed the connection")));
+    socket.on("error", (error) => this.onLoss(socket, new ClientError("unavailable", error.message)));
+    socket.resume();
+  }
+
+  /** Write one attempt of `pending` under a new request ID, with a fresh answer wait. */
+  private send(pending: Pending): void {
+    const socket = this.socket;
+    if (!socket) return;
+    clearTimeout(pending.timer);
+    pending.timer = setTimeout(
+      () => this.fail(new ClientError("timeout", `${pending.operation} got no response in time; it may still finish: check with \`pi-workflows runs\``)),
+      pending.timeoutMs,
+    );
+    socket.write(pending.line(pending.requestId));
+  }
+
+  /** The current connection ended without our asking: reconnect if anything awaits it. */
+  private onLoss(socket: net.Socket, error: ClientError): void {
+    if (socket !== this.socket || this.closedError) return;
+    this.socket = undefined;
+    socket.destroy();
+    for (const subscription of this.subscriptions.values()) subscription.current = undefined;
+    for (const pending of this.pending) clearTimeout(pending.timer);
+    if (this.options.reconnect === false) return this.fail(error);
+    // Restores are redone on the next connection; an unwatch's subscription ended with this
+    // one (resending its old ID could remove another subscription restored under it).
+    const kept: Pending[] = [];
+    for (const pending of this.pending) {
+      if (pending.restore) continue;
+      if (pending.unwatchOf !== undefined) {
+        pending.resolve(localUnwatch(pending.requestId, pending.unwatchOf));
+      } else if (!isResendable(pending.operation)) {
+        pending.reject(this.lost(pending.operation, 0, error));
+      } else {
+        kept.push(pending);
+      }
+    }
+    this.pending = kept;
+    if (this.pending.length > 0 || this.subscriptions.size > 0) this.startReconnect(error);
+  }
+
+  private startReconnect(error: ClientError): void {
+    if (this.reconnectRunning || this.closedError) return;
+    this.reconnectRunning = true;
+    this.reconnect(error).catch((caught: unknown) => this.fail(caught instanceof Error ? caught : new Error(String(caught))));
+  }
+
+  /** Reconnect (bounded), restore the subscriptions, resend what awaits an answer, in order. */
+  private async reconnect(error: ClientError): Promise<void> {
+    try {
+      await this.reconnectOnce(error);
+    } finally {
+      // In the same turn as the last send: a request made after it is sent directly.
+      this.reconnectRunning = false;
+    }
+  }
+
+  private async reconnectOnce(error: ClientError): Promise<void> {
+    let last: Error = error;
+    for (;;) {
+      if (this.closedError) return;
+      if (this.lossStreak === 0) this.firstLossAt = Date.now();
+      const pause = RETRY_BACKOFF_MS[this.lossStreak];
+      if (this.lossStreak >= RETRIES_MAX || pause === undefined || Date.now() - this.firstLossAt + pause >= RETRY_WINDOW_MS) {
+        return this.giveUp(last);
+      }
+      this.lossStreak += 1;
+      await sleep(pause);
+      if (this.closedError) return;
+      let opened: { socket: net.Socket; hello: Hello };
+      try {
+        opened = await openConnection(this.socketPath, HELLO_TIMEOUT_MS, this.options.packageVersion);
+      } catch (caught) {
+        if (caught instanceof ClientError && caught.code === "packageVersion") return this.fail(caught);
+        last = caught as Error;
+        continue;
+      }
+      if (this.closedError) {
+        opened.socket.destroy();
+        return;
+      }
+      this.currentHello = opened.hello;
+      this.attach(opened.socket);
+      const restores = [...this.subscriptions.values()].map((subscription) => this.restoreOf(subscription));
+      const waiting = this.pending;
+      this.pending = [...restores, ...waiting];
+      for (const pending of this.pending) {
+        pending.requestId = randomId("req"); // same client ID and key, a new transport attempt
+        this.send(pending);
+      }
+      return;
+    }
+  }
+
+  /** The watch that restores `subscription` on the new connection (answered synchronously). */
+  private restoreOf(subscription: Subscription): Pending {
+    const payload = subscription.payload();
+    const line = (requestId: string) =>
+      encodeMessage({
+        schema: CLIENT_SCHEMA_V1,
+        type: "request",
+        requestId,
+        clientId: this.clientId,
+        operation: subscription.operation,
+        ...(subscription.runId !== undefined ? { runId: subscription.runId } : {}),
+        payload,
+      });
+    return {
+      operation: subscription.operation,
+      requestId: randomId("req"),
+      line,
+      restore: true,
+      timeoutMs: RESPONSE_TIMEOUT_MS,
+      // Called from onResponse itself, so the events that follow are routed at once.
+      resolve: (response) => {
+        const current = response.receipt?.subscriptionId;
+        if ((response.outcome === "accepted" || response.outcome === "adopted") && typeof current === "string") {
+          subscription.current = current;
+        } else if (this.subscriptions.get(subscription.id) === subscription) {
+          this.subscriptions.delete(subscription.id);
+          subscription.onUnavailable?.();
+        }
+      },
+      reject: () => {},
+    };
+  }
+
+  /** Reconnecting failed: every waiting request fails with what happened and what to do. */
+  private giveUp(last: Error): void {
+    const attempts = this.lossStreak;
+    this.lossStreak = 0;
+    for (const pending of this.pending.splice(0)) {
+      clearTimeout(pending.timer);
+      if (!pending.restore) pending.reject(this.lost(pending.operation, attempts, last));
+    }
+    // The watches ended; their callers learn it (a later request starts a new connection).
+    const ended = [...this.subscriptions.values()];
+    this.subscriptions.clear();
+    for (const subscription of ended) subscription.onUnavailable?.();
+  }
+
+  private lost(operation: Operation, attempts: number, last: Error): ClientError {
+    return new ClientError(
+      "connectionLost",
+      `lost the connection to the server while waiting for the answer to ${operation}; ${attempts} reconnect attempt(s) got no answer (last: ${last.message}); ${advice(operation)}`,
+    );
   }
 
   private onData(chunk: Buffer): void {
@@ -300,6 +609,7 @@ export class WorkflowClient {
       this.bufferedBytes = 0;
       start = end + 1;
       this.onLine(line);
+      if (this.closedError) return;
     }
     if (start < chunk.length) {
       this.buffered.push(chunk.subarray(start));
@@ -327,17 +637,29 @@ export class WorkflowClient {
       this.fail(new ClientError("protocol", "a response arrived for another request"));
       return;
     }
+    this.lossStreak = 0;
     clearTimeout(pending.timer);
+    if (pending.unwatchOf !== undefined && response.receipt && "subscriptionId" in response.receipt) {
+      response = { ...response, receipt: { ...response.receipt, subscriptionId: pending.unwatchOf } };
+    }
     pending.resolve(response);
   }
 
   private onEvent(event: Event): void {
-    const handler = this.handlers.get(event.subscriptionId);
-    if (handler) return handler(event);
+    this.lossStreak = 0;
+    for (const subscription of this.subscriptions.values()) {
+      if (subscription.current === event.subscriptionId) {
+        // The server ended it (its forwarder stops after `unavailable`): nothing to restore.
+        if (event.event === "unavailable") this.subscriptions.delete(subscription.id);
+        // The handler sees the ID its caller holds, whatever this connection calls it.
+        return subscription.handler(subscription.id === event.subscriptionId ? event : { ...event, subscriptionId: subscription.id });
+      }
+    }
     if (this.early.length >= EARLY_EVENTS_MAX) this.early.shift();
     this.early.push(event);
   }
 
+  /** Final: a protocol error, a timeout, another version, or `close()`. */
   private fail(error: Error): void {
     if (this.closedError) return;
     this.closedError = error;
@@ -345,8 +667,22 @@ export class WorkflowClient {
       clearTimeout(pending.timer);
       pending.reject(error);
     }
-    this.socket.destroy();
+    this.subscriptions.clear();
+    const socket = this.socket;
+    this.socket = undefined;
+    socket?.destroy();
   }
+}
+
+/** The answer to an unwatch whose subscription ended with a lost connection. */
+function localUnwatch(requestId: string, subscriptionId: string): Response {
+  return {
+    schema: CLIENT_SCHEMA_V1,
+    type: "response",
+    requestId,
+    outcome: "accepted",
+    receipt: { subscriptionId, removed: true },
+  } as Response;
 }
 
 /** Events kept for a subscription whose response is still on its way. */

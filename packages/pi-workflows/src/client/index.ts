@@ -2,3 +2,4 @@
 export * from "./protocol.js";
 export * from "./patch.js";
 export * from "./client.js";
+export * from "./identity.js";

@@ -1,15 +1,34 @@
-// Action and shell nodes: reserve the effect, run it at most once, settle it, adopt stored results.
-import type { ActionNode, ActionContext, EffectContract, NodeError, ShellNode, ShellReceipt, ShellSpec } from "../types.js";
+// Action and shell nodes: reserve the effect, run it per its contract, settle it, adopt stored results.
+import type {
+  ActionNode,
+  ActionContext,
+  EffectContract,
+  EffectIdentity,
+  NodeError,
+  Observation,
+  ShellNode,
+  ShellReceipt,
+  ShellSpec,
+} from "../types.js";
 import { type Attempt, attemptContext, complete, ensureStarted, fail, type StepOutcome } from "./attempt.js";
 import { idempotencyKey, requestFingerprint } from "./effect-keys.js";
+import { HostRejectedError } from "./host.js";
 import { checkedOutput, errorFrom, nodeError, OutputError, truncateUtf8, UPDATE_MESSAGE_BYTES_MAX, VALUE_BYTES_MAX } from "./limits.js";
 import { fitReceipt, normalizeShellSpec, runShell } from "./shell-exec.js";
 
-/** What to do about an effect before (or instead of) running it. */
-type EffectPlan = { kind: "execute"; effectId: string } | { kind: "adopt"; result: unknown } | { kind: "stop"; error: NodeError };
+/** The server's bound on a request summary (what a reviewer sees). */
+const REQUEST_SUMMARY_BYTES_MAX = 200;
+/** The environment variable a shell command finds its effect key in. */
+export const EFFECT_KEY_ENV = "PI_WORKFLOWS_EFFECT_KEY";
 
-/** Decide from RunState first, then from the server's reservation; only a fresh reservation executes. */
-async function planEffect(attempt: Attempt, effect: EffectContract, request: unknown): Promise<EffectPlan> {
+/** What to do about an effect before (or instead of) running it. */
+type EffectPlan =
+  | { kind: "execute"; effectId: string; identity: EffectIdentity; observeFirst: boolean }
+  | { kind: "adopt"; result: unknown }
+  | { kind: "stop"; error: NodeError };
+
+/** Decide from RunState first, then from the server's reservation; only a granted attempt executes. */
+async function planEffect(attempt: Attempt, effect: EffectContract, request: unknown, summary?: string): Promise<EffectPlan> {
   const { env, node, visit } = attempt;
   const key = idempotencyKey(env.runId, effect.type, node.path, visit);
   const stored = env.replay.effect(key);
@@ -17,15 +36,34 @@ async function planEffect(attempt: Attempt, effect: EffectContract, request: unk
     const verdict = terminalVerdict(stored.status, stored.result, node.path, effect.type);
     if (verdict) return verdict;
   }
-  const reservation = await env.host.effectReserve(attempt.attemptId, {
-    effectType: effect.type,
-    idempotencyKey: key,
-    requestFingerprint: requestFingerprint(request),
-  });
-  if (reservation.execute) return { kind: "execute", effectId: reservation.effectId };
+  let reservation;
+  try {
+    reservation = await env.host.effectReserve(attempt.attemptId, {
+      effectType: effect.type,
+      idempotencyKey: key,
+      requestFingerprint: requestFingerprint(request),
+      recovery: effect.recovery,
+      ...(summary ? { requestSummary: printableSummary(summary) } : {}),
+    });
+  } catch (error) {
+    // The same node visit computed another request: running it under the old key would
+    // let the external system deduplicate a different request away.
+    if (error instanceof HostRejectedError && error.code === "effectRequestChanged") {
+      return { kind: "stop", error: nodeError("effectRequestChanged", error.message) };
+    }
+    throw error;
+  }
+  if (reservation.execute) {
+    const identity = Object.freeze({ type: effect.type, key, attempt: reservation.attempt ?? 1 });
+    return { kind: "execute", effectId: reservation.effectId, identity, observeFirst: reservation.observeFirst === true };
+  }
   const result = reservation.result !== undefined ? reservation.result : stored?.result;
   const verdict = terminalVerdict(reservation.status, result, node.path, effect.type);
   return verdict ?? { kind: "stop", error: ambiguous(node.path, effect.type, reservation.status) };
+}
+
+function printableSummary(text: string): string {
+  return truncateUtf8(text.replace(/[\u0000-\u001f\u007f-\u009f]/g, " "), REQUEST_SUMMARY_BYTES_MAX);
 }
 
 function ambiguous(nodePath: string, effectType: string, status: string): NodeError {
@@ -56,15 +94,36 @@ function terminalVerdict(status: string, result: unknown, nodePath: string, effe
   }
 }
 
+/** A read-back check's answer, validated: anything else cannot prove either way. */
+function checkedObservation(value: unknown): Observation {
+  const observed = value as Observation | null | undefined;
+  if (observed && observed.applied === false) return { applied: false };
+  if (observed && observed.applied === true) return { applied: true, result: checkedOutput(observed.result ?? null) };
+  throw new Error("observe must return {applied: true, result?} or {applied: false}");
+}
+
 export async function runAction(attempt: Attempt, node: ActionNode): Promise<StepOutcome> {
   await ensureStarted(attempt);
-  const request = { kind: "action", effectType: node.effect.type, nodePath: attempt.node.path, visit: attempt.visit };
-  const plan = await planEffect(attempt, node.effect, request);
+  const base = attemptContext(attempt);
+  let request: unknown;
+  try {
+    request = checkedOutput(node.request ? await node.request(base) : base.input);
+  } catch (error) {
+    return fail(attempt, errorFrom(error, "effectRequestInvalid"));
+  }
+  const fingerprinted = { kind: "action", effectType: node.effect.type, nodePath: attempt.node.path, visit: attempt.visit, request };
+  const plan = await planEffect(attempt, node.effect, fingerprinted, node.title);
   if (plan.kind === "stop") return fail(attempt, plan.error);
   if (plan.kind === "adopt") return complete(attempt, plan.result);
   const { env } = attempt;
+  if (plan.observeFirst) {
+    const observed = await observe(attempt, node, plan, request);
+    if (observed.kind !== "apply") return observed.outcome;
+  }
   const ctx: ActionContext = {
-    ...attemptContext(attempt),
+    ...base,
+    effect: plan.identity,
+    request,
     update: (progress) =>
       env.host.nodeUpdate(attempt.attemptId, { ...progress, message: truncateUtf8(String(progress.message), UPDATE_MESSAGE_BYTES_MAX) }),
   };
@@ -82,6 +141,30 @@ export async function runAction(attempt: Attempt, node: ActionNode): Promise<Ste
   return complete(attempt, output);
 }
 
+type Observed = { kind: "apply" } | { kind: "done"; outcome: StepOutcome };
+
+/**
+ * A read-back effect after an interrupted attempt: only a proved "not applied" applies it
+ * again. A check that fails or answers nonsense proves nothing, so the effect becomes
+ * ambiguous (an operator reviews it), exactly as a manual effect would.
+ */
+async function observe(attempt: Attempt, node: ActionNode, plan: Extract<EffectPlan, { kind: "execute" }>, request: unknown): Promise<Observed> {
+  const { env } = attempt;
+  let observation: Observation;
+  try {
+    observation = checkedObservation(await node.effect.observe!({ ...attemptContext(attempt), effect: plan.identity, request }));
+  } catch (error) {
+    await env.host.effectSettle(attempt.attemptId, { effectId: plan.effectId, outcome: "ambiguous" });
+    const why = errorFrom(error).message;
+    const failure = ambiguous(attempt.node.path, node.effect.type, `unproved (its read-back check failed: ${truncateUtf8(why, 500)})`);
+    return { kind: "done", outcome: await fail(attempt, failure) };
+  }
+  if (!observation.applied) return { kind: "apply" };
+  const result = observation.result ?? null;
+  await env.host.effectSettle(attempt.attemptId, { effectId: plan.effectId, outcome: "applied", result });
+  return { kind: "done", outcome: await complete(attempt, result) };
+}
+
 export async function runShellNode(attempt: Attempt, node: ShellNode): Promise<StepOutcome> {
   const { env } = attempt;
   await ensureStarted(attempt);
@@ -91,12 +174,15 @@ export async function runShellNode(attempt: Attempt, node: ShellNode): Promise<S
   } catch (error) {
     return fail(attempt, errorFrom(error));
   }
-  const plan = await planEffect(attempt, node.effect, { kind: "shell", ...spec });
+  // Only the command's name is shown to a reviewer: its arguments may carry secrets.
+  const summary = `${spec.command.split("/").pop()}`;
+  const plan = await planEffect(attempt, node.effect, { kind: "shell", ...spec }, summary);
   if (plan.kind === "stop") return fail(attempt, plan.error);
   if (plan.kind === "adopt") return finishShell(attempt, node, spec, plan.result as ShellReceipt);
   let receipt: ShellReceipt;
   try {
     receipt = await runShell(spec, {
+      env: { [EFFECT_KEY_ENV]: plan.identity.key },
       signal: env.signal,
       onSpawn: (pid) => env.host.processRegister(pid),
       onGroupGone: (pid) => env.host.processUnregister(pid),

@@ -78,7 +78,20 @@ export interface EffectReservation {
   effectId: string;
   status: string;
   execute: boolean;
+  /** The attempt number the runner holds when it executes. */
+  attempt?: number;
+  /** A read-back effect whose earlier attempt was interrupted: observe before applying. */
+  observeFirst?: boolean;
   result?: unknown;
+}
+
+export interface EffectReserveRequest {
+  effectType: string;
+  idempotencyKey: string;
+  requestFingerprint: string;
+  recovery: "idempotent" | "readBack" | "manual";
+  /** Shown to a reviewer: printable, at most 200 bytes, never a secret (no arguments, no payload). */
+  requestSummary?: string;
 }
 
 export type InteractionKind = "agent" | "assistant" | "checkpoint" | "decision";
@@ -90,7 +103,9 @@ export interface Host {
   /** `start` is present when the attempt was never started (a pure compute node: one commit). */
   nodeFinished(attemptId: string, finished: { output: unknown; start?: NodeStart }): Promise<void>;
   nodeFailed(attemptId: string, failed: { error: NodeError; start?: NodeStart }): Promise<void>;
-  runFinished(result: { outcome: "completed"; output: unknown } | { outcome: "failed"; error: NodeError }): Promise<void>;
+  runFinished(
+    result: { outcome: "completed"; output: unknown } | { outcome: "failed" | "timed_out"; error: NodeError },
+  ): Promise<void>;
   runParked(reason: "boundary" | "workflowSourceChanged"): Promise<void>;
   interactionAccepted(attemptId: string, verdict: { requestId: string; submissionId: string; output: unknown }): Promise<void>;
   interactionRejected(attemptId: string, verdict: { requestId: string; submissionId: string; error: NodeError }): Promise<void>;
@@ -104,9 +119,13 @@ export interface Host {
   ): Promise<void>;
   effectReserve(
     attemptId: string,
-    request: { effectType: string; idempotencyKey: string; requestFingerprint: string },
+    request: EffectReserveRequest,
   ): Promise<EffectReservation>;
-  effectSettle(attemptId: string, settle: { effectId: string; outcome: "applied" | "rejected"; result?: unknown }): Promise<void>;
+  /** `ambiguous`: a read-back check could not prove either way (an operator reviews it). */
+  effectSettle(
+    attemptId: string,
+    settle: { effectId: string; outcome: "applied" | "rejected" | "ambiguous"; result?: unknown },
+  ): Promise<void>;
   processRegister(pid: number): Promise<void>;
   processUnregister(pid: number): Promise<void>;
 }

@@ -57,6 +57,8 @@ function signalGroup(pid: number, signal: NodeJS.Signals) {
 }
 
 export interface ShellHooks {
+  /** Added to the runner's environment (e.g. the effect key an idempotent command passes on). */
+  env?: Record<string, string>;
   signal: AbortSignal;
   onSpawn(pid: number): Promise<void>;
   onGroupGone(pid: number): Promise<void>;
@@ -67,6 +69,7 @@ export async function runShell(spec: Required<ShellSpec>, hooks: ShellHooks): Pr
   const started = Date.now();
   const child = spawn(spec.command, spec.args, {
     cwd: spec.cwd,
+    env: hooks.env ? { ...process.env, ...hooks.env } : process.env,
     detached: true, // own process group, so a timeout can stop every descendant
     stdio: ["ignore", "pipe", "pipe"],
   });

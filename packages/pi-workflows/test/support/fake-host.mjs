@@ -80,13 +80,19 @@ export class FakeHost {
     const known = this.effects.get(request.idempotencyKey);
     if (known) {
       if (known.requestFingerprint !== request.requestFingerprint) {
-        throw new HostRejectedError("effect.reserve", "protocolRejected", "fingerprint differs");
+        throw new HostRejectedError("effect.reserve", "effectRequestChanged", "key already names another request");
+      }
+      if (known.status === "pending") {
+        // Interrupted under a repeatable contract: a new attempt (read-back observes first).
+        const observeFirst = known.recovery === "readBack" && known.lastOutcome === "interrupted";
+        Object.assign(known, { status: "applying", attempt: known.attempt + 1 });
+        return { effectId: known.effectId, status: "applying", execute: true, attempt: known.attempt, observeFirst };
       }
       return { effectId: known.effectId, status: known.status, execute: false, result: known.result };
     }
-    const effect = { effectId: `effect-${this.effects.size + 1}`, ...request, status: "applying", result: null };
+    const effect = { effectId: `effect-${this.effects.size + 1}`, ...request, status: "applying", result: null, attempt: 1 };
     this.effects.set(request.idempotencyKey, effect);
-    return { effectId: effect.effectId, status: "applying", execute: true, result: null };
+    return { effectId: effect.effectId, status: "applying", execute: true, attempt: 1, result: null };
   }
   async effectSettle(attemptId, { effectId, outcome, result }) {
     this.note("effect.settle", attemptId, { effectId, outcome, result });
@@ -101,9 +107,15 @@ export class FakeHost {
     this.note("runner.progress", undefined, { operation: "process.unregister", pid });
   }
 
-  /** What the server would mark after a runner died: unsettled effects become ambiguous. */
+  /**
+   * What the server marks after a runner died: an applying manual effect becomes ambiguous,
+   * an idempotent or read-back one pending (its attempt interrupted).
+   */
   runnerDied() {
-    for (const effect of this.effects.values()) if (effect.status === "applying") effect.status = "ambiguous";
+    for (const effect of this.effects.values()) {
+      if (effect.status !== "applying") continue;
+      Object.assign(effect, effect.recovery === "manual" ? { status: "ambiguous" } : { status: "pending", lastOutcome: "interrupted" });
+    }
   }
 
   settleInteraction(answer) {
