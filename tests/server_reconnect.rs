@@ -487,3 +487,57 @@ fn the_client_id_is_stable_across_clients_and_processes_and_stored_user_only() {
     assert!(replaced.starts_with("cli-") && replaced != format!("{}\n", first.client_id()));
     assert_eq!(mode(&file), 0o600);
 }
+
+/// A second submission (another key) while the first is being checked is told the run is
+/// busy — a retryable refusal, stored nowhere — and the first one's verdict stands.
+#[test]
+fn a_second_submission_while_one_is_checked_is_refused_as_busy_and_stores_nothing() {
+    let server = Server::start(
+        1,
+        3,
+        "steps=3,checkpoint-at=2,request-kind=agent,verdict=accept,verdict-delay-ms=1500",
+    );
+    wait_for_db(
+        server.path(),
+        "the run waits for the agent's output",
+        "SELECT count(*) FROM runs WHERE status = 'waiting'",
+    );
+    let socket = server.socket();
+    let first = std::thread::spawn(move || {
+        let mut client = Client::connect(&socket).expect("connect");
+        let payload = object(json!({"output": {"summary": "first"}}));
+        client
+            .request_keyed(
+                Operation::InteractionSubmit,
+                Some("run-0"),
+                payload,
+                Some("first".to_string()),
+            )
+            .expect("the first answer")
+    });
+    wait_for_db(
+        server.path(),
+        "the first submission is being checked",
+        "SELECT count(*) FROM interactive_submissions WHERE outcome = 'validating'",
+    );
+    let mut client = Client::connect(&server.socket()).expect("connect");
+    let payload = object(json!({"output": {"summary": "second"}}));
+    let second = client
+        .request_keyed(
+            Operation::InteractionSubmit,
+            Some("run-0"),
+            payload,
+            Some("second".to_string()),
+        )
+        .expect("the second answer");
+    assert_eq!(second.outcome, Outcome::Rejected, "{:?}", second.error);
+    assert_eq!(second.error.as_ref().map(|error| error.code.as_str()), Some("runBusy"));
+    assert_eq!(
+        server.count("SELECT count(*) FROM host_commands WHERE idempotency_key = 'second'"),
+        0,
+        "a busy refusal is not the command's final answer"
+    );
+    let first = first.join().expect("first");
+    assert_eq!(first.receipt.expect("receipt")["outcome"], "accepted");
+    assert_eq!(server.count("SELECT count(*) FROM interactive_submissions"), 1);
+}

@@ -72,6 +72,15 @@ async fn submit_for_verdict(ctx: &OpsContext, request: &Request, field: &str, ki
     let recorded = record(ctx, &command, &run_id, request_id, value, kind).await;
     let (submission_id, request_id) = match recorded {
         Ok(recorded) => recorded,
+        // A runner holds the run (it is checking another submission, or continuing after
+        // one): not this command's final answer, so nothing is stored and a retry may pass.
+        Err(StoreError::ClaimHeld { .. }) => {
+            return Err(rejected(
+                "runBusy",
+                "the run is busy (a step is checking another submission, or the run is continuing); \
+                 retry when its view shows the request pending again",
+            ));
+        }
         Err(err) => return store_refusal(ctx, command, err).await,
     };
     ctx.shared.wake_scheduler();
@@ -84,7 +93,8 @@ async fn submit_for_verdict(ctx: &OpsContext, request: &Request, field: &str, ki
         Verdict::Rejected(message) => store_refusal(ctx, command, StoreError::SubmissionRejected { message }).await,
         Verdict::Pending => Err(rejected(
             "stillValidating",
-            "the step is still checking the submission; retry with the same idempotency key to get its outcome",
+            "the step is still checking the submission; its verdict will show in the run's view \
+             (`pi-workflows run status`), and a retry with the same idempotency key returns it",
         )),
         Verdict::Unreadable(err) => Err(rejected(
             "unavailable",
