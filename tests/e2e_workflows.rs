@@ -1036,7 +1036,9 @@ impl Drop for MockModel {
     }
 }
 
-/// The pinned Pi (installed on first use by `scripts/install-pi.sh`).
+/// The pinned Pi 1.6 (installed on first use, with the Node 22 it needs, by
+/// `scripts/install-pi.sh`): the launcher `.tools/bin/pi` it prints runs Pi with that Node,
+/// while the server and its runners keep the `node` on `PATH` (Node 20 is enough for them).
 fn pi_binary() -> PathBuf {
     let out = Command::new("bash")
         .arg(repo_root().join("packages/pi-workflows/scripts/install-pi.sh"))
@@ -1078,12 +1080,25 @@ fn pi_agent_dir(root: &Path, port: u16) -> PathBuf {
 #[test]
 fn a_headless_agent_step_runs_the_pinned_pi_against_the_mock_model() {
     let pi = pi_binary();
+    headless_agent_step_against_the_mock_model(&pi.display().to_string());
+}
+
+/// With `PI_WORKFLOWS_PI_BIN` empty the runner looks Pi up itself: the project-local
+/// `.tools/pi` JavaScript entry, run with `.tools/node22` although the runner is on the
+/// server's `node`.
+#[test]
+fn a_headless_agent_step_finds_the_project_local_pi_and_its_node() {
+    pi_binary();
+    headless_agent_step_against_the_mock_model("");
+}
+
+fn headless_agent_step_against_the_mock_model(pi_bin: &str) {
     let root = short_temp_dir("piwi");
     let mock = MockModel::start("echo", root.path());
     let agent = pi_agent_dir(root.path(), mock.port);
     let env = Env::with_vars(vec![
         ("PI_CODING_AGENT_DIR".into(), agent.display().to_string()),
-        ("PI_WORKFLOWS_PI_BIN".into(), pi.display().to_string()),
+        ("PI_WORKFLOWS_PI_BIN".into(), pi_bin.into()),
         ("HOME".into(), root.path().join("home").display().to_string()),
         ("PI_OFFLINE".into(), "1".into()),
     ]);

@@ -47,6 +47,20 @@ pub fn run_id_of(request: &Request) -> Result<String, (Outcome, ResponseError)> 
         .ok_or_else(|| rejected("missingRunId", &format!("{} needs a runId", request.operation.as_str())))
 }
 
+/// The origin session a session operation names (`payload.sessionId`): present and an ID by
+/// the protocol's rules.
+pub fn session_id_of(request: &Request) -> Result<String, (Outcome, ResponseError)> {
+    let operation = request.operation.as_str();
+    let id = request
+        .payload
+        .get("sessionId")
+        .and_then(Value::as_str)
+        .ok_or_else(|| rejected("invalidRequest", &format!("{operation} needs payload.sessionId")))?;
+    crate::protocol::OpaqueId::new(id.to_string())
+        .map(|id| id.as_str().to_string())
+        .map_err(|err| rejected("invalidRequest", &format!("payload.sessionId is invalid: {err}")))
+}
+
 /// The run revision a request expects, if it names one.
 pub fn expected_revision_of(request: &Request) -> Option<i64> {
     request.expected_revision.map(|revision| revision.get() as i64)

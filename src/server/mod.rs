@@ -14,6 +14,7 @@ pub mod answers;
 pub mod blocking;
 pub mod clients;
 pub mod config;
+pub mod coordinators;
 pub mod frames;
 pub mod logging;
 pub mod ops;

@@ -39,9 +39,9 @@ pub fn child_mark(log_stem: &str) -> String {
 }
 
 /// The server's own variables a child may see (its shell steps and headless agents need the
-/// Pi binary and Node the user chose); every other `PI_WORKFLOWS_*` is the server's internal
+/// Pi binary, the Node for Pi and the Node the user chose); every other `PI_WORKFLOWS_*` is the server's internal
 /// configuration or a test hook, withheld.
-const CHILD_INTERNAL_ENV_ALLOWED: &[&str] = &["PI_WORKFLOWS_PI_BIN", "PI_WORKFLOWS_NODE"];
+const CHILD_INTERNAL_ENV_ALLOWED: &[&str] = &["PI_WORKFLOWS_PI_BIN", "PI_WORKFLOWS_PI_NODE", "PI_WORKFLOWS_NODE"];
 /// The scripted test runner's script: passed only to a custom runner program
 /// (`PI_WORKFLOWS_RUNNER`), never to the Node runner.
 const TEST_SCRIPT_ENV: &str = "PI_WORKFLOWS_TEST_SCRIPT";

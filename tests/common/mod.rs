@@ -117,15 +117,29 @@ pub fn definition(nodes: usize) -> serde_json::Value {
 /// Queue `runs` headless runs (`run-0`, …) whose definition of `nodes` steps is stored, so
 /// their views have a graph, before a server starts.
 pub fn queue_with_definition(dir: &std::path::Path, runs: usize, nodes: usize) {
+    let headless: Vec<(String, Option<String>)> = (0..runs).map(|index| (format!("run-{index}"), None)).collect();
+    queue_runs_with_definition(dir, &headless, nodes);
+}
+
+/// Queue runs `(run ID, origin session)` — interactive when a session is given — whose
+/// definition of `nodes` steps is stored, before a server starts.
+pub fn queue_runs_with_definition(dir: &std::path::Path, runs: &[(String, Option<String>)], nodes: usize) {
     std::fs::create_dir_all(dir).expect("state dir");
     let store = Store::open(&dir.join("state.sqlite"), Arc::new(pi_workflows::store::SystemClock)).expect("store");
     let bytes = serde_json_canonicalizer::to_vec(&definition(nodes)).expect("canonical");
-    for index in 0..runs {
+    for (run_id, session) in runs {
         let bytes = bytes.clone();
+        let execution = match session {
+            Some(session) => ExecutionMode::Interactive {
+                origin_session_id: session.clone(),
+            },
+            None => ExecutionMode::Headless,
+        };
         let run = NewRun {
             project_path: String::new(),
             definition_digest: format!("sha256:{}", pi_workflows::digest::sha256_hex(&bytes)),
-            ..new_run(&format!("run-{index}"))
+            execution,
+            ..new_run(run_id)
         };
         store
             .write(move |tx| {

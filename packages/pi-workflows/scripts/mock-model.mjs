@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// Scripted OpenAI-compatible mock model for offline tests of Pi (recipe: shared/docs/pi-api.md §11).
+// Scripted OpenAI-compatible mock model for offline tests of Pi 1.6 (recipe: shared/docs/pi-api.md §11):
+// OpenAI Chat Completions with streaming SSE, as Pi's `openai-completions` provider API sends and reads it.
 //
 // Usage: node scripts/mock-model.mjs [--port N] [--script fixed|echo|hang]
 //   Listens on 127.0.0.1 (port 0 by default) and prints {"port":N} as its first stdout line.
@@ -120,7 +121,9 @@ const server = http.createServer(async (req, res) => {
     if (!closed) finish();
     return;
   }
-  const last = messages[messages.length - 1] ?? {};
+  // Pi 1.6 may send `system` messages in mid-conversation (prompt or tool changes), so "the tool result
+  // just came back" is decided on the last message that is not a system/developer message.
+  const last = messages.filter((m) => m.role !== "system" && m.role !== "developer").at(-1) ?? {};
   if (script.name === "tool" && last.role === "tool") return say(`Tool finished: ${textOf(last.content).slice(0, 200)}`);
   if (script.name === "tool") {
     const command = /BASH:[ \t]*([^\n]*)/.exec(userText)?.[1]?.replace(/\[mock:[a-z]+(?:=\d+)?\]/g, "").trim() ?? "true";

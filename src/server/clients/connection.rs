@@ -150,6 +150,8 @@ impl Actor for Connection {
             task.abort();
         }
         state.subscriptions.clear();
+        // Its coordinator epochs end with it (an open Pi turn does not).
+        state.ops.coordinators.release_connection(state.number);
         tracing::debug!(connection = state.number, "connection closed");
         Ok(())
     }

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use super::rate_limit::UpdateLimiter;
+use crate::server::coordinators::Coordinators;
 use crate::server::resolvers::handle::Resolvers;
 use crate::server::runners::registry::Runners;
 use crate::server::shared::Shared;
@@ -23,6 +24,8 @@ pub struct OpsContext {
     pub views: Arc<Views>,
     /// Rate limits of `interaction.update`.
     pub update_limiter: UpdateLimiter,
+    /// Which connection coordinates each origin session (shared with `clients/`).
+    pub coordinators: Arc<Coordinators>,
 }
 
 impl OpsContext {
@@ -34,6 +37,7 @@ impl OpsContext {
             resolvers,
             views,
             update_limiter: UpdateLimiter::default(),
+            coordinators: Arc::new(Coordinators::default()),
         })
     }
 }

@@ -1,8 +1,8 @@
-// Runs one agent prompt in a headless `pi --mode rpc --no-session` child in its own process group.
-// Prompts and replies are never logged; stderr is kept (bounded) only for error messages.
+// Runs one agent prompt in a headless `pi --mode rpc --no-session --no-extensions` child (Pi >= 1.6) in its
+// own process group. Prompts and replies are never logged; stderr is kept (bounded) only for error messages.
 import { spawn, type ChildProcess } from "node:child_process";
 import * as fs from "node:fs";
-import { PI_INSTALL_HINT, resolvePiCommand, stopProcessGroup } from "./process.js";
+import { PI_INSTALL_HINT, piStartupHint, resolvePiCommand, stopProcessGroup } from "./process.js";
 import { encodeCommand, isRecord, JsonlReader, oversizedType, type RpcLine, type RpcRecord } from "./rpc.js";
 
 export interface AgentRequest {
@@ -22,18 +22,38 @@ export interface AgentExecutor {
 }
 
 export interface PiRpcExecutorOptions {
-  /** Default: $PI_WORKFLOWS_PI_BIN, then packages/pi-workflows/.tools/pi, then `pi` on PATH. */
+  /**
+   * Default: $PI_WORKFLOWS_PI_BIN, then packages/pi-workflows/.tools/pi, then `pi` on PATH. A JavaScript
+   * entry runs with $PI_WORKFLOWS_PI_NODE, else packages/pi-workflows/.tools/node22 (see process.ts).
+   */
   piBinary?: string;
+  /** Appended to PI_RPC_ARGS, e.g. `["-e", "/abs/ext.ts"]` (explicit extensions still load with `-ne`). */
   extraArgs?: string[];
-  /** Environment of the Pi child (default: process.env). PI_OFFLINE=1 is added unless set here. */
+  /**
+   * Environment of the Pi child (default: process.env). PI_OFFLINE=1 is added unless set here. The child
+   * shares the user's PI_CODING_AGENT_DIR (models.json, auth.json): the executor never sends the RPC
+   * settings commands (set_auto_retry, set_auto_compaction, set_steering_mode), which Pi would persist
+   * into that directory's settings.json for every later run.
+   */
   env?: NodeJS.ProcessEnv;
 }
+
+/**
+ * `--no-session`: nothing is written to the user's session directory. `--no-extensions`: no discovered,
+ * configured or built-in extension (MCP servers, llama.cpp, codemode, tool search) runs in a headless step,
+ * and nothing depends on whether the project is trusted (untrusted project extensions would be skipped
+ * silently anyway).
+ */
+export const PI_RPC_ARGS: readonly string[] = ["--mode", "rpc", "--no-session", "--no-extensions"];
 
 const MAX_REPLY_BYTES = 256 * 1024;
 const MAX_RECORD_BYTES = 8 * 1024 * 1024;
 const STDERR_TAIL_BYTES = 16 * 1024;
+const STDERR_MESSAGE_CHARS = 2000;
 const ABORT_GRACE_MS = 1000;
 const EOF_GRACE_MS = 500;
+/** How long a prompt that a command handled may take to start a run of its own (see onHandledState). */
+const HANDLED_RUN_GRACE_MS = 1000;
 const MODEL_HINT =
   "Check the Pi model configuration (models.json/settings.json in PI_CODING_AGENT_DIR, provider API key, model name).";
 
@@ -117,9 +137,10 @@ async function waitForSpawn(child: ChildProcess): Promise<Error | undefined> {
 async function runPi(options: PiRpcExecutorOptions, request: AgentRequest): Promise<AgentResult> {
   if (request.signal.aborted) return fail("agentAborted", "The agent run was cancelled before Pi started.");
   const env: NodeJS.ProcessEnv = { PI_OFFLINE: "1", PI_SKIP_VERSION_CHECK: "1", PI_TELEMETRY: "0", ...(options.env ?? process.env) };
-  const args = ["--mode", "rpc", "--no-session", ...(options.extraArgs ?? [])];
-  const command = resolvePiCommand(options.piBinary ?? env["PI_WORKFLOWS_PI_BIN"], env, args);
-  if (!command) return fail("piNotFound", `The Pi coding agent was not found. ${PI_INSTALL_HINT}`);
+  const args = [...PI_RPC_ARGS, ...(options.extraArgs ?? [])];
+  const resolved = resolvePiCommand(options.piBinary ?? env["PI_WORKFLOWS_PI_BIN"], env, args);
+  if (!resolved.ok) return fail(resolved.code, resolved.message);
+  const command = resolved.command;
   if (!fs.existsSync(request.cwd)) return fail("agentFailed", "The agent working directory does not exist.");
 
   let child: ChildProcess;
@@ -154,61 +175,82 @@ async function runPi(options: PiRpcExecutorOptions, request: AgentRequest): Prom
   const stderr = new TailBuffer(STDERR_TAIL_BYTES);
   child.stderr!.on("data", (chunk: Buffer) => stderr.push(chunk));
 
-  // Turn tracking. After each agent_end a get_state round trip confirms Pi is idle: auto-retry and
-  // compaction announce themselves (auto_retry_start/agent_start/compaction_start) before that response.
+  // Completion (pi-api.md §9): the prompt response only says the prompt was accepted (`disposition`);
+  // the run is over at `agent_settled`, which Pi sends once per prompt after every retry, compaction and
+  // queued continuation (`agent_end` comes once per low-level run, e.g. twice with an auto-retry). The
+  // last assistant `message_end` says how it ended; the reply text is Pi's own `get_last_assistant_text`.
   let last: AssistantSummary | undefined;
+  let runStarted = false;
   let streamedBytes = 0;
-  let idleCheck = 0;
   let abortAcked = false;
   let onAbortAck: (() => void) | undefined;
-  const checkIdle = (token: number) => {
-    if (token === idleCheck && !outcome) send({ id: `state-${token}`, type: "get_state" });
+  let handledTimer: NodeJS.Timeout | undefined;
+  const onSettled = (aborted: boolean) => {
+    if (outcome) return;
+    if (aborted) {
+      // Not our abort (that settles first): Pi itself or a prompt-expanding command cancelled the run.
+      settle(fail("agentFailed", "Pi aborted the turn (an extension or Pi itself cancelled it)."));
+    } else if (last?.stopReason === "stop" && !last.tooLarge) {
+      send({ id: "text", type: "get_last_assistant_text" });
+    } else {
+      settle(finalResult(last));
+    }
   };
-  const onAgentEnd = () => {
-    const token = ++idleCheck;
-    checkIdle(token);
-  };
-  const confirmed = new Set<number>();
-  const onState = (token: number, data: unknown) => {
-    if (token !== idleCheck || outcome) return;
-    if (isRecord(data) && (data.isStreaming === true || data.isCompacting === true)) {
-      setTimeout(() => checkIdle(token), 100);
+  const onLastText = (record: RpcRecord) => {
+    const data = record.data;
+    if (record.success !== true || !isRecord(data) || (typeof data.text !== "string" && data.text !== null)) {
+      settle(finalResult(last)); // the reply as seen in message_end, which Pi calls authoritative
       return;
     }
-    if (last?.stopReason === "error" && !confirmed.has(token)) {
-      confirmed.add(token); // a failed call may still be followed by a retry or compaction: look twice
-      setTimeout(() => checkIdle(token), 300);
+    const text = typeof data.text === "string" ? data.text : "";
+    if (Buffer.byteLength(text) > MAX_REPLY_BYTES) settle(fail("agentOutputTooLarge", `The agent reply exceeded ${MAX_REPLY_BYTES} bytes.`));
+    else settle({ ok: true, text: text.trim() });
+  };
+  const onPromptResponse = (record: RpcRecord) => {
+    if (record.success !== true) {
+      settle(fail("agentFailed", `Pi rejected the prompt: ${clip(String(record.error ?? "unknown error"))}. ${MODEL_HINT}`));
       return;
     }
-    settle(finalResult(last));
+    const disposition = isRecord(record.data) ? record.data.disposition : undefined;
+    // "started" (or "queued"): agent_settled follows. "handled": a prompt starting with `/` matched an
+    // extension command (only extensions given with `-e` in extraArgs load) that may or may not have
+    // started a run: ask whether one is running (onHandledState).
+    if (disposition === "handled" && !runStarted) send({ id: "state-handled", type: "get_state" });
+  };
+  const onHandledState = (data: unknown) => {
+    if (runStarted || (isRecord(data) && (data.isStreaming === true || data.isCompacting === true))) return;
+    // A command's `sendUserMessage` starts its run asynchronously, after the command returned: give it a
+    // moment to show up before calling the prompt unanswered.
+    handledTimer = setTimeout(() => {
+      if (!runStarted) settle(fail("agentFailed", "Pi handled the prompt as a command and started no model turn; do not begin agent prompts with `/`."));
+    }, HANDLED_RUN_GRACE_MS);
   };
 
   const onRecord = (record: RpcRecord) => {
     switch (record.type) {
       case "response": {
         const id = typeof record.id === "string" ? record.id : "";
-        if (id === "prompt" && record.success !== true) {
-          settle(fail("agentFailed", `Pi rejected the prompt: ${clip(String(record.error ?? "unknown error"))}. ${MODEL_HINT}`));
-        } else if (id.startsWith("state-")) {
-          onState(Number(id.slice(6)), record.data);
-        } else if (id === "abort") {
+        if (id === "prompt") onPromptResponse(record);
+        else if (id === "text") onLastText(record);
+        else if (id === "state-handled") onHandledState(record.data);
+        else if (id === "abort") {
           abortAcked = true;
           onAbortAck?.();
         }
         return;
       }
       case "agent_start":
-      case "auto_retry_start":
-      case "compaction_start":
-        idleCheck++; // a pending idle check is stale
+        runStarted = true;
         return;
-      case "agent_end":
-        onAgentEnd();
+      case "agent_settled":
+        onSettled(record.aborted === true);
         return;
       case "message_start":
         if (isRecord(record.message) && record.message.role === "assistant") streamedBytes = 0;
         return;
       case "message_update": {
+        // Delta-only in Pi 1.6 (no cumulative `message`): count the text deltas to stop a runaway reply
+        // before its message_end, which may never fit a record.
         const event = record.assistantMessageEvent;
         if (isRecord(event) && event.type === "text_delta" && typeof event.delta === "string") {
           streamedBytes += Buffer.byteLength(event.delta);
@@ -238,9 +280,9 @@ async function runPi(options: PiRpcExecutorOptions, request: AgentRequest): Prom
     if (line.kind === "json") {
       if (isRecord(line.value)) onRecord(line.value);
     } else if (line.kind === "oversized") {
-      const type = oversizedType(line.head);
-      if (type === "agent_end") onAgentEnd();
-      if (type === "message_end" && line.head.includes('"role":"assistant"')) {
+      // agent_end, turn_end and the system message_end carry whole transcripts and may be dropped
+      // harmlessly; an assistant message_end that does not fit is a reply over the bound.
+      if (oversizedType(line.head) === "message_end" && line.head.includes('"role":"assistant"')) {
         last = { stopReason: "unknown", text: "", tooLarge: true };
       }
     }
@@ -250,8 +292,9 @@ async function runPi(options: PiRpcExecutorOptions, request: AgentRequest): Prom
   child.stdout!.on("end", () => reader.end());
 
   child.once("exit", (code, signal) => {
-    const tail = stderr.text(2000);
-    settle(fail("agentFailed", `Pi exited before the turn completed (${describeExit(code, signal)}). ${MODEL_HINT}${tail ? ` Pi stderr: ${tail}` : ""}`));
+    const tail = stderr.text(STDERR_MESSAGE_CHARS);
+    const hint = piStartupHint(tail) ?? MODEL_HINT;
+    settle(fail("agentFailed", `Pi exited before the turn completed (${describeExit(code, signal)}). ${hint}${tail ? ` Pi stderr: ${tail}` : ""}`));
   });
   const timeoutMs = Math.min(Math.max(0, Number.isFinite(request.timeoutMs) ? request.timeoutMs : 0), 2_147_483_647);
   const timer = setTimeout(() => settle(fail("agentTimedOut", `The agent did not finish within ${request.timeoutMs} ms.`)), timeoutMs);
@@ -264,6 +307,7 @@ async function runPi(options: PiRpcExecutorOptions, request: AgentRequest): Prom
   const stop = (result: AgentResult | undefined) =>
     (stopping ??= (async () => {
       clearTimeout(timer);
+      clearTimeout(handledTimer);
       request.signal.removeEventListener("abort", onAbort);
       const interrupt = result && !result.ok && ["agentTimedOut", "agentAborted", "agentOutputTooLarge"].includes(result.code);
       if (interrupt && running()) {

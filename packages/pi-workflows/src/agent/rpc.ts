@@ -100,6 +100,10 @@ export interface RpcRecord {
   errorMessage?: unknown;
   isStreaming?: unknown;
   isCompacting?: unknown;
+  /** `agent_settled` (Pi >= 1.1). */
+  aborted?: unknown;
+  /** Prompt response data (Pi >= 1.6): "started" | "queued" | "handled". */
+  disposition?: unknown;
 }
 
 export function isRecord(value: unknown): value is RpcRecord {

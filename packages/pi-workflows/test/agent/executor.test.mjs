@@ -1,8 +1,10 @@
-// Runs the Pi RPC executor against the REAL pinned `pi` and the scripted mock model on 127.0.0.1.
+// Runs the Pi RPC executor against the REAL pinned `pi` (1.6, on the project-local Node 22) and the scripted
+// mock model on 127.0.0.1, while this test process (the runner's side) may run on Node 20.
 // Needs `dist/` (tsc build). Pi is installed on demand by scripts/install-pi.sh; if that fails, tests fail.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { createPiRpcExecutor } from "../../dist/agent/executor.js";
+import { localPiBinary, localPiNode, nodeVersionSupportsPi } from "../../dist/agent/process.js";
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -92,6 +94,39 @@ test("expectedOutput is described in the prompt; the default binary lookup finds
   const [sent] = mock.requests().slice(before);
   const user = JSON.stringify(sent.body.messages.filter((m) => m.role === "user").at(-1).content);
   assert.match(user, /Expected output: a JSON object like/);
+  if (process.platform === "linux") {
+    // The JavaScript entry ran on install-pi.sh's Node 22, not on this process's Node.
+    assert.equal(supervisor.events[0].exe, fs.realpathSync(localPiNode()), `this test runs on Node ${process.version}`);
+  }
+});
+
+test("no extension runs in a headless step and the agent dir gets no sessions or settings changes", async () => {
+  const probe = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures", "load-probe.ts");
+  const extensions = path.join(pi.env.PI_CODING_AGENT_DIR, "extensions");
+  fs.mkdirSync(extensions, { recursive: true });
+  fs.copyFileSync(probe, path.join(extensions, "load-probe.ts"));
+  const settingsFile = path.join(pi.env.PI_CODING_AGENT_DIR, "settings.json");
+  const settingsBefore = fs.readFileSync(settingsFile, "utf8");
+  const marker = path.join(pi.root, `probe-${Date.now()}`);
+  try {
+    // Control: an explicit -e still loads (so the probe works), and extraArgs reach Pi.
+    const explicit = createPiRpcExecutor({ piBinary, env: { ...pi.env, PROBE_MARKER: `${marker}-explicit` }, extraArgs: ["-e", probe] });
+    assert.equal((await explicit.runAgent(request(makeSupervisor(mock)))).ok, true);
+    assert.equal(fs.readFileSync(`${marker}-explicit`, "utf8"), "loaded");
+
+    const supervisor = makeSupervisor(mock);
+    const before = mock.requests().length;
+    const plain = createPiRpcExecutor({ piBinary, env: { ...pi.env, PROBE_MARKER: marker } });
+    assert.deepEqual(await plain.runAgent(request(supervisor)), { ok: true, text: "Hello from the mock model." });
+    assertCleanLifecycle(supervisor, before);
+    assert.equal(fs.existsSync(marker), false, "the discovered extension in <agentDir>/extensions was not loaded");
+    const [sent] = mock.requests().slice(before);
+    assert.deepEqual(sent.body.tools.map((t) => t.function?.name ?? t.name).sort(), ["bash", "edit", "read", "write"]);
+  } finally {
+    fs.rmSync(extensions, { recursive: true, force: true });
+  }
+  assert.equal(fs.readFileSync(settingsFile, "utf8"), settingsBefore, "settings.json is unchanged");
+  assert.equal(fs.existsSync(path.join(pi.env.PI_CODING_AGENT_DIR, "sessions")), false, "--no-session writes no session");
 });
 
 test("a hanging model gives agentTimedOut and no process of the group survives", async () => {
@@ -149,6 +184,41 @@ test("a missing binary gives piNotFound with install instructions", async () => 
   const second = await viaEnv.runAgent(request(supervisor));
   assert.equal(second.ok, false);
   assert.equal(second.code, "piNotFound");
+});
+
+test("a wrapper that starts Pi on too old a Node fails with the Node 22 hint", {
+  skip: nodeVersionSupportsPi(process.versions.node) && "this test process runs on a Node that Pi supports",
+}, async () => {
+  // What a user's own `pi` wrapper does when it runs `node` from PATH and that is Node 20.
+  const wrapper = path.join(pi.root, "old-node-pi");
+  const entry = fs.realpathSync(localPiBinary());
+  fs.writeFileSync(wrapper, `#!/bin/sh\nexec '${process.execPath}' '${entry}' "$@"\n`, { mode: 0o755 });
+  const supervisor = makeSupervisor(mock);
+  const before = mock.requests().length;
+  const result = await createPiRpcExecutor({ piBinary: wrapper, env: pi.env }).runAgent(request(supervisor));
+  assertCleanLifecycle(supervisor, before);
+  assert.equal(result.ok, false);
+  assert.equal(result.code, "agentFailed");
+  assert.match(result.message, /Pi exited before the turn completed/);
+  assert.match(result.message, /Pi needs Node >= 22\.19/);
+  assert.match(result.message, /enableCompileCache/);
+});
+
+test("a prompt that a command handles: its own run is awaited, no run at all is agentFailed", async () => {
+  const probe = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures", "command-probe.ts");
+  const withCommands = createPiRpcExecutor({ piBinary, env: pi.env, extraArgs: ["-e", probe] });
+  const relayed = makeSupervisor(mock);
+  const before = mock.requests().length;
+  const relay = await withCommands.runAgent(request(relayed, { prompt: "/relay Say hello. [mock:echo] ECHO: relayed-42" }));
+  assert.deepEqual(relay, { ok: true, text: "relayed-42" });
+  assertCleanLifecycle(relayed, before);
+
+  const idle = makeSupervisor(mock);
+  const noop = await withCommands.runAgent(request(idle, { prompt: "/noop" }));
+  assert.equal(noop.ok, false);
+  assert.equal(noop.code, "agentFailed");
+  assert.match(noop.message, /handled the prompt as a command/);
+  assertCleanLifecycle(idle, before + 1);
 });
 
 test("a reply over the size bound gives agentOutputTooLarge", async () => {

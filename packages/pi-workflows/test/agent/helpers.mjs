@@ -1,4 +1,5 @@
-// Test helpers: the real pinned Pi (installed by scripts/install-pi.sh) plus the scripted mock model.
+// Test helpers: the real pinned Pi 1.6 (installed with its Node 22 by scripts/install-pi.sh) plus the
+// scripted mock model. The tests themselves run on whatever Node runs `npm test` (20 or 22).
 import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
@@ -8,7 +9,10 @@ import { fileURLToPath } from "node:url";
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const packageDir = path.resolve(here, "..", "..");
 
-/** Installs Pi when needed and returns the binary path. Throws (so the test fails) when that is impossible. */
+/**
+ * Installs Pi and Node 22 when needed and returns the launcher path (`.tools/bin/pi`, which runs Pi with
+ * that Node). Throws (so the test fails) when that is impossible.
+ */
 export function ensurePi() {
   const script = path.join(packageDir, "scripts", "install-pi.sh");
   const out = execFileSync("bash", [script], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"], timeout: 300_000 });
@@ -122,13 +126,22 @@ export async function waitFor(predicate, timeoutMs, what) {
   }
 }
 
+/** The real path of the program `pid` runs (Linux /proc), or null. */
+export function exeOf(pid) {
+  try {
+    return fs.realpathSync(`/proc/${pid}/exe`);
+  } catch {
+    return null;
+  }
+}
+
 /** Register/unregister callbacks that record the order of events and check the process group. */
 export function makeSupervisor(mock, { registerDelayMs = 0, registerError } = {}) {
   const events = [];
   return {
     events,
     async registerProcess(pid) {
-      events.push({ event: "register", pid, time: Date.now(), requestsSoFar: mock.requests().length });
+      events.push({ event: "register", pid, time: Date.now(), requestsSoFar: mock.requests().length, exe: exeOf(pid) });
       if (registerDelayMs) await sleep(registerDelayMs);
       // Nothing may reach the model before registration has completed.
       events.push({ event: "registered", pid, time: Date.now(), requestsSoFar: mock.requests().length });
