@@ -72,9 +72,10 @@ async fn submit_for_verdict(ctx: &OpsContext, request: &Request, field: &str, ki
     let recorded = record(ctx, &command, &run_id, request_id, value, kind).await;
     let (submission_id, request_id) = match recorded {
         Ok(recorded) => recorded,
-        // A runner holds the run (it is checking another submission, or continuing after
-        // one): not this command's final answer, so nothing is stored and a retry may pass.
-        Err(StoreError::ClaimHeld { .. }) => {
+        // The run is busy (queued for or held by a runner checking another submission, or
+        // continuing after one): not this command's final answer, so nothing is stored and a
+        // retry may pass. An ended run's refusal is final and stored below.
+        Err(err) if is_busy(&err) => {
             return Err(rejected(
                 "runBusy",
                 "the run is busy (a step is checking another submission, or the run is continuing); \
@@ -100,6 +101,15 @@ async fn submit_for_verdict(ctx: &OpsContext, request: &Request, field: &str, ki
             "unavailable",
             &format!("the verdict could not be read: {err}"),
         )),
+    }
+}
+
+/// A refusal that only says the run is between states (a runner is on its way or holds it).
+fn is_busy(err: &StoreError) -> bool {
+    match err {
+        StoreError::ClaimHeld { .. } => true,
+        StoreError::InvalidTransition { run_status, .. } => matches!(run_status.as_str(), "queued" | "running"),
+        _ => false,
     }
 }
 
