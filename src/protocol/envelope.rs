@@ -284,6 +284,11 @@ pub fn request_fingerprint(request: &Request) -> Result<String, ProtocolError> {
     let mut object = to_object(request)?;
     object.insert("type".to_owned(), Value::from("request"));
     object.remove("requestId");
+    // The coordinator authority (`payload.coordinator`) says who may act, not what is asked:
+    // a resend after a reconnect carries a new epoch and must still find its receipt.
+    if let Some(Value::Object(payload)) = object.get_mut("payload") {
+        payload.remove("coordinator");
+    }
     let bytes = to_canonical_vec(&object).map_err(ProtocolError::Canonical)?;
     Ok(sha256_hex(&bytes))
 }

@@ -237,6 +237,25 @@ pub(crate) fn interrupt_running(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<(
     Ok(())
 }
 
+/// Fail a waiting attempt whose request closed without an answer (the unproductive-turn
+/// rule), with its stored error; its run's next runner replays it and routes on it.
+pub(crate) fn fail_waiting(tx: &WriteTx<'_>, run_id: &str, attempt_id: &str, error_hash: &str) -> StoreResult<()> {
+    let updated = tx
+        .conn()
+        .prepare_cached(
+            "UPDATE node_attempts SET status = 'failed', error_hash = ?1, finished_at = ?2
+             WHERE attempt_id = ?3 AND run_id = ?4 AND status = 'waiting'",
+        )?
+        .execute(params![error_hash, tx.now_ms(), attempt_id, run_id])?;
+    if updated != 1 {
+        return Err(StoreError::AttemptNotActive {
+            run_id: run_id.to_string(),
+            attempt_id: attempt_id.to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// The running attempt (if any) now waits for input and stays unfinished.
 pub(crate) fn mark_unfinished_waiting(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<()> {
     tx.conn()

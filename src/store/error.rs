@@ -89,8 +89,16 @@ pub enum StoreError {
     #[error("{what} is invalid: {detail}")]
     InvalidInput { what: &'static str, detail: String },
 
-    #[error("Pi session {session_id} already has an active interactive run; wait for it to finish or cancel it")]
-    SessionBusy { session_id: String },
+    #[error(
+        "this Pi session (digest {session_digest}) already has an active interactive run; wait for it to finish or cancel it"
+    )]
+    SessionBusy { session_digest: String },
+
+    #[error(
+        "this turn was first reported with another workflow message or end; a Pi turn serves one message and ends \
+         once, so repeat the report exactly as first sent (nothing was changed)"
+    )]
+    TurnConflict,
 
     #[error("the submission was rejected by the step's checks: {message}")]
     SubmissionRejected { message: String },
@@ -206,6 +214,7 @@ impl StoreError {
             StoreError::TooLarge { .. } => "tooLarge",
             StoreError::InvalidInput { .. } => "invalidInput",
             StoreError::SessionBusy { .. } => "sessionBusy",
+            StoreError::TurnConflict => "turnConflict",
             StoreError::SubmissionRejected { .. } => "submissionRejected",
             StoreError::Settings(err) => err.code(),
             StoreError::SettingsChanged { .. } => "settingsChanged",

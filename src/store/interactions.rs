@@ -86,6 +86,43 @@ pub fn request(
     })
 }
 
+/// A paused run resumes at its pending agent or assistant step: the step's answer revision
+/// advances and one `resumed` step message presents it again (the pause cancelled its
+/// pending ones). A protected decision never started a model turn, so its revision and
+/// messages stay as they were; a headless run has no session to present to.
+pub(super) fn present_resumed_step(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<()> {
+    let step: Option<(String, String, String)> = tx
+        .conn()
+        .prepare_cached(
+            "SELECT request_id, target_session_id, contract_hash FROM interactive_requests
+             WHERE run_id = ?1 AND status = 'pending' AND kind IN ('agent', 'assistant')
+               AND target_session_id IS NOT NULL",
+        )?
+        .query_row([run_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .optional()?;
+    let Some((request_id, session, contract_hash)) = step else {
+        return Ok(());
+    };
+    tx.conn()
+        .prepare_cached("UPDATE interactive_requests SET revision = revision + 1 WHERE request_id = ?1")?
+        .execute([&request_id])?;
+    if messages::has_pending_step(tx.conn(), &request_id)? {
+        return Ok(());
+    }
+    messages::queue_message(
+        tx,
+        &NewMessage {
+            run_id,
+            target_session_id: &session,
+            kind: MessageKind::Step,
+            source_id: &request_id,
+            reason: Some("resumed"),
+            content_hash: &contract_hash,
+        },
+    )?;
+    Ok(())
+}
+
 fn require_running_attempt(tx: &WriteTx<'_>, run_id: &str, attempt_id: &str) -> StoreResult<()> {
     let status: Option<String> = tx
         .conn()
@@ -135,7 +172,8 @@ pub fn accept(
                  WHERE request_id = ?3 AND status = 'pending'",
             )?
             .execute(params![judged.submission_id, now, judged.request_id])?;
-        Ok(())
+        // Acceptance closes the step: nothing of it is left to present.
+        messages::cancel_pending_of_source(tx, judged.request_id)
     })
 }
 
@@ -269,6 +307,7 @@ pub fn submit(tx: &WriteTx<'_>, submission: &Submission<'_>, expected: Option<i6
                      WHERE request_id = ?3",
                 )?
                 .execute(params![submission.submission_id, now, submission.request_id])?;
+            messages::cancel_pending_of_source(tx, submission.request_id)?;
         }
         Ok(())
     })?;

@@ -2,8 +2,9 @@
 //!
 //! Grouped by aggregate: `runs` (runs and queue lifecycle), `claims`, `attempts`,
 //! `events` (revisions, events, viewer deltas), `commands` (receipts), `blobs`, `effects`,
-//! `interactions`, `messages`, `workers` (runner epochs), `processes` (registry) and
-//! `run_state` (the runner's one narrow read).
+//! `interactions`, `messages` (workflow messages, branch reports), `turns` (origin-session
+//! model turns), `session_view` (the origin-session view's facts), `workers` (runner
+//! epochs), `processes` (registry) and `run_state` (the runner's one narrow read).
 //! Each spec transaction exists once, as one function taking a `WriteTx`.
 //!
 //! Architecture Invariant: no SQL outside `src/store/`. Other modules call these
@@ -32,7 +33,9 @@ pub mod run_view;
 pub mod runs;
 pub mod schema;
 pub mod server_lease;
+pub mod session_view;
 pub mod settings;
+pub mod turns;
 pub mod verify;
 pub mod workers;
 pub mod writer;

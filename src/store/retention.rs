@@ -90,6 +90,11 @@ const PROTECTIONS: &[(&str, &str)] = &[
          WHERE r.root_run_id = ?1 AND m.status = 'pending'",
     ),
     (
+        "open origin-session turn",
+        "SELECT count(*) FROM workflow_turns t JOIN runs r ON r.run_id = t.run_id
+         WHERE r.root_run_id = ?1 AND t.status = 'open'",
+    ),
+    (
         "unsettled effect",
         "SELECT count(*) FROM effects e JOIN runs r ON r.run_id = e.run_id
          WHERE r.root_run_id = ?1 AND e.status IN ('pending', 'applying', 'ambiguous')",

@@ -1,6 +1,6 @@
 //! How a run ends: the terminal facts every ending writes in the same transaction (run and
 //! queue status, the unfinished attempt, pending interactions and decisions, unsettled
-//! effects, pending messages). Only `runs` transitions call these, inside their protected
+//! effects, pending messages, open origin-session turns, the terminal message). Only `runs` transitions call these, inside their protected
 //! or unclaimed write.
 
 use rusqlite::params;
@@ -38,7 +38,8 @@ pub(super) fn end_claimed(
 }
 
 /// The terminal facts of every ending: run and queue status, the unfinished attempt,
-/// pending interactions and decisions, unsettled effects and pending messages.
+/// pending interactions and decisions, unsettled effects and pending messages; open turns
+/// end `lost` and an interactive run queues its terminal message.
 pub(super) fn end_run(tx: &WriteTx<'_>, run_id: &str, ending: Ending) -> StoreResult<()> {
     let (run_status, queue_status, attempt_status, detail) = match ending {
         Ending::Completed => (RunStatus::Completed, QueueStatus::Done, AttemptStatus::Completed, None),
@@ -71,7 +72,10 @@ pub(super) fn end_run(tx: &WriteTx<'_>, run_id: &str, ending: Ending) -> StoreRe
     } else {
         &["step", "decision", "followUp"]
     };
-    cancel_pending_messages(tx, run_id, kinds)
+    cancel_pending_messages(tx, run_id, kinds)?;
+    // A terminal run keeps no workflow turn, and its session learns the outcome.
+    super::turns::end_turns_of_run(tx, run_id)?;
+    super::messages::queue_terminal(tx, run_id, run_status.as_str())
 }
 
 /// Cancel pending interactions and unresolved decisions; a pending effect is cancelled and

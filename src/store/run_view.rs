@@ -104,6 +104,8 @@ pub struct RunViewFacts {
     pub unfinished: Option<AttemptFacts>,
     pub pending_request: Option<RequestFacts>,
     pub ambiguous_effects: i64,
+    /// The exact origin-session model turn open for this run: (turn ID, started at).
+    pub origin_turn: Option<(String, i64)>,
     pub attempt_count: i64,
     pub completed_steps: i64,
     /// The newest attempts, oldest first (at most the requested window).
@@ -156,7 +158,8 @@ fn attempt_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<AttemptFacts> {
 
 /// The run's presentation revision: its durable revision plus every state transition of
 /// its runner epochs (started, ready, finished) plus every reported step update plus its
-/// settings change number. A view
+/// settings change number plus every origin-session turn start and end (a turn fact while a
+/// runner holds the claim does not advance the run revision). A view
 /// shows worker activity and updates, which do not change the run's revision; this number
 /// changes with everything a view shows, only grows, and is the same for the same durable
 /// state (so it survives a server restart).
@@ -170,6 +173,8 @@ pub fn presentation_revision(conn: &Connection, run_id: &str) -> StoreResult<Opt
                                            FROM interaction_updates u JOIN interactive_requests i ON i.request_id = u.request_id
                                            WHERE i.run_id = r.run_id GROUP BY u.request_id)), 0)
                               + coalesce((SELECT s.change_number FROM run_settings s WHERE s.run_id = r.run_id), 0)
+                              + coalesce((SELECT count(*) + count(t.ended_at) FROM workflow_turns t
+                                           WHERE t.run_id = r.run_id), 0)
              FROM runs r WHERE r.run_id = ?1",
         )?
         .query_row([run_id], |row| row.get(0))
@@ -205,6 +210,7 @@ pub fn run_view_facts(conn: &Connection, run_id: &str, window: usize) -> StoreRe
         unfinished: unfinished_attempt(conn, run_id)?,
         pending_request: pending_request(conn, run_id)?,
         ambiguous_effects: ambiguous_effects(conn, run_id)?,
+        origin_turn: super::turns::open_turn_of_run(conn, run_id)?,
         attempt_count,
         completed_steps,
         recent_attempts: recent_attempts(conn, run_id, window.min(ATTEMPTS_PAGE_MAX))?,
@@ -340,6 +346,8 @@ pub fn attempts_page(
 pub struct RunListFacts {
     pub run: RunFacts,
     pub worker_active: bool,
+    /// An exact origin-session model turn of this run is open.
+    pub origin_turn: bool,
     pub pending_kind: Option<String>,
     pub ambiguous_effects: i64,
     pub current_node_id: Option<String>,
@@ -377,6 +385,7 @@ fn list_facts(conn: &Connection, run: RunFacts) -> StoreResult<RunListFacts> {
     let run_id = run.run_id.clone();
     Ok(RunListFacts {
         worker_active: live_worker(conn, &run_id)?.is_some(),
+        origin_turn: super::turns::open_turn_of_run(conn, &run_id)?.is_some(),
         pending_kind: pending_request_brief(conn, &run_id)?.map(|(_, kind)| kind),
         ambiguous_effects: ambiguous_effects(conn, &run_id)?,
         current_node_id: unfinished_attempt(conn, &run_id)?.map(|attempt| attempt.node_id),

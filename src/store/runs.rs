@@ -291,7 +291,7 @@ pub fn queue_run(tx: &WriteTx<'_>, new_run: &NewRun) -> StoreResult<i64> {
             .query_row([origin_session_id], |row| row.get(0))?;
         if busy {
             return Err(StoreError::SessionBusy {
-                session_id: origin_session_id.clone(),
+                session_digest: super::messages::session_digest(origin_session_id),
             });
         }
     }
@@ -339,6 +339,10 @@ pub fn queue_run(tx: &WriteTx<'_>, new_run: &NewRun) -> StoreResult<i64> {
     )?;
     if let Some(parent) = &new_run.parent_run_id {
         super::settings::inherit(tx, parent, &new_run.run_id)?;
+        if matches!(new_run.origin, RunOrigin::Continuation { .. }) {
+            // Only the final leaf of a continuation chain reports its outcome.
+            super::messages::settle_parent_terminal(tx, parent)?;
+        }
     }
     Ok(1)
 }
@@ -705,6 +709,10 @@ pub fn requeue_parked(tx: &WriteTx<'_>, run_id: &str, expected: Option<i64>) -> 
             if run.status != RunStatus::Waiting {
                 set_run_status(tx, run_id, RunStatus::Queued, None)?;
                 set_queue_status(tx, run_id, QueueStatus::Queued)?;
+            } else if run.paused {
+                // The pause cancelled the step's pending messages: present it once more as a
+                // fresh turn (a protected decision is left as it was).
+                super::interactions::present_resumed_step(tx, run_id)?;
             }
             Ok(RunEvent::new("run.resumed", Actor::Client))
         },
@@ -770,6 +778,53 @@ pub fn continue_waiting(
             Ok(RunEvent::new("run.answered", Actor::Client))
         },
     )
+}
+
+/// The unproductive-turn rule's third strike: the waiting step's attempt fails with
+/// `error_hash` (`unproductiveTurns`), its request closes (`cancelled`, no answer) with its
+/// pending step messages, and the run is queued. Its next runner resumes, replays the failed
+/// attempt like any other and follows the node's `$result.outcome` route — the same path a
+/// node that failed while running takes, so no runner needs to know this rule.
+pub(super) fn fail_waiting_step(
+    tx: &WriteTx<'_>,
+    run_id: &str,
+    request_id: &str,
+    attempt_id: &str,
+    error_hash: &str,
+) -> StoreResult<i64> {
+    unclaimed_transition(
+        tx,
+        run_id,
+        None,
+        "fail the waiting step of",
+        |run| run.status == RunStatus::Waiting && !run.paused,
+        |tx| {
+            let now = tx.now_ms();
+            tx.conn()
+                .prepare_cached(
+                    "UPDATE interactive_requests SET status = 'cancelled', settled_at = ?1
+                     WHERE request_id = ?2 AND status = 'pending'",
+                )?
+                .execute(params![now, request_id])?;
+            super::messages::cancel_pending_of_source(tx, request_id)?;
+            attempts::fail_waiting(tx, run_id, attempt_id, error_hash)?;
+            set_run_status(tx, run_id, RunStatus::Queued, None)?;
+            set_queue_status(tx, run_id, QueueStatus::Queued)?;
+            Ok(RunEvent::new("interaction.failed", Actor::System))
+        },
+    )
+}
+
+/// Record an origin-session fact of a run (a turn started or ended, a message sent or
+/// presented again) as one event at its next revision, so its live views update. Not while
+/// a runner holds the claim: its next message names the revision it last saw, and a display
+/// fact must not fence it; the presentation revision counts turns, so views update anyway.
+pub(super) fn note_session_fact(tx: &WriteTx<'_>, run_id: &str, event_type: &'static str) -> StoreResult<Option<i64>> {
+    if claims::has_holder(tx, run_id)? {
+        return Ok(None);
+    }
+    let revision = events::current_revision(tx, run_id)?;
+    events::advance(tx, run_id, revision, &RunEvent::new(event_type, Actor::Client), None).map(Some)
 }
 
 /// `run.restart`: a new run of a terminal run's workflow, source, definition and input,

@@ -72,6 +72,9 @@ CREATE TABLE run_bindings (
   CHECK ((execution_mode = 'interactive') = (origin_session_id IS NOT NULL))
 ) STRICT;
 
+-- A session view finds its newest run (active, or a retained terminal one).
+CREATE INDEX run_bindings_by_session ON run_bindings (origin_session_id);
+
 CREATE TABLE run_queue (
   run_id TEXT PRIMARY KEY REFERENCES runs (run_id) ON DELETE CASCADE,
   status TEXT NOT NULL CHECK (status IN
@@ -254,16 +257,24 @@ CREATE TABLE interactive_requests (
   target_session_id TEXT,
   kind TEXT NOT NULL CHECK (kind IN ('agent', 'assistant', 'checkpoint', 'decision')),
   contract_hash TEXT NOT NULL,
+  -- The answer revision: a resume of a paused agent or assistant step increments it (the
+  -- step is presented again as a fresh turn); a decision's never changes.
   revision INTEGER NOT NULL DEFAULT 1 CHECK (revision >= 1),
+  -- `cancelled` also closes a step whose attempt failed `unproductiveTurns` (the attempt
+  -- carries the error).
   status TEXT NOT NULL CHECK (status IN ('pending', 'settled', 'cancelled')),
   accepted_submission_id TEXT,
-  unproductive_turn_ends INTEGER NOT NULL DEFAULT 0 CHECK (unproductive_turn_ends >= 0),
+  -- Origin-session turns that ended with the step still pending, not paused and without an
+  -- accepted or validating submission (at most 3: the third fails the attempt).
+  unproductive_turn_ends INTEGER NOT NULL DEFAULT 0 CHECK (unproductive_turn_ends BETWEEN 0 AND 3),
   created_at INTEGER NOT NULL,
   settled_at INTEGER,
   CHECK ((settled_at IS NULL) = (status = 'pending'))
 ) STRICT;
 
 CREATE INDEX interactive_requests_by_run ON interactive_requests (run_id, status);
+-- A branch report looks up the session's pending requests.
+CREATE INDEX interactive_requests_by_session ON interactive_requests (target_session_id, status);
 
 -- Progress an agent step reports while its request is pending (`interaction.update`): the
 -- latest value per (type, key); updates never route or complete a node.
@@ -307,14 +318,56 @@ CREATE TABLE workflow_messages (
   updated_at INTEGER NOT NULL,
   UNIQUE (target_session_id, order_number),
   CHECK ((status = 'sent') = (pi_session_entry_id IS NOT NULL)),
-  CHECK ((kind = 'step') = (reason IS NOT NULL))
+  CHECK ((kind = 'step') = (reason IS NOT NULL)),
+  -- A terminal message's source is its own run.
+  CHECK (kind != 'terminal' OR source_id = run_id)
 ) STRICT;
 
 CREATE INDEX workflow_messages_by_run ON workflow_messages (run_id, status);
+-- The session window (pending and recovery messages, in order) and per-source lookups.
+CREATE INDEX workflow_messages_by_session ON workflow_messages (target_session_id, status, order_number);
+CREATE INDEX workflow_messages_by_source ON workflow_messages (source_id, kind, status);
 
 -- At most one pending step message for one interactive request.
 CREATE UNIQUE INDEX workflow_messages_one_pending_step ON workflow_messages (source_id)
   WHERE kind = 'step' AND status = 'pending';
+
+-- One exact Pi model turn the server accepted as workflow work (docs/SESSIONS.md). The
+-- extension makes the turn ID at `agent_start`; it is unique within its session. A turn
+-- ends `ended` with the outcome Pi reported, or `lost` when the server proved it gone (an
+-- idle branch report, a newer start in the session, or its run's end).
+CREATE TABLE workflow_turns (
+  target_session_id TEXT NOT NULL,
+  turn_id TEXT NOT NULL CHECK (length(turn_id) BETWEEN 1 AND 256),
+  workflow_message_id TEXT NOT NULL REFERENCES workflow_messages (workflow_message_id) ON DELETE CASCADE,
+  run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+  status TEXT NOT NULL CHECK (status IN ('open', 'ended', 'lost')),
+  outcome TEXT CHECK (outcome IN ('completed', 'aborted', 'error')),
+  response_entry_id TEXT CHECK (response_entry_id IS NULL OR length(response_entry_id) BETWEEN 1 AND 256),
+  started_at INTEGER NOT NULL,
+  ended_at INTEGER,
+  PRIMARY KEY (target_session_id, turn_id),
+  CHECK ((status = 'open') = (ended_at IS NULL)),
+  CHECK ((status = 'ended') = (outcome IS NOT NULL)),
+  CHECK (response_entry_id IS NULL OR status = 'ended'),
+  CHECK (ended_at IS NULL OR ended_at >= started_at)
+) STRICT, WITHOUT ROWID;
+
+-- Pi runs one model turn at a time: at most one open turn per session.
+CREATE UNIQUE INDEX workflow_turns_one_open_per_session ON workflow_turns (target_session_id)
+  WHERE status = 'open';
+CREATE INDEX workflow_turns_by_message ON workflow_turns (workflow_message_id, started_at);
+CREATE INDEX workflow_turns_by_run ON workflow_turns (run_id, status);
+
+-- Per session, the terminal run `sessionView.clearTerminal` removed from the view, so a
+-- cleared terminal view stays cleared (a view fact only: no workflow state).
+CREATE TABLE session_views (
+  target_session_id TEXT PRIMARY KEY,
+  cleared_run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+  cleared_at INTEGER NOT NULL
+) STRICT;
+
+CREATE INDEX session_views_by_run ON session_views (cleared_run_id);
 
 -- Settings -------------------------------------------------------------------------------
 

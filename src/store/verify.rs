@@ -60,6 +60,55 @@ pub const LIFECYCLE_INVARIANTS: &[(&str, &str)] = &[
          WHERE i.status = 'pending' AND r.status IN ('completed', 'failed', 'timed_out', 'cancelled')",
     ),
     (
+        "more than one open origin-session turn in a session",
+        "SELECT count(*) FROM (SELECT target_session_id FROM workflow_turns WHERE status = 'open'
+                               GROUP BY target_session_id HAVING count(*) > 1)",
+    ),
+    (
+        "turn whose message belongs to another session or run, or never opens a turn",
+        "SELECT count(*) FROM workflow_turns t JOIN workflow_messages m ON m.workflow_message_id = t.workflow_message_id
+         WHERE m.target_session_id != t.target_session_id OR m.run_id != t.run_id
+            OR m.kind IN ('decision', 'notification') OR m.status != 'sent'",
+    ),
+    (
+        "open step turn on a terminal run",
+        "SELECT count(*) FROM workflow_turns t JOIN workflow_messages m ON m.workflow_message_id = t.workflow_message_id
+         JOIN runs r ON r.run_id = t.run_id
+         WHERE t.status = 'open' AND m.kind = 'step' AND r.status IN ('completed', 'failed', 'timed_out', 'cancelled')",
+    ),
+    (
+        "workflow message for a session that is not its run's origin session",
+        "SELECT count(*) FROM workflow_messages m LEFT JOIN run_bindings b ON b.run_id = m.run_id
+         WHERE b.origin_session_id IS NULL OR b.origin_session_id != m.target_session_id",
+    ),
+    (
+        "more than one pending step message for one request",
+        "SELECT count(*) FROM (SELECT source_id FROM workflow_messages WHERE kind = 'step' AND status = 'pending'
+                               GROUP BY source_id HAVING count(*) > 1)",
+    ),
+    (
+        "pending step or decision message on a terminal run",
+        "SELECT count(*) FROM workflow_messages m JOIN runs r ON r.run_id = m.run_id
+         WHERE m.status = 'pending' AND m.kind IN ('step', 'decision')
+           AND r.status IN ('completed', 'failed', 'timed_out', 'cancelled')",
+    ),
+    (
+        // The bound is `turns::UNPRODUCTIVE_REMINDERS_MAX`: the next end fails the step.
+        "pending request past the unproductive-turn bound",
+        "SELECT count(*) FROM interactive_requests WHERE status = 'pending' AND unproductive_turn_ends > 2",
+    ),
+    (
+        "more than one active interactive run in a session",
+        "SELECT count(*) FROM (SELECT origin_session_id FROM run_queue
+                               WHERE origin_session_id IS NOT NULL AND status NOT IN ('done', 'failed', 'cancelled')
+                               GROUP BY origin_session_id HAVING count(*) > 1)",
+    ),
+    (
+        "cleared terminal view naming a run of another session",
+        "SELECT count(*) FROM session_views v LEFT JOIN run_bindings b ON b.run_id = v.cleared_run_id
+         WHERE b.origin_session_id IS NULL OR b.origin_session_id != v.target_session_id",
+    ),
+    (
         "run settings whose versions are not numbered 0 to the current change without a gap",
         "SELECT count(*) FROM run_settings s
          WHERE s.change_number + 1 != (SELECT count(*) FROM run_setting_changes c WHERE c.run_id = s.run_id)

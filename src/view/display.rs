@@ -95,6 +95,8 @@ pub struct DisplayFacts<'a> {
     pub ambiguous_effects: i64,
     /// A runner epoch of this run is starting or ready.
     pub worker_active: bool,
+    /// An exact origin-session model turn of this run is open.
+    pub origin_turn: bool,
 }
 
 /// The effective status by the spec's ordering rules, first match wins.
@@ -111,12 +113,13 @@ pub fn display_status(facts: &DisplayFacts<'_>) -> DisplayStatus {
     if facts.paused {
         return DisplayStatus::Paused;
     }
-    // 4. A pending request.
-    if facts.pending_kind.is_some() {
+    // 4. A pending request — shown running while the exact origin-session turn that works
+    //    on it is open (presentation only: the run stays waiting durably).
+    if facts.pending_kind.is_some() && !facts.origin_turn {
         return DisplayStatus::Waiting;
     }
-    // 5. Active execution: a claimed run or a live worker.
-    if facts.queue_status == "running" || facts.worker_active {
+    // 5. Active execution: a claimed run, a live worker or an open origin turn.
+    if facts.queue_status == "running" || facts.worker_active || facts.origin_turn {
         return DisplayStatus::Running;
     }
     // 6. Parked resumable work, or admitted work that has not started.
@@ -185,6 +188,7 @@ mod tests {
             pending_kind: None,
             ambiguous_effects: 0,
             worker_active: true,
+            origin_turn: false,
         }
     }
 
@@ -203,6 +207,7 @@ mod tests {
                 pending_kind: Some("agent"),
                 ambiguous_effects: 1,
                 worker_active: true,
+                origin_turn: false,
             };
             assert_eq!(display_status(&f), expected);
             assert_eq!(controls(expected, &f), vec![Control::Restart, Control::Review]);
@@ -223,6 +228,25 @@ mod tests {
             controls(DisplayStatus::Ambiguous, &f),
             vec![Control::Cancel, Control::Review]
         );
+    }
+
+    #[test]
+    fn a_waiting_run_shows_running_during_its_exact_origin_turn_and_a_pause_still_wins() {
+        let waiting = DisplayFacts {
+            run_status: "waiting",
+            queue_status: "parked",
+            pending_kind: Some("agent"),
+            worker_active: false,
+            ..facts()
+        };
+        assert_eq!(display_status(&waiting), DisplayStatus::Waiting);
+        let turn = DisplayFacts {
+            origin_turn: true,
+            ..waiting
+        };
+        assert_eq!(display_status(&turn), DisplayStatus::Running);
+        let paused = DisplayFacts { paused: true, ..turn };
+        assert_eq!(display_status(&paused), DisplayStatus::Paused);
     }
 
     #[test]
@@ -341,6 +365,7 @@ mod tests {
             pending_kind: None,
             ambiguous_effects: 0,
             worker_active: false,
+            origin_turn: false,
         };
         assert_ne!(display_status(&f), DisplayStatus::Paused);
     }

@@ -105,6 +105,7 @@ pub fn display_facts(facts: &RunViewFacts) -> DisplayFacts<'_> {
         pending_kind: facts.pending_request.as_ref().map(|request| request.kind.as_str()),
         ambiguous_effects: facts.ambiguous_effects,
         worker_active: facts.worker.is_some(),
+        origin_turn: facts.origin_turn.is_some(),
     }
 }
 
@@ -151,6 +152,13 @@ fn update_object(update: &crate::store::run_view::UpdateView) -> Value {
 }
 
 fn activity(facts: &RunViewFacts) -> Activity {
+    if let Some((_, since)) = &facts.origin_turn {
+        return Activity {
+            kind: "originTurn",
+            state: None,
+            since: Some(*since),
+        };
+    }
     match &facts.worker {
         Some(worker) => Activity {
             kind: "worker",
@@ -166,12 +174,20 @@ fn activity(facts: &RunViewFacts) -> Activity {
     }
 }
 
-/// A running run shows its unfinished attempt as the current node.
+/// A running run shows its unfinished attempt as the current node; during the exact origin
+/// turn that works on a pending request, the node that request came from (the same node
+/// `waitingOn` names, presented as running).
 fn current_node(facts: &RunViewFacts, status: DisplayStatus) -> Option<&AttemptFacts> {
-    if status.is_terminal() || facts.pending_request.is_some() {
+    if status.is_terminal() {
         return None;
     }
-    facts.unfinished.as_ref()
+    match &facts.pending_request {
+        None => facts.unfinished.as_ref(),
+        Some(request) if status == DisplayStatus::Running && facts.origin_turn.is_some() => {
+            request.attempt.as_ref().or(facts.unfinished.as_ref())
+        }
+        Some(_) => None,
+    }
 }
 
 /// A waiting run shows the node its pending request came from: the unfinished attempt, or

@@ -16,6 +16,7 @@ pub fn list_item(facts: &RunListFacts) -> Value {
         pending_kind: facts.pending_kind.as_deref(),
         ambiguous_effects: facts.ambiguous_effects,
         worker_active: facts.worker_active,
+        origin_turn: facts.origin_turn,
     };
     let status = display_status(&display_facts);
     let mut item = json!({

@@ -17,7 +17,7 @@ use tokio::net::UnixStream;
 use tokio::net::unix::OwnedReadHalf;
 use tokio::task::JoinHandle;
 
-use super::subscriptions::{Subscriptions, is_subscription_operation};
+use super::subscriptions::{Subscriptions, Watcher, is_subscription_operation};
 use super::writer::{SharedWriter, write_shared};
 use crate::protocol::{ClientMessage, ClientSchema, Hello, OpaqueId, Operation, decode_client_message};
 use crate::server::answers;
@@ -228,7 +228,11 @@ async fn answer_line(state: &mut ConnectionState, line: &[u8]) -> bool {
         return false;
     }
     if is_subscription_operation(request.operation) {
-        let (answer, pending) = state.subscriptions.handle(&state.feeds, &request).await;
+        let watcher = Watcher {
+            connection: state.number,
+            coordinators: Arc::clone(&state.ops.coordinators),
+        };
+        let (answer, pending) = state.subscriptions.handle(&state.feeds, &watcher, &request).await;
         let handled = answers::handled(&request, answer);
         if write_message(state, &ClientMessage::Response(handled.response))
             .await

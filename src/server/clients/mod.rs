@@ -6,5 +6,6 @@
 
 pub mod connection;
 pub mod listener;
+pub mod session_forwarder;
 pub mod subscriptions;
 pub mod writer;

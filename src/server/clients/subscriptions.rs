@@ -1,5 +1,5 @@
-//! A connection's subscriptions: `view.run.watch`, `view.runs.watch`, `view.run.unwatch`
-//! and `view.unwatch`. Each subscription is one forwarder task that waits for its feed's
+//! A connection's subscriptions: `view.run.watch`, `view.runs.watch`, `view.session.watch`,
+//! `view.run.unwatch` and `view.unwatch`. Each subscription is one forwarder task that waits for its feed's
 //! newest value and writes it as an event, waiting for the socket each time: at most one
 //! event per subscription is in the socket buffer, and values in between are coalesced.
 //!
@@ -14,13 +14,15 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::session_forwarder::SessionForwarder;
 use super::writer::{SharedWriter, write_shared};
 use crate::protocol::{
     ClientMessage, ClientSchema, Event, EventKind, JsonObject, OpaqueId, Operation, Outcome, Request, Revision,
 };
-use crate::server::answers::{Answer, read_refusal, rejected, run_id_of};
+use crate::server::answers::{Answer, read_refusal, rejected, run_id_of, session_id_of};
 use crate::server::blocking;
-use crate::server::views::feeds::{Feeds, ListReceiver, RunFeed, Snapshot, SnapshotReceiver};
+use crate::server::coordinators::Coordinators;
+use crate::server::views::feeds::{Feeds, ListReceiver, RunFeed, SessionReceiver, Snapshot, SnapshotReceiver};
 use crate::store::run_view;
 use crate::view::patch;
 
@@ -60,12 +62,22 @@ enum Target {
         floor: i64,
     },
     List(ListReceiver),
+    Session {
+        session_id: String,
+        receiver: SessionReceiver,
+        epoch: Option<u64>,
+        coordinators: Arc<Coordinators>,
+    },
 }
 
 pub fn is_subscription_operation(operation: Operation) -> bool {
     matches!(
         operation,
-        Operation::ViewRunWatch | Operation::ViewRunsWatch | Operation::ViewRunUnwatch | Operation::ViewUnwatch
+        Operation::ViewRunWatch
+            | Operation::ViewRunsWatch
+            | Operation::ViewSessionWatch
+            | Operation::ViewRunUnwatch
+            | Operation::ViewUnwatch
     )
 }
 
@@ -78,12 +90,61 @@ impl Subscriptions {
     }
 
     /// Answer a subscription request; a new subscription's forwarder starts with `start`.
-    pub async fn handle(&mut self, feeds: &Arc<Feeds>, request: &Request) -> (Answer, Option<Pending>) {
+    pub async fn handle(
+        &mut self,
+        feeds: &Arc<Feeds>,
+        watcher: &Watcher,
+        request: &Request,
+    ) -> (Answer, Option<Pending>) {
         match request.operation {
             Operation::ViewRunWatch => self.watch_run(feeds, request).await,
             Operation::ViewRunsWatch => self.watch_list(feeds).await,
+            Operation::ViewSessionWatch => self.watch_session(feeds, watcher, request).await,
             _ => (self.unwatch(request).await, None),
         }
+    }
+
+    /// `view.session.watch` (`sessionId`, `coordinator?`): with `coordinator: true` this
+    /// connection becomes the session's coordinator under a new epoch, fencing the old one.
+    async fn watch_session(
+        &mut self,
+        feeds: &Arc<Feeds>,
+        watcher: &Watcher,
+        request: &Request,
+    ) -> (Answer, Option<Pending>) {
+        let session_id = match session_id_of(request).and_then(|id| self.room().map(|()| id)) {
+            Ok(session_id) => session_id,
+            Err(refusal) => return (Err(refusal), None),
+        };
+        let Some(receiver) = feeds.watch_session(&session_id).await else {
+            return (Err(feeds_unavailable()), None);
+        };
+        let coordinate = request.payload.get("coordinator").and_then(Value::as_bool) == Some(true);
+        let epoch = match coordinate {
+            false => None,
+            true => match watcher.coordinators.claim(&session_id, watcher.connection) {
+                Some(epoch) => Some(epoch),
+                None => {
+                    let refusal = rejected(
+                        "tooManySessions",
+                        "the server coordinates as many sessions as it can; close idle Pi sessions and retry",
+                    );
+                    return (Err(refusal), None);
+                }
+            },
+        };
+        let id = self.next_id("session");
+        let mut answer = subscribed(&id);
+        if let (Ok((_, receipt, _)), Some(epoch)) = (answer.as_mut(), epoch) {
+            receipt.insert("epoch".into(), json!(epoch));
+        }
+        let target = Target::Session {
+            session_id,
+            receiver,
+            epoch,
+            coordinators: Arc::clone(&watcher.coordinators),
+        };
+        (answer, Some(Pending { id, target }))
     }
 
     async fn watch_run(&mut self, feeds: &Arc<Feeds>, request: &Request) -> (Answer, Option<Pending>) {
@@ -179,6 +240,22 @@ impl Subscriptions {
                 tokio::spawn(forwarder.run(receiver, sent, floor, stopping))
             }
             Target::List(receiver) => tokio::spawn(forward_list(id.clone(), receiver, writer, connection, stopping)),
+            Target::Session {
+                session_id,
+                receiver,
+                epoch,
+                coordinators,
+            } => {
+                let forwarder = SessionForwarder {
+                    subscription_id: id.clone(),
+                    session_id,
+                    epoch,
+                    coordinators,
+                    writer,
+                    connection,
+                };
+                tokio::spawn(forwarder.run(receiver, stopping))
+            }
         };
         self.tasks.insert(id, Forwarding { task, stop });
     }
@@ -218,6 +295,12 @@ impl Default for Subscriptions {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// Who asks for a subscription: the connection (its number names it to the coordinators).
+pub struct Watcher {
+    pub connection: u64,
+    pub coordinators: Arc<Coordinators>,
 }
 
 fn subscribed(id: &str) -> Answer {

@@ -6,7 +6,9 @@
 
 use super::context::OpsContext;
 use super::run_controls::run_control;
-use super::{effects, follow_ups, run_commands, settings, state, status, submissions, updates, views, workflows};
+use super::{
+    effects, follow_ups, run_commands, sessions, settings, state, status, submissions, updates, views, workflows,
+};
 use crate::protocol::{Operation, Request};
 use crate::server::answers::{Handled, handled, rejected};
 use crate::server::runners::mailbox::RunControl;
@@ -32,6 +34,10 @@ pub async fn handle_request(ctx: &OpsContext, request: Request) -> Handled {
         Operation::RunList => run_commands::run_list(ctx, &request).await,
         Operation::WorkflowList => workflows::workflow_list(ctx, &request).await,
         Operation::EffectList => effects::effect_list(ctx, &request).await,
+        Operation::ViewSessionWindow => sessions::view_session_window(ctx, &request).await,
+        Operation::WorkflowMessageReportBranch => sessions::report_branch(ctx, &request).await,
+        Operation::WorkflowTurnReport => sessions::report_turn(ctx, &request).await,
+        Operation::SessionViewClearTerminal => sessions::clear_terminal(ctx, &request).await,
         Operation::EffectRecover => effects::effect_recover(ctx, &request).await,
         Operation::ViewRunGet => views::view_run_get(ctx, &request).await,
         Operation::ViewPage => views::view_page(ctx, &request).await,

@@ -5,6 +5,7 @@
 //! Architecture Invariant: `ops/` never owns a process or a task; it reads and writes the
 //! store and reaches live runners and the resolver through their subtrees' handles.
 
+pub mod authority;
 pub mod context;
 pub mod dispatch;
 pub mod effects;
@@ -12,6 +13,7 @@ pub mod follow_ups;
 pub mod rate_limit;
 pub mod run_commands;
 pub mod run_controls;
+pub mod sessions;
 pub mod settings;
 pub mod state;
 pub mod status;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::authority::require_coordinator;
 use super::context::OpsContext;
 use crate::protocol::Request;
 use crate::server::answers::{Answer, answer_of, command_request, commit_receipt, rejected, run_id_of, stored_answer};
@@ -55,6 +56,10 @@ pub async fn decision_answer(ctx: &OpsContext, request: &Request) -> Answer {
 async fn submit_for_verdict(ctx: &OpsContext, request: &Request, field: &str, kind: &'static str) -> Answer {
     let command = command_request(request)?;
     let run_id = run_id_of(request)?;
+    // A person's decision answer needs no coordinator; the model's submissions do.
+    if kind != "decision" {
+        require_coordinator(ctx, request, &run_id).await?;
+    }
     if let Some(stored) = stored_answer(&ctx.store, &command).await? {
         return Ok(stored);
     }

@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use super::authority::require_coordinator;
 use super::context::OpsContext;
 use super::rate_limit::{UPDATES_BURST, UPDATES_PER_SECOND};
 use crate::protocol::Request;
@@ -20,6 +21,7 @@ pub const UPDATE_DATA_BYTES_MAX: usize = 64 * 1024;
 pub async fn interaction_update(ctx: &OpsContext, request: &Request) -> Answer {
     let command = command_request(request)?;
     let run_id = run_id_of(request)?;
+    require_coordinator(ctx, request, &run_id).await?;
     let update = request.payload.get("update").cloned().unwrap_or(Value::Null);
     let (update_type, update_key) = update_names(&update)?;
     let data = update.get("data").cloned().unwrap_or(Value::Null);

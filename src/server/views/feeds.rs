@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use supervisors::{ChildSpec, Restart, SupervisorMsg};
 
 use super::cache::{self, Views};
+use super::sessions::{self, SessionView};
 use crate::protocol::JsonObject;
 use crate::server::blocking;
 use crate::server::shared::{Shared, lock};
@@ -151,6 +152,21 @@ struct ListFeed {
     served: Served,
 }
 
+/// A session's channel and whether a task feeds it.
+#[derive(Clone)]
+struct SessionFeed {
+    sender: watch::Sender<Option<Arc<SessionView>>>,
+    served: Served,
+}
+
+pub type SessionReceiver = watch::Receiver<Option<Arc<SessionView>>>;
+
+/// A session feed rebuilds at least this often without commits: a retained terminal run
+/// leaves the view by time alone.
+pub const SESSION_FEED_REFRESH_MS: u64 = 5_000;
+/// Sessions watched at once, at most (one per open Pi session, plus viewers).
+pub const SESSION_FEEDS_MAX: usize = 1024;
+
 /// Where feed children run, below the root.
 pub const FEEDS_SUPERVISOR_PATH: [&str; 2] = ["clients", "feeds"];
 
@@ -160,6 +176,7 @@ pub struct Feeds {
     views: Arc<Views>,
     runs: Mutex<HashMap<String, Arc<RunFeed>>>,
     list: Mutex<Option<ListFeed>>,
+    sessions: Mutex<HashMap<String, SessionFeed>>,
     /// Feed children started (names them uniquely).
     started: AtomicU64,
 }
@@ -171,6 +188,7 @@ impl Feeds {
             views,
             runs: Mutex::new(HashMap::new()),
             list: Mutex::new(None),
+            sessions: Mutex::new(HashMap::new()),
             started: AtomicU64::new(0),
         })
     }
@@ -247,6 +265,64 @@ impl Feeds {
             return None;
         }
         Some(receiver)
+    }
+
+    /// Subscribe to `session_id`'s view, starting its feed if nobody watches that session
+    /// yet; `None` when no feed can start (the tree is starting or stopping, or the bound of
+    /// watched sessions is reached).
+    pub async fn watch_session(self: &Arc<Self>, session_id: &str) -> Option<SessionReceiver> {
+        let (feed, receiver, created) = {
+            let mut sessions = lock(&self.sessions);
+            match sessions.get(session_id).filter(|feed| !feed.served.is_ended()) {
+                Some(feed) => (feed.clone(), feed.sender.subscribe(), false),
+                None if sessions.len() >= SESSION_FEEDS_MAX => return None,
+                None => {
+                    let (sender, receiver) = watch::channel(None);
+                    let feed = SessionFeed {
+                        sender,
+                        served: Served::new(),
+                    };
+                    sessions.insert(session_id.to_string(), feed.clone());
+                    (feed, receiver, true)
+                }
+            }
+        };
+        if !created {
+            return feed.served.wait_started().await.then_some(receiver);
+        }
+        let (feeds, owned, task_feed) = (Arc::clone(self), session_id.to_string(), feed.clone());
+        let started = self
+            .start_child("session-feed", move || {
+                session_feed(Arc::clone(&feeds), owned.clone(), task_feed.clone())
+            })
+            .await;
+        if !started {
+            feed.served.failed();
+            self.retire_session(session_id, &feed.sender);
+            return None;
+        }
+        Some(receiver)
+    }
+
+    /// Remove a session feed whose subscribers all left (unless one just arrived), if it is
+    /// still this one.
+    fn retire_session(&self, session_id: &str, sender: &watch::Sender<Option<Arc<SessionView>>>) -> bool {
+        let mut sessions = lock(&self.sessions);
+        if sender.receiver_count() > 0 {
+            return false;
+        }
+        if sessions
+            .get(session_id)
+            .is_some_and(|current| current.sender.same_channel(sender))
+        {
+            sessions.remove(session_id);
+        }
+        true
+    }
+
+    /// The views handle (one-off session reads build through it).
+    pub fn views(&self) -> &Arc<Views> {
+        &self.views
     }
 
     /// Start a transient feed child under `clients/feeds`.
@@ -395,6 +471,34 @@ async fn list_feed(
         tokio::time::sleep(Duration::from_millis(LIST_FEED_INTERVAL_MS)).await;
     }
     feeds.retire_list(&sender);
+    Ok(())
+}
+
+/// Rebuild a session's view after commits (at most every `RUN_FEED_INTERVAL_MS`) and
+/// publish it when it changed.
+async fn session_feed(feeds: Arc<Feeds>, session_id: String, feed: SessionFeed) -> Result<(), String> {
+    let _serving = feed.served.serving();
+    let mut commits = feeds.store().commits();
+    let mut last: Option<String> = None;
+    loop {
+        commits.borrow_and_update();
+        match sessions::build_session_view(&feeds.views, &session_id).await {
+            Ok(view) if last.as_deref() != Some(view.digest.as_str()) => {
+                last = Some(view.digest.clone());
+                feed.sender.send_replace(Some(Arc::new(view)));
+            }
+            Ok(_) => {}
+            Err(err) => tracing::warn!(error = %err, "a session feed could not read its session"),
+        }
+        tokio::select! {
+            changed = commits.changed() => if changed.is_err() { break },
+            () = feed.sender.closed() => if feeds.retire_session(&session_id, &feed.sender) { return Ok(()) },
+            // Time alone changes a session view too (a retained terminal run leaves it).
+            () = tokio::time::sleep(Duration::from_millis(SESSION_FEED_REFRESH_MS)) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(RUN_FEED_INTERVAL_MS)).await;
+    }
+    feeds.retire_session(&session_id, &feed.sender);
     Ok(())
 }
 

@@ -1,7 +1,8 @@
-//! Live views: building run views (and caching parsed definitions), and the feeds that
-//! rebuild them after commits for subscribed clients.
+//! Live views: building run views (and caching parsed definitions) and origin-session
+//! views, and the feeds that rebuild them after commits for subscribed clients.
 //!
 //! Architecture Invariant: views only read, except storing the content a view names.
 
 pub mod cache;
 pub mod feeds;
+pub mod sessions;

@@ -121,6 +121,11 @@ export interface ConnectOptions {
   reconnect?: boolean;
   /** Where identity warnings go (a replaced or unwritable ID file); default `process.emitWarning`. */
   onWarning?: (message: string) => void;
+  /**
+   * Called when the current connection is lost (before any reconnect): what a live view shows
+   * is stale from then on, and a coordinator's epoch has ended.
+   */
+  onConnectionLost?: () => void;
 }
 
 export interface RequestOptions {
@@ -159,6 +164,8 @@ interface Subscription {
   payload(): JsonObject;
   handler(event: Event): void;
   onUnavailable?: () => void;
+  /** Called with the restore's receipt once the watch is live on a new connection. */
+  onRestore?: (receipt: JsonObject) => void;
 }
 
 /** A digest-bound reference to content a view advertised. */
@@ -168,6 +175,21 @@ export interface ContentRef {
   byteLength: number;
 }
 
+/** Entries one branch report may name (the server's limit). */
+export const BRANCH_FOUND_MAX = 256;
+
+export interface BranchReport {
+  isIdle: boolean;
+  hasPendingMessages: boolean;
+  found: readonly { workflowMessageId: string; piEntryId: string }[];
+}
+
+export type TurnOutcome = "completed" | "aborted" | "error";
+export type TurnReport =
+  | { turnId: string; phase: "start"; workflowMessageId: string }
+  | { turnId: string; phase: "end"; outcome: TurnOutcome; responseEntryId?: string };
+
+const isObject = (value: unknown): value is JsonObject => value !== null && typeof value === "object" && !Array.isArray(value);
 const randomId = (prefix: string) => newId(prefix);
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
@@ -365,6 +387,8 @@ export class WorkflowClient {
     payload: () => JsonObject,
     handler: (event: Event) => void,
     onUnavailable?: () => void,
+    onRestore?: (receipt: JsonObject) => void,
+    onReceipt?: (receipt: JsonObject) => void,
   ): Promise<string> {
     const receipt = await this.call(operation, { runId, payload: payload() });
     const subscriptionId = receipt.subscriptionId;
@@ -372,7 +396,9 @@ export class WorkflowClient {
     // Answered on the connection that is current now (a loss in between would have resent it).
     // Bounded by the server's limit of live subscriptions per connection (64): an ended one
     // (`unavailable`) or an unwatched one is forgotten.
-    const subscription: Subscription = { id: subscriptionId, current: subscriptionId, operation, runId, payload, handler, onUnavailable };
+    // Before the early events: they are newer than the receipt's view.
+    onReceipt?.(receipt);
+    const subscription: Subscription = { id: subscriptionId, current: subscriptionId, operation, runId, payload, handler, onUnavailable, onRestore };
     this.subscriptions.set(subscriptionId, subscription);
     // Events that arrived with the response are replayed once the handler exists.
     const early = this.early.splice(0).filter((event) => {
@@ -394,6 +420,111 @@ export class WorkflowClient {
 
   /** Events for subscriptions whose handler is not registered yet (bounded). */
   private readonly early: Event[] = [];
+
+  /**
+   * Watch an origin session (docs/SESSIONS.md): `onView` gets each complete
+   * `pi-workflows.session-view.v1` (the answer's view when it has one, then every
+   * `session_snapshot`; each event carries the whole view, so nothing is merged). With
+   * `coordinator`, `onEpoch` gets the claimed epoch before any view. With `coordinator: true` this
+   * connection becomes the session's coordinator under a new epoch and fences the previous one.
+   *
+   * After a reconnect the watch is restored on the new connection. A coordinator watch then
+   * claims again: a new epoch, given to `onEpoch` before any view of it. The old epoch is fenced
+   * by then, so the caller must treat everything it knew as unreported: report the branch
+   * again before any send or turn report. `onUnavailable` says the watch ended (the connection
+   * could not be restored, or the server refused the restore).
+   */
+  async watchSession(
+    sessionId: string,
+    onView: (view: JsonObject) => void,
+    options: { coordinator?: boolean; onEpoch?: (epoch: number) => void; onUnavailable?: () => void } = {},
+  ): Promise<{ subscriptionId: string; epoch?: number; view?: JsonObject; unwatch(): Promise<void> }> {
+    const coordinator = options.coordinator === true;
+    const payload = (): JsonObject => ({ sessionId, coordinator });
+    const handler = (event: Event) => {
+      if (event.event === "unavailable") options.onUnavailable?.();
+      else if (event.event === "session_snapshot" && isObject(event.payload.view)) onView(event.payload.view);
+    };
+    let first: JsonObject | undefined;
+    let epoch: number | undefined;
+    // The epoch first, then the receipt's view (when the server puts one there), then the
+    // events that arrived with the answer: the caller never sees a view before its epoch.
+    const takeReceipt = (receipt: JsonObject) => {
+      if (coordinator) {
+        if (typeof receipt.epoch !== "number") throw new ClientError("protocol", "view.session.watch answered a coordinator without an epoch");
+        epoch = receipt.epoch;
+        options.onEpoch?.(epoch);
+      }
+      if (isObject(receipt.view)) {
+        first = receipt.view;
+        onView(first);
+      }
+    };
+    const onRestore = (receipt: JsonObject) => {
+      if (coordinator && typeof receipt.epoch === "number") options.onEpoch?.(receipt.epoch);
+      if (isObject(receipt.view)) onView(receipt.view);
+    };
+    const subscriptionId = await this.subscribe("view.session.watch", undefined, payload, handler, options.onUnavailable, onRestore, takeReceipt);
+    return {
+      subscriptionId,
+      epoch,
+      view: first,
+      unwatch: async () => {
+        await this.call("view.unwatch", { payload: { subscriptionId } });
+      },
+    };
+  }
+
+  /** One read of a session view (no subscription); rendered for `epoch` when given. */
+  async sessionWindow(sessionId: string, options: { epoch?: number } = {}): Promise<JsonObject> {
+    const payload: JsonObject = { sessionId };
+    if (options.epoch !== undefined) payload.epoch = options.epoch;
+    const receipt = await this.call("view.session.window", { payload });
+    if (!isObject(receipt.view)) throw new ClientError("protocol", "view.session.window answered without a view");
+    return receipt.view;
+  }
+
+  /**
+   * What the coordinator of `epoch` found on Pi's active branch: the Pi entries carrying the
+   * window's messages, and whether Pi is idle with no pending input (only then may the server
+   * treat an absent message as absent). Answers `{sent, created, lostTurns}`.
+   */
+  async reportBranch(sessionId: string, epoch: number, report: BranchReport, options: { idempotencyKey?: string } = {}): Promise<JsonObject> {
+    if (report.found.length > BRANCH_FOUND_MAX) {
+      throw new ClientError("invalidRequest", `a branch report names at most ${BRANCH_FOUND_MAX} entries`);
+    }
+    const payload: JsonObject = {
+      sessionId,
+      epoch,
+      isIdle: report.isIdle,
+      hasPendingMessages: report.hasPendingMessages,
+      found: report.found.map((entry) => ({ workflowMessageId: entry.workflowMessageId, piEntryId: entry.piEntryId })),
+    };
+    return this.call("workflowMessage.reportBranch", { payload, idempotencyKey: options.idempotencyKey });
+  }
+
+  /** An exact Pi model turn started or ended; answers `{ownership, turn?}`. */
+  async reportTurn(sessionId: string, epoch: number, report: TurnReport, options: { idempotencyKey?: string } = {}): Promise<JsonObject> {
+    const payload: JsonObject = { sessionId, epoch, turnId: report.turnId, phase: report.phase };
+    if (report.phase === "start") {
+      payload.workflowMessageId = report.workflowMessageId;
+    } else {
+      payload.outcome = report.outcome;
+      if (report.responseEntryId !== undefined) payload.responseEntryId = report.responseEntryId;
+    }
+    return this.call("workflowTurn.report", { payload, idempotencyKey: options.idempotencyKey });
+  }
+
+  /** Remove the retained terminal run from the session view; answers whether one was removed. */
+  async clearTerminal(sessionId: string, options: { idempotencyKey?: string } = {}): Promise<boolean> {
+    const receipt = await this.call("sessionView.clearTerminal", { payload: { sessionId }, idempotencyKey: options.idempotencyKey });
+    return receipt.cleared === true;
+  }
+
+  /** Whether the client ended for good (`close()`, a protocol error, a timeout): connect anew. */
+  get isClosed(): boolean {
+    return this.closedError !== undefined;
+  }
 
   /**
    * Change a run's settings with a JSON Patch (RFC 6902: add, remove, replace, test) on the
@@ -474,6 +605,7 @@ export class WorkflowClient {
     if (socket !== this.socket || this.closedError) return;
     this.socket = undefined;
     socket.destroy();
+    this.options.onConnectionLost?.();
     for (const subscription of this.subscriptions.values()) subscription.current = undefined;
     for (const pending of this.pending) clearTimeout(pending.timer);
     if (this.options.reconnect === false) return this.fail(error);
@@ -571,6 +703,7 @@ export class WorkflowClient {
         const current = response.receipt?.subscriptionId;
         if ((response.outcome === "accepted" || response.outcome === "adopted") && typeof current === "string") {
           subscription.current = current;
+          subscription.onRestore?.(response.receipt as JsonObject);
         } else if (this.subscriptions.get(subscription.id) === subscription) {
           this.subscriptions.delete(subscription.id);
           subscription.onUnavailable?.();

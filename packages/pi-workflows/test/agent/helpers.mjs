@@ -63,13 +63,8 @@ export async function startMock(extraEnv = {}) {
   };
 }
 
-/** A temporary PI_CODING_AGENT_DIR with models.json/settings.json pointing at the mock (pi-api.md §11). */
-export function makePiEnv(port) {
-  const root = tempDir("pi");
-  const agentDir = path.join(root, "agent");
-  const home = path.join(root, "home");
-  const cwd = path.join(root, "project");
-  for (const dir of [agentDir, home, cwd]) fs.mkdirSync(dir, { recursive: true });
+/** models.json and settings.json in `agentDir` that point Pi at the mock model on `port` (pi-api.md §11). */
+export function writeMockAgentDir(agentDir, port, settingsExtra = {}) {
   const models = {
     providers: {
       mock: {
@@ -81,9 +76,19 @@ export function makePiEnv(port) {
       },
     },
   };
-  const settings = { defaultProvider: "mock", defaultModel: "mock-model", quietStartup: true, enableInstallTelemetry: false };
+  const settings = { defaultProvider: "mock", defaultModel: "mock-model", quietStartup: true, enableInstallTelemetry: false, ...settingsExtra };
   fs.writeFileSync(path.join(agentDir, "models.json"), JSON.stringify(models, null, 2));
   fs.writeFileSync(path.join(agentDir, "settings.json"), JSON.stringify(settings, null, 2));
+}
+
+/** A temporary PI_CODING_AGENT_DIR with models.json/settings.json pointing at the mock (pi-api.md §11). */
+export function makePiEnv(port) {
+  const root = tempDir("pi");
+  const agentDir = path.join(root, "agent");
+  const home = path.join(root, "home");
+  const cwd = path.join(root, "project");
+  for (const dir of [agentDir, home, cwd]) fs.mkdirSync(dir, { recursive: true });
+  writeMockAgentDir(agentDir, port);
   const env = { ...process.env, HOME: home, PI_CODING_AGENT_DIR: agentDir, PI_OFFLINE: "1" };
   delete env.PI_WORKFLOWS_PI_BIN;
   return { env, cwd, root };

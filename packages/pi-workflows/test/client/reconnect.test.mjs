@@ -198,7 +198,10 @@ test("a run.start whose answer is lost after commit is resent with the same key 
 test("interaction.submit stays pending across a reconnect and answers its one verdict", async () => {
   const direct = await connect(serverSocket);
   const runId = `run-tss-${Date.now()}`;
-  await direct.call("run.start", { runId, payload: { workflow: checked, projectPath: state, executionMode: "interactive", originSessionId: `session-${runId}` } });
+  const sessionId = `session-${runId}`;
+  await direct.call("run.start", { runId, payload: { workflow: checked, projectPath: state, executionMode: "interactive", originSessionId: sessionId } });
+  // The session's coordinator (its epoch outlives the proxied connection's loss).
+  const { epoch } = await direct.watchSession(sessionId, () => {}, { coordinator: true });
   await viewUntil(direct, runId, (view) => view.display.status === "waiting" && view.display.activity.kind === "none");
   let atDrop;
   const proxy = await startProxy([{ kind: "dropAfter", ms: 400 }], { kind: "forward" }, () => {
@@ -206,7 +209,7 @@ test("interaction.submit stays pending across a reconnect and answers its one ve
   });
   const client = await connect(proxy.socketPath);
   const key = `submit-${runId}`;
-  const answer = await client.request("interaction.submit", { runId, idempotencyKey: key, payload: { output: { summary: "done" } } });
+  const answer = await client.request("interaction.submit", { runId, idempotencyKey: key, payload: { output: { summary: "done" }, coordinator: { sessionId, epoch } } });
   const dropped = (await atDrop).view;
   assert.notEqual(dropped.display.status, "completed", "the verdict was not in when the connection was lost");
   assert.ok(["accepted", "adopted"].includes(answer.outcome), JSON.stringify(answer));

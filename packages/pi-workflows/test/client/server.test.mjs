@@ -175,16 +175,24 @@ test("settings change on a waiting run with compare-and-set, and the resumed run
 
 test("an assistant-message step takes the visible reply; the step's own checks judge it", async () => {
   const runId = `run-ts-assistant-${Date.now()}`;
-  const payload = { workflow: replying, projectPath: state, executionMode: "interactive", originSessionId: `session-${runId}` };
+  const sessionId = `session-${runId}`;
+  const payload = { workflow: replying, projectPath: state, executionMode: "interactive", originSessionId: sessionId };
   await client.call("run.start", { runId, payload });
   const waiting = await viewUntil(runId, (view) => view.display.status === "waiting" && view.display.activity.kind === "none");
   assert.equal(waiting.display.request.kind, "assistant");
-  const tooLong = await client.request("interaction.assistant", { runId, payload: { text: "x".repeat(21) } });
+  // The model's reply comes from the run's own session, through its coordinator.
+  const withoutAuthority = await client.request("interaction.assistant", { runId, payload: { text: "Hello!" } });
+  assert.equal(withoutAuthority.error?.code, "coordinatorRequired", JSON.stringify(withoutAuthority));
+  const { epoch } = await client.watchSession(sessionId, () => {}, { coordinator: true });
+  const coordinator = { sessionId, epoch };
+  const elsewhere = await client.request("interaction.assistant", { runId, payload: { text: "Hello!", coordinator: { sessionId: "session-other", epoch } } });
+  assert.equal(elsewhere.error?.code, "wrongSession", JSON.stringify(elsewhere));
+  const tooLong = await client.request("interaction.assistant", { runId, payload: { text: "x".repeat(21), coordinator } });
   assert.equal(tooLong.outcome, "rejected");
   assert.equal(tooLong.error.code, "submissionRejected");
   assert.match(tooLong.error.message, /limit is 20/);
   await viewUntil(runId, (view) => view.display.status === "waiting" && view.display.activity.kind === "none");
-  const accepted = await client.request("interaction.assistant", { runId, payload: { text: "Hello!" } });
+  const accepted = await client.request("interaction.assistant", { runId, payload: { text: "Hello!", coordinator } });
   assert.equal(accepted.outcome, "accepted", JSON.stringify(accepted.error));
   await viewUntil(runId, (v) => v.display.status === "completed" && v.display.activity.kind === "none");
   const status = await client.call("run.status", { runId, payload: { includeResult: true } });

@@ -1,0 +1,246 @@
+// End to end with the real pinned Pi (1.6.0, RPC mode, `-e` this package's extension), the real
+// `pi-workflows` server binary and a loopback mock model: `/workflow start` starts an interactive
+// run bound to the session; its step appears once in the conversation; the model submits through
+// the `workflow` tool; a rejected submission gets the check's message and the corrected retry is
+// accepted; a checkpoint is answered with `/workflow answer`; the run completes. Assertions are
+// on Pi's session entries (`get_entries`) and the server's views, not on timing (waits are
+// bounded polls). Skipped, saying so, only when the pinned Pi is not installed (CI installs it).
+// Also: Pi's real ExtensionAPI type is assignable to the extension's structural PiApi.
+import assert from "node:assert/strict";
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { WorkflowClient } from "../../dist/client/index.js";
+import { writeMockAgentDir } from "../agent/helpers.mjs";
+
+const packageDir = fileURLToPath(new URL("../../", import.meta.url));
+const piBin = process.env.PI_WORKFLOWS_PI_BIN ?? path.join(packageDir, ".tools/bin/pi");
+const piPackage = path.join(packageDir, ".tools/pi/node_modules/@earendil-works/pi-coding-agent");
+const binary = process.env.PI_WORKFLOWS_BIN ?? path.resolve(packageDir, "../../target/debug/pi-workflows");
+const { version } = JSON.parse(readFileSync(path.join(packageDir, "package.json"), "utf8"));
+const missingPi = existsSync(piBin) && existsSync(piPackage) ? undefined : `the pinned Pi is not installed (${piBin}); run packages/pi-workflows/scripts/install-pi.sh`;
+/** Bound on every wait for Pi or the server (a hang fails the test, it does not stall CI). */
+const WAIT_MS = 90_000;
+
+test("Pi's ExtensionAPI is assignable to the extension's PiApi", { skip: missingPi }, () => {
+  const dir = mkdtempSync("/tmp/piw-conf-");
+  writeFileSync(
+    path.join(dir, "check.ts"),
+    `import type { ExtensionAPI } from "@earendil-works/pi-coding-agent";
+import piWorkflows from ${JSON.stringify(path.join(packageDir, "dist/extension/index.js"))};
+const check: (pi: ExtensionAPI) => void = piWorkflows;
+export default check;
+`,
+  );
+  writeFileSync(
+    path.join(dir, "tsconfig.json"),
+    JSON.stringify({
+      compilerOptions: {
+        strict: true,
+        noEmit: true,
+        module: "ESNext",
+        moduleResolution: "Bundler",
+        target: "ES2022",
+        skipLibCheck: true,
+        types: ["node"],
+        typeRoots: [path.join(packageDir, "node_modules/@types")],
+        baseUrl: ".",
+        paths: { "@earendil-works/pi-coding-agent": [piPackage] },
+      },
+      files: ["check.ts"],
+    }),
+  );
+  const tsc = spawnSync(process.execPath, [path.join(packageDir, "node_modules/typescript/bin/tsc"), "-p", path.join(dir, "tsconfig.json")], { encoding: "utf8" });
+  assert.equal(tsc.status, 0, `the extension's Pi types drifted from Pi's own:\n${tsc.stdout}${tsc.stderr}`);
+});
+
+/** One `pi --mode rpc` child: JSON lines in, events and responses out (split on \n only). */
+class Rpc {
+  events = [];
+  responses = new Map();
+  stderr = "";
+  constructor(args, env, cwd) {
+    this.child = spawn(piBin, ["--mode", "rpc", ...args], { env, cwd, stdio: ["pipe", "pipe", "pipe"] });
+    let buffered = "";
+    this.child.stdout.on("data", (chunk) => {
+      buffered += chunk;
+      for (let i = buffered.indexOf("\n"); i >= 0; i = buffered.indexOf("\n")) {
+        const line = buffered.slice(0, i).replace(/\r$/, "");
+        buffered = buffered.slice(i + 1);
+        if (!line) continue;
+        const message = JSON.parse(line);
+        if (message.type === "response" && message.id) this.responses.set(message.id, message);
+        else this.events.push(message);
+      }
+    });
+    this.child.stderr.on("data", (chunk) => {
+      if (this.stderr.length < 20_000) this.stderr += chunk;
+    });
+    this.exited = new Promise((resolve) => this.child.on("exit", resolve));
+  }
+  #n = 0;
+  async send(command) {
+    const id = `t${++this.#n}`;
+    this.child.stdin.write(JSON.stringify({ id, ...command }) + "\n");
+    await until(() => this.responses.get(id), `a response to ${command.type}`, this);
+    return this.responses.get(id);
+  }
+  async entries() {
+    const response = await this.send({ type: "get_entries" });
+    assert.equal(response.success, true, JSON.stringify(response));
+    return response.data.entries;
+  }
+  notifications() {
+    return this.events.filter((e) => e.type === "extension_ui_request" && e.method === "notify").map((e) => e.message);
+  }
+  async close() {
+    this.child.stdin.end();
+    const timer = setTimeout(() => this.child.kill("SIGKILL"), 10_000);
+    await this.exited;
+    clearTimeout(timer);
+  }
+}
+
+async function until(check, what, rpc) {
+  const deadline = Date.now() + WAIT_MS;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > deadline) {
+      const tail = rpc ? `\nnotifications: ${JSON.stringify(rpc.notifications()).slice(-2000)}\nstderr: ${rpc.stderr.slice(-2000)}` : "";
+      throw new Error(`timed out waiting for ${what}${tail}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+let root;
+let mock;
+let env;
+const opened = [];
+
+before(async () => {
+  if (missingPi) return;
+  assert.ok(existsSync(binary), `${binary} is missing: build the server first (cargo build --locked) or set PI_WORKFLOWS_BIN`);
+  // Short: the server socket lives below it (Unix socket paths are ≤ 107 bytes).
+  root = mkdtempSync("/tmp/piwx-");
+  const agentDir = path.join(root, "agent");
+  mkdirSync(path.join(root, "home"), { recursive: true });
+  mkdirSync(agentDir, { recursive: true });
+  mkdirSync(path.join(root, "proj"), { recursive: true });
+  mock = spawn(process.execPath, [path.join(packageDir, "test/extension/support/workflow-model.mjs")], {
+    env: { ...process.env, MOCK_OUTPUTS: JSON.stringify([{ n: 3 }, { n: 42 }]), MOCK_REQUEST_LOG: path.join(root, "mock.jsonl") },
+    stdio: ["pipe", "pipe", "inherit"],
+  });
+  const port = await new Promise((resolve, reject) => {
+    mock.stdout.once("data", (chunk) => resolve(JSON.parse(String(chunk).split("\n")[0]).port));
+    mock.once("exit", () => reject(new Error("the mock model exited")));
+  });
+  writeMockAgentDir(agentDir, port, { retry: { enabled: false } });
+  writeFileSync(
+    path.join(root, "proj", "numbers.workflow.ts"),
+    `import { agent, checkpoint, compute, defineWorkflow } from "pi-workflows";
+export default defineWorkflow({
+  name: "numbers",
+  startAt: "pick",
+  nodes: {
+    pick: agent({
+      prompt: "Pick a number.",
+      expectedOutput: '{"n": a number above 10}',
+      validate: (value) => {
+        if (typeof value?.n !== "number" || value.n <= 10) throw new Error("n must be a number above 10");
+        return value;
+      },
+    }),
+    approve: checkpoint({ summary: "Approve the number?" }),
+    done: compute({ run: ({ outputs }) => ({ n: outputs.pick.n, approved: outputs.approve }) }),
+  },
+  edges: [{ from: "pick", to: "approve" }, { from: "approve", to: "done" }],
+});
+`,
+  );
+  env = {
+    ...process.env,
+    HOME: path.join(root, "home"),
+    PI_CODING_AGENT_DIR: agentDir,
+    PI_OFFLINE: "1",
+    PI_WORKFLOWS_BIN: binary,
+    PI_WORKFLOWS_PACKAGE_DIR: packageDir,
+    PI_WORKFLOWS_CONFIG_DIR: path.join(root, "config"),
+  };
+  delete env.PI_WORKFLOWS_STATE_DIR;
+  delete env.PI_WORKFLOWS_RUNNER;
+});
+
+after(async () => {
+  for (const rpc of opened) await rpc.close().catch(() => {});
+  if (env) spawnSync(binary, ["--state-dir", path.join(env.PI_CODING_AGENT_DIR, "workflows"), "server", "stop"], { env, timeout: 20_000 });
+  mock?.kill();
+});
+
+const stepMessages = (entries) => entries.filter((e) => e.type === "custom_message" && e.customType === "pi-workflows-step");
+const toolResults = (entries) => entries.filter((e) => e.type === "message" && e.message.role === "toolResult" && e.message.toolName === "workflow");
+const textOf = (message) => (Array.isArray(message.content) ? message.content.map((p) => p.text ?? "").join("") : String(message.content));
+
+test("a workflow started with /workflow runs in the session: step once, rejected then accepted, checkpoint answered", { skip: missingPi }, async () => {
+  const rpc = new Rpc(["--session-dir", path.join(root, "sessions"), "-ne", "-e", path.join(packageDir, "dist/extension/index.js")], env, path.join(root, "proj"));
+  opened.push(rpc);
+  const started = await rpc.send({ type: "prompt", message: `/workflow start ${path.join(root, "proj", "numbers.workflow.ts")}` });
+  assert.equal(started.success, true, JSON.stringify(started));
+  const notice = await until(() => rpc.notifications().find((m) => /started numbers as run/.test(m) || /^\/workflow/.test(m)), "the start notice", rpc);
+  const runId = /run (run-[A-Za-z0-9-]+)/.exec(notice)?.[1];
+  assert.ok(runId, `the run started: ${notice}`);
+
+  // The pick step: rejected once with the check's message, then accepted.
+  const afterPick = await until(
+    async () => {
+      const entries = await rpc.entries();
+      return toolResults(entries).some((e) => /^Accepted/.test(textOf(e.message))) ? entries : undefined;
+    },
+    "an accepted submission",
+    rpc,
+  );
+  const results = toolResults(afterPick).map((e) => textOf(e.message));
+  assert.match(results[0], /^Rejected: .*n must be a number above 10/s, "the check's message reaches the model");
+  assert.match(results[1], /^Accepted/);
+  const pickSteps = stepMessages(afterPick).filter((e) => e.details?.content?.nodePath?.endsWith("pick"));
+  assert.equal(pickSteps.length, 1, "the step appears once in the conversation");
+  assert.equal(pickSteps[0].details.kind, "step");
+
+  // The checkpoint: a person answers it.
+  await until(async () => stepMessages(await rpc.entries()).some((e) => e.details?.content?.summary === "Approve the number?"), "the checkpoint message", rpc);
+  const state = await until(async () => {
+    const response = await rpc.send({ type: "get_state" });
+    return response.data?.isStreaming === false ? response.data : undefined;
+  }, "Pi idle", rpc);
+  const probe = await WorkflowClient.connect(path.join(env.PI_CODING_AGENT_DIR, "workflows", "server", "server.sock"), { packageVersion: version, clientId: "pi-e2e-probe" });
+  try {
+    const sessionView = await probe.sessionWindow(state.sessionId);
+    assert.equal(sessionView.activeRun?.runId, runId, `the session view shows the waiting run: ${JSON.stringify(sessionView).slice(0, 1500)}`);
+    assert.equal(sessionView.activeRun.display.status, "waiting");
+  } finally {
+    probe.close();
+  }
+  const answered = await rpc.send({ type: "prompt", message: '/workflow answer {"approved": true}' });
+  assert.equal(answered.success, true);
+
+  // The server's view: completed; Pi got the terminal message.
+  const client = await WorkflowClient.connect(path.join(env.PI_CODING_AGENT_DIR, "workflows", "server", "server.sock"), { packageVersion: version, clientId: "pi-e2e-test" });
+  try {
+    await until(async () => {
+      const receipt = await client.call("view.run.get", { runId });
+      return receipt.view?.display?.status === "completed";
+    }, "the run to complete", rpc);
+    const status = await client.call("run.status", { runId, payload: { includeResult: true } });
+    assert.deepEqual(status.result?.output ?? status.result, { n: 42, approved: { approved: true } });
+  } finally {
+    client.close();
+  }
+  const final = await until(async () => {
+    const entries = await rpc.entries();
+    return entries.some((e) => e.type === "custom_message" && e.customType === "pi-workflows-terminal") ? entries : undefined;
+  }, "the terminal message", rpc);
+  assert.equal(stepMessages(final).filter((e) => e.details?.content?.nodePath?.endsWith("pick")).length, 1, "still once");
+});
