@@ -249,6 +249,24 @@ fn a_turn_shows_the_waiting_run_running_and_escape_pauses_it() {
         view["activeRun"]["display"]["status"] == "paused"
     });
     assert_eq!(view["openTurn"], Value::Null);
+    // While paused, the model's submissions and updates are refused and change nothing.
+    let coordinator = json!({"sessionId": SESSION, "epoch": epoch});
+    let submitted = client
+        .request_for(
+            Operation::InteractionSubmit,
+            Some("run-0"),
+            object(json!({"output": {"n": 1}, "coordinator": coordinator})),
+        )
+        .expect("submit");
+    assert_eq!(submitted.outcome, Outcome::Rejected, "{:?}", submitted.error);
+    let updated = client
+        .request_for(
+            Operation::InteractionUpdate,
+            Some("run-0"),
+            object(json!({"update": {"type": "progress", "key": "k", "data": 1}, "coordinator": coordinator})),
+        )
+        .expect("update");
+    assert_eq!(updated.outcome, Outcome::Rejected, "{:?}", updated.error);
     // A stale turn ID changes nothing.
     let stale = report_turn(
         &mut client,

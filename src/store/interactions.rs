@@ -382,8 +382,8 @@ pub fn pending_kind(conn: &rusqlite::Connection, run_id: &str, request_id: &str)
 /// Keys (type, key pairs) one request may hold updates for.
 pub const UPDATE_KEYS_PER_REQUEST_MAX: i64 = 1024;
 
-/// Record the latest value of one `(type, key)` update of a pending agent request. Not a
-/// run transition (a live runner is not fenced). Returns the update's sequence number.
+/// Record the latest value of one `(type, key)` update of a pending agent request of a run
+/// that is not paused. Not a run transition (a live runner is not fenced). Returns the update's sequence number.
 pub fn record_update(
     tx: &WriteTx<'_>,
     run_id: &str,
@@ -392,6 +392,9 @@ pub fn record_update(
     update_key: &str,
     data_hash: &str,
 ) -> StoreResult<i64> {
+    // A paused run takes no updates (spec "Pause and cancellation"): its step waits unchanged.
+    let run = runs::read_run(tx, run_id)?;
+    run.require("update a step of", !run.paused)?;
     match pending_kind(tx.conn(), run_id, request_id)? {
         Some(kind) if kind == InteractionKind::Agent.as_str() => {}
         Some(kind) => {

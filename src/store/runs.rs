@@ -209,7 +209,8 @@ pub fn read_run_on(conn: &rusqlite::Connection, run_id: &str) -> StoreResult<Run
 
 impl RunRow {
     /// Refuse `transition` unless `allowed`; nothing has been written yet when this fails.
-    fn require(&self, transition: &'static str, allowed: bool) -> StoreResult<()> {
+    /// Refused as an invalid `transition` unless `allowed` (what every transition checks).
+    pub fn require(&self, transition: &'static str, allowed: bool) -> StoreResult<()> {
         if allowed {
             return Ok(());
         }
