@@ -28,7 +28,7 @@
 import type { BranchReport, TurnOutcome, TurnReport } from "../client/client.js";
 import { newId } from "../client/identity.js";
 import type { JsonObject } from "../client/protocol.js";
-import { findOnBranch, type OutgoingMessage, outgoing, stepForm, requestIdOf, triggersTurn } from "./messages.js";
+import { findOnBranch, type OutgoingMessage, outgoing, sourcesOnBranch, stepForm, requestIdOf, triggersTurn } from "./messages.js";
 import type { PiSessionEntry } from "./pi-types.js";
 import type { SessionView, ViewMessage } from "./session-view.js";
 
@@ -36,6 +36,11 @@ import type { SessionView, ViewMessage } from "./session-view.js";
 export const PUMP_STEPS_MAX = 16;
 /** Messages kept in the queued map at most (sends wait for confirmation, so it stays tiny). */
 export const QUEUED_MAX = 64;
+/**
+ * Older messages of the window's sources a branch report names at most, besides the window's
+ * own (the server takes up to 4 × its 64-message window).
+ */
+export const OLDER_FOUND_MAX = 128;
 /** Characters of an assistant reply submitted for an assistant-message step, at most. */
 export const ASSISTANT_TEXT_CHARS_MAX = 256 * 1024;
 
@@ -220,6 +225,21 @@ export class WorkflowMessageCoordinator {
     const found = view.messages
       .filter((message) => onBranch.has(message.workflowMessageId))
       .map((message) => ({ workflowMessageId: message.workflowMessageId, piEntryId: onBranch.get(message.workflowMessageId) as string }));
+    // The window names only the newest sent step of a pending request (or decision). A branch
+    // that still shows an older message of the same source (back on the branch a step was
+    // first presented on, after a re-presentation elsewhere) needs nothing new: report that
+    // message too, or the server, seeing none of the source's messages, presents it again.
+    // Same run and request means this session's message, which the server accepts as sent.
+    const sources = new Set(view.messages.filter((m) => m.kind === "step" || m.kind === "decision").map((m) => `${m.runId}\u0000${requestIdOf(m) ?? ""}`));
+    const named = new Set(found.map((f) => f.workflowMessageId));
+    let older = 0;
+    for (const entry of sourcesOnBranch(this.pi.branch())) {
+      if (older >= OLDER_FOUND_MAX) break;
+      if (named.has(entry.workflowMessageId) || !sources.has(`${entry.runId}\u0000${entry.requestId}`)) continue;
+      named.add(entry.workflowMessageId);
+      found.push({ workflowMessageId: entry.workflowMessageId, piEntryId: entry.piEntryId });
+      older += 1;
+    }
     const proving = this.reportedEpoch !== epoch || this.needBranchReport || this.absenceUnproven;
     const report: BranchReport = {
       isIdle: this.pi.isIdle() && !this.holdsLocalState(),

@@ -195,6 +195,23 @@ export function hiddenIdOf(entry: PiSessionEntry): string | undefined {
   return isObject(details) ? str(details.workflowMessageId) : undefined;
 }
 
+/**
+ * The messages on `branch` that present a step's or decision's source (its run and request),
+ * with the first entry that carries each.
+ */
+export function sourcesOnBranch(branch: readonly PiSessionEntry[]): { workflowMessageId: string; piEntryId: string; runId: string; requestId: string }[] {
+  const found = new Map<string, { workflowMessageId: string; piEntryId: string; runId: string; requestId: string }>();
+  for (const entry of branch) {
+    const workflowMessageId = hiddenIdOf(entry);
+    const details = entry.details as Record<string, unknown> | undefined;
+    if (workflowMessageId === undefined || found.has(workflowMessageId) || !isObject(details)) continue;
+    const runId = str(details.runId);
+    const requestId = str(details.requestId);
+    if (runId !== undefined && requestId !== undefined) found.set(workflowMessageId, { workflowMessageId, piEntryId: entry.id, runId, requestId });
+  }
+  return [...found.values()];
+}
+
 /** Every workflow message ID on `branch`, with the first entry that carries it. */
 export function findOnBranch(branch: readonly PiSessionEntry[]): Map<string, string> {
   const found = new Map<string, string>();
