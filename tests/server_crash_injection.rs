@@ -124,14 +124,8 @@ impl Harness {
             self.acks.display(),
             self.effects.display()
         );
-        let mut command = Command::new(env!("CARGO_BIN_EXE_pi-workflows"));
-        command
-            .arg("--state-dir")
-            .arg(self.path())
-            .args(args)
-            .env("PI_WORKFLOWS_RUNNER", env!("CARGO_BIN_EXE_pi-workflows-test-runner"))
-            .env("PI_WORKFLOWS_TEST_SCRIPT", script)
-            .env("PI_WORKFLOWS_MAX_WORKERS", CAPACITY.to_string());
+        let mut command = common::pi_workflows_command(self.path(), args, &script);
+        command.env("PI_WORKFLOWS_MAX_WORKERS", CAPACITY.to_string());
         command
     }
 

@@ -37,14 +37,8 @@ impl Server {
     fn start(script: &str, env: &[(&str, &str)]) -> Self {
         let dir = tempfile::Builder::new().prefix("piwq").tempdir_in("/tmp").expect("dir");
         common::queue_runs_in(dir.path(), ["run-0".to_string()]);
-        let mut command = Command::new(env!("CARGO_BIN_EXE_pi-workflows"));
-        command
-            .arg("--state-dir")
-            .arg(dir.path())
-            .args(["server", "start"])
-            .env("PI_WORKFLOWS_RUNNER", env!("CARGO_BIN_EXE_pi-workflows-test-runner"))
-            .env("PI_WORKFLOWS_TEST_SCRIPT", script)
-            .env("PI_WORKFLOWS_RUNNER_READY_MS", "5000");
+        let mut command = common::pi_workflows_command(dir.path(), &["server", "start"], script);
+        command.env("PI_WORKFLOWS_RUNNER_READY_MS", "5000");
         for (name, value) in env {
             command.env(name, value);
         }

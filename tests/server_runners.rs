@@ -21,14 +21,8 @@ impl Server {
     fn start(runs: usize, script: &str, extra_env: &[(&str, &str)]) -> Self {
         let dir = tempfile::Builder::new().prefix("piwr").tempdir_in("/tmp").expect("dir");
         common::queue_runs_in(dir.path(), (0..runs).map(|index| format!("run-{index}")));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_pi-workflows"));
-        command
-            .arg("--state-dir")
-            .arg(dir.path())
-            .args(["server", "start"])
-            .env("PI_WORKFLOWS_RUNNER", env!("CARGO_BIN_EXE_pi-workflows-test-runner"))
-            .env("PI_WORKFLOWS_TEST_SCRIPT", script)
-            .env("PI_WORKFLOWS_RUNNER_READY_MS", "1500");
+        let mut command = common::pi_workflows_command(dir.path(), &["server", "start"], script);
+        command.env("PI_WORKFLOWS_RUNNER_READY_MS", "1500");
         for (name, value) in extra_env {
             command.env(name, value);
         }

@@ -24,14 +24,7 @@ impl Server {
     fn start(runs: usize, nodes: usize, script: &str) -> Self {
         let dir = tempfile::Builder::new().prefix("piwv").tempdir_in("/tmp").expect("dir");
         common::queue_with_definition(dir.path(), runs, nodes);
-        let out = Command::new(env!("CARGO_BIN_EXE_pi-workflows"))
-            .arg("--state-dir")
-            .arg(dir.path())
-            .args(["server", "start"])
-            .env("PI_WORKFLOWS_RUNNER", env!("CARGO_BIN_EXE_pi-workflows-test-runner"))
-            .env("PI_WORKFLOWS_TEST_SCRIPT", script)
-            .output()
-            .expect("server start");
+        let out = common::pi_workflows(dir.path(), &["server", "start"], script);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         Self { dir }
     }

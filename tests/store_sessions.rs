@@ -80,8 +80,20 @@ fn request(store: &Store, run_id: &str, request_id: &str, kind: InteractionKind)
 
 /// An interactive run waiting at an agent step whose initial message is pending.
 fn waiting_step(store: &Store) {
+    waiting_at(store, InteractionKind::Agent);
+}
+
+/// An interactive run waiting at a request of `kind` whose message is pending.
+fn waiting_at(store: &Store, kind: InteractionKind) {
     queue_interactive(store, RUN, SESSION);
-    request(store, RUN, REQUEST, InteractionKind::Agent);
+    request(store, RUN, REQUEST, kind);
+}
+
+/// The session's only message, reported on the branch as `entry-1` (now `sent`).
+fn send_only_message(store: &Store) -> String {
+    let message = only_message(store);
+    branch(store, false, &[(&message, "entry-1")]).expect("sent");
+    message
 }
 
 fn read(store: &Store, session: &str, now: i64) -> SessionFacts {
@@ -177,8 +189,7 @@ fn assert_verified(store: &Store) {
 /// The step's initial message, sent (found on the branch) and with turn `turn-1` open on it.
 fn step_in_turn(t: &common::TestStore) -> String {
     waiting_step(&t.store);
-    let message = only_message(&t.store);
-    branch(&t.store, false, &[(&message, "entry-1")]).expect("sent");
+    let message = send_only_message(&t.store);
     let started = start(&t.store, "turn-1", &message).expect("start");
     assert_eq!(started.ownership, Ownership::Active);
     message
@@ -447,10 +458,8 @@ fn a_source_absent_from_the_branch_is_presented_again_at_most_once() {
 #[test]
 fn an_absent_decision_is_presented_again_as_a_decision() {
     let t = open_store();
-    queue_interactive(&t.store, RUN, SESSION);
-    request(&t.store, RUN, REQUEST, InteractionKind::Decision);
-    let decision = only_message(&t.store);
-    branch(&t.store, false, &[(&decision, "entry-1")]).expect("sent");
+    waiting_at(&t.store, InteractionKind::Decision);
+    let decision = send_only_message(&t.store);
     assert!(
         view(&t).messages.iter().any(|m| m.workflow_message_id == decision),
         "shown until answered"
@@ -533,8 +542,7 @@ fn a_turn_starts_only_on_an_open_message_and_a_repeat_adopts_it() {
 #[test]
 fn decisions_and_notifications_never_open_a_turn() {
     let t = open_store();
-    queue_interactive(&t.store, RUN, SESSION);
-    request(&t.store, RUN, REQUEST, InteractionKind::Decision);
+    waiting_at(&t.store, InteractionKind::Decision);
     let decision = only_message(&t.store);
     let notification = t
         .store
@@ -659,10 +667,8 @@ fn three_unproductive_turn_ends_fail_the_step_for_its_outcome_route() {
 #[test]
 fn a_checkpoint_turn_without_an_answer_never_counts_as_unproductive() {
     let t = open_store();
-    queue_interactive(&t.store, RUN, SESSION);
-    request(&t.store, RUN, REQUEST, InteractionKind::Checkpoint);
-    let message = only_message(&t.store);
-    branch(&t.store, false, &[(&message, "entry-1")]).expect("sent");
+    waiting_at(&t.store, InteractionKind::Checkpoint);
+    let message = send_only_message(&t.store);
     for turn in ["turn-1", "turn-2", "turn-3", "turn-4"] {
         if start(&t.store, turn, &message).expect("start").ownership == Ownership::Active {
             end(&t.store, turn, TurnOutcome::Completed).expect("end");
@@ -753,8 +759,7 @@ fn escape_pauses_the_run_without_counting_and_resume_presents_one_resumed_step()
 #[test]
 fn pausing_and_resuming_a_protected_decision_changes_neither_its_revision_nor_its_messages() {
     let t = open_store();
-    queue_interactive(&t.store, RUN, SESSION);
-    request(&t.store, RUN, REQUEST, InteractionKind::Decision);
+    waiting_at(&t.store, InteractionKind::Decision);
     let before = messages_of(&t.store);
     t.store.write(|tx| runs::pause_unclaimed(tx, RUN, None)).expect("pause");
     t.store.write(|tx| runs::resume_run(tx, RUN, None)).expect("resume");
@@ -1011,7 +1016,6 @@ fn the_digest_is_stable_for_the_same_facts() {
     waiting_step(&t.store);
     assert_eq!(view(&t).digest, view(&t).digest);
     let before = view(&t).digest;
-    let message = only_message(&t.store);
-    branch(&t.store, false, &[(&message, "entry-1")]).expect("sent");
+    send_only_message(&t.store);
     assert_ne!(view(&t).digest, before);
 }

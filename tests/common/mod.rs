@@ -164,14 +164,21 @@ pub const SERVER_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Run the `pi-workflows` binary on `state_dir` with the scripted test runner configured.
 pub fn pi_workflows(state_dir: &std::path::Path, args: &[&str], script: &str) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_pi-workflows"))
+    pi_workflows_command(state_dir, args, script)
+        .output()
+        .expect("run pi-workflows")
+}
+
+/// The `pi-workflows` command of `pi_workflows`, for a caller that adds its own environment.
+pub fn pi_workflows_command(state_dir: &std::path::Path, args: &[&str], script: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_pi-workflows"));
+    command
         .arg("--state-dir")
         .arg(state_dir)
         .args(args)
         .env("PI_WORKFLOWS_RUNNER", env!("CARGO_BIN_EXE_pi-workflows-test-runner"))
-        .env("PI_WORKFLOWS_TEST_SCRIPT", script)
-        .output()
-        .expect("run pi-workflows")
+        .env("PI_WORKFLOWS_TEST_SCRIPT", script);
+    command
 }
 
 /// One value from the state database, read-only (the server may be running).
