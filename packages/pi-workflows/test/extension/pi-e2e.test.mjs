@@ -11,16 +11,13 @@ import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { fileURLToPath } from "node:url";
 import { WorkflowClient } from "../../dist/client/index.js";
 import { writeMockAgentDir } from "../agent/helpers.mjs";
+import { missingPi, packageDir, Rpc, serverBinary, until } from "./support/e2e.mjs";
 
-const packageDir = fileURLToPath(new URL("../../", import.meta.url));
-const piBin = process.env.PI_WORKFLOWS_PI_BIN ?? path.join(packageDir, ".tools/bin/pi");
 const piPackage = path.join(packageDir, ".tools/pi/node_modules/@earendil-works/pi-coding-agent");
-const binary = process.env.PI_WORKFLOWS_BIN ?? path.resolve(packageDir, "../../target/debug/pi-workflows");
+const binary = serverBinary;
 const { version } = JSON.parse(readFileSync(path.join(packageDir, "package.json"), "utf8"));
-const missingPi = existsSync(piBin) && existsSync(piPackage) ? undefined : `the pinned Pi is not installed (${piBin}); run packages/pi-workflows/scripts/install-pi.sh`;
 /** Bound on every wait for Pi or the server (a hang fails the test, it does not stall CI). */
 const WAIT_MS = 90_000;
 
@@ -55,66 +52,6 @@ export default check;
   const tsc = spawnSync(process.execPath, [path.join(packageDir, "node_modules/typescript/bin/tsc"), "-p", path.join(dir, "tsconfig.json")], { encoding: "utf8" });
   assert.equal(tsc.status, 0, `the extension's Pi types drifted from Pi's own:\n${tsc.stdout}${tsc.stderr}`);
 });
-
-/** One `pi --mode rpc` child: JSON lines in, events and responses out (split on \n only). */
-class Rpc {
-  events = [];
-  responses = new Map();
-  stderr = "";
-  constructor(args, env, cwd) {
-    this.child = spawn(piBin, ["--mode", "rpc", ...args], { env, cwd, stdio: ["pipe", "pipe", "pipe"] });
-    let buffered = "";
-    this.child.stdout.on("data", (chunk) => {
-      buffered += chunk;
-      for (let i = buffered.indexOf("\n"); i >= 0; i = buffered.indexOf("\n")) {
-        const line = buffered.slice(0, i).replace(/\r$/, "");
-        buffered = buffered.slice(i + 1);
-        if (!line) continue;
-        const message = JSON.parse(line);
-        if (message.type === "response" && message.id) this.responses.set(message.id, message);
-        else this.events.push(message);
-      }
-    });
-    this.child.stderr.on("data", (chunk) => {
-      if (this.stderr.length < 20_000) this.stderr += chunk;
-    });
-    this.exited = new Promise((resolve) => this.child.on("exit", resolve));
-  }
-  #n = 0;
-  async send(command) {
-    const id = `t${++this.#n}`;
-    this.child.stdin.write(JSON.stringify({ id, ...command }) + "\n");
-    await until(() => this.responses.get(id), `a response to ${command.type}`, this);
-    return this.responses.get(id);
-  }
-  async entries() {
-    const response = await this.send({ type: "get_entries" });
-    assert.equal(response.success, true, JSON.stringify(response));
-    return response.data.entries;
-  }
-  notifications() {
-    return this.events.filter((e) => e.type === "extension_ui_request" && e.method === "notify").map((e) => e.message);
-  }
-  async close() {
-    this.child.stdin.end();
-    const timer = setTimeout(() => this.child.kill("SIGKILL"), 10_000);
-    await this.exited;
-    clearTimeout(timer);
-  }
-}
-
-async function until(check, what, rpc) {
-  const deadline = Date.now() + WAIT_MS;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > deadline) {
-      const tail = rpc ? `\nnotifications: ${JSON.stringify(rpc.notifications()).slice(-2000)}\nstderr: ${rpc.stderr.slice(-2000)}` : "";
-      throw new Error(`timed out waiting for ${what}${tail}`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-}
 
 let root;
 let mock;
@@ -189,7 +126,7 @@ test("a workflow started with /workflow runs in the session: step once, rejected
   opened.push(rpc);
   const started = await rpc.send({ type: "prompt", message: `/workflow start ${path.join(root, "proj", "numbers.workflow.ts")}` });
   assert.equal(started.success, true, JSON.stringify(started));
-  const notice = await until(() => rpc.notifications().find((m) => /started numbers as run/.test(m) || /^\/workflow/.test(m)), "the start notice", rpc);
+  const notice = await until(() => rpc.notifications().find((m) => /started numbers as run/.test(m) || /^\/workflow/.test(m)), "the start notice", rpc.context, WAIT_MS);
   const runId = /run (run-[A-Za-z0-9-]+)/.exec(notice)?.[1];
   assert.ok(runId, `the run started: ${notice}`);
 
@@ -200,7 +137,8 @@ test("a workflow started with /workflow runs in the session: step once, rejected
       return toolResults(entries).some((e) => /^Accepted/.test(textOf(e.message))) ? entries : undefined;
     },
     "an accepted submission",
-    rpc,
+    rpc.context,
+    WAIT_MS,
   );
   const results = toolResults(afterPick).map((e) => textOf(e.message));
   assert.match(results[0], /^Rejected: .*n must be a number above 10/s, "the check's message reaches the model");
@@ -210,11 +148,11 @@ test("a workflow started with /workflow runs in the session: step once, rejected
   assert.equal(pickSteps[0].details.kind, "step");
 
   // The checkpoint: a person answers it.
-  await until(async () => stepMessages(await rpc.entries()).some((e) => e.details?.content?.summary === "Approve the number?"), "the checkpoint message", rpc);
+  await until(async () => stepMessages(await rpc.entries()).some((e) => e.details?.content?.summary === "Approve the number?"), "the checkpoint message", rpc.context, WAIT_MS);
   const state = await until(async () => {
     const response = await rpc.send({ type: "get_state" });
     return response.data?.isStreaming === false ? response.data : undefined;
-  }, "Pi idle", rpc);
+  }, "Pi idle", rpc.context, WAIT_MS);
   const probe = await WorkflowClient.connect(path.join(env.PI_CODING_AGENT_DIR, "workflows", "server", "server.sock"), { packageVersion: version, clientId: "pi-e2e-probe" });
   try {
     const sessionView = await probe.sessionWindow(state.sessionId);
@@ -232,7 +170,7 @@ test("a workflow started with /workflow runs in the session: step once, rejected
     await until(async () => {
       const receipt = await client.call("view.run.get", { runId });
       return receipt.view?.display?.status === "completed";
-    }, "the run to complete", rpc);
+    }, "the run to complete", rpc.context, WAIT_MS);
     const status = await client.call("run.status", { runId, payload: { includeResult: true } });
     assert.deepEqual(status.result?.output ?? status.result, { n: 42, approved: { approved: true } });
   } finally {
@@ -241,6 +179,6 @@ test("a workflow started with /workflow runs in the session: step once, rejected
   const final = await until(async () => {
     const entries = await rpc.entries();
     return entries.some((e) => e.type === "custom_message" && e.customType === "pi-workflows-terminal") ? entries : undefined;
-  }, "the terminal message", rpc);
+  }, "the terminal message", rpc.context, WAIT_MS);
   assert.equal(stepMessages(final).filter((e) => e.details?.content?.nodePath?.endsWith("pick")).length, 1, "still once");
 });
