@@ -479,16 +479,22 @@ async fn list_feed(
 async fn session_feed(feeds: Arc<Feeds>, session_id: String, feed: SessionFeed) -> Result<(), String> {
     let _serving = feed.served.serving();
     let mut commits = feeds.store().commits();
-    let mut last: Option<String> = None;
+    let (mut last_key, mut last_digest): (Option<String>, Option<String>) = (None, None);
     loop {
         commits.borrow_and_update();
-        match sessions::build_session_view(&feeds.views, &session_id).await {
-            Ok(view) if last.as_deref() != Some(view.digest.as_str()) => {
-                last = Some(view.digest.clone());
-                feed.sender.send_replace(Some(Arc::new(view)));
+        let key = sessions::session_key(&feeds.views, &session_id).await;
+        let changed = !matches!((&key, &last_key), (Ok(key), Some(last)) if key == last);
+        if changed {
+            match sessions::build_session_view(&feeds.views, &session_id).await {
+                Ok(view) => {
+                    last_key = key.ok();
+                    if last_digest.as_deref() != Some(view.digest.as_str()) {
+                        last_digest = Some(view.digest.clone());
+                        feed.sender.send_replace(Some(Arc::new(view)));
+                    }
+                }
+                Err(err) => tracing::warn!(error = %err, "a session feed could not read its session"),
             }
-            Ok(_) => {}
-            Err(err) => tracing::warn!(error = %err, "a session feed could not read its session"),
         }
         tokio::select! {
             changed = commits.changed() => if changed.is_err() { break },

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use super::cache::{self, Views};
 use crate::server::blocking;
 use crate::store::StoreResult;
+use crate::store::run_view;
 use crate::store::session_view::{self, SessionFacts};
 
 pub const SESSION_VIEW_SCHEMA: &str = "pi-workflows.session-view.v1";
@@ -38,6 +39,25 @@ pub async fn build_session_view(views: &Views, session_id: &str) -> StoreResult<
     let active = run_summary(views, facts.active_run_id.as_deref()).await?;
     let retained = run_summary(views, facts.retained_terminal_run_id.as_deref()).await?;
     Ok(assemble(&facts, active, retained))
+}
+
+/// What a session view is built from, in one cheap read: the session's facts digest and the
+/// presentation revisions of the runs it shows. A feed builds the (costlier) view only when
+/// this changed, so a commit elsewhere in the server costs a watched session one small read.
+pub async fn session_key(views: &Views, session_id: &str) -> StoreResult<String> {
+    let owned = session_id.to_string();
+    let now_ms = views.store.now_ms();
+    blocking::read(&views.store, move |conn| {
+        let facts = session_view::read_session(conn, &owned, now_ms)?;
+        let revision = |run_id: Option<&str>| match run_id {
+            Some(run_id) => run_view::presentation_revision(conn, run_id),
+            None => Ok(None),
+        };
+        let active = revision(facts.active_run_id.as_deref())?;
+        let retained = revision(facts.retained_terminal_run_id.as_deref())?;
+        Ok(format!("{}/{active:?}/{retained:?}", facts.digest))
+    })
+    .await
 }
 
 /// A run as a session view shows it: its identity and the server's `display`, as the run
