@@ -1112,7 +1112,7 @@ fn headless_agent_step_against_the_mock_model(pi_bin: &str) {
         serde_json::json!({"doubled": 84, "word": "e2e-pineapple"}),
         "{status}"
     );
-    // The agent node's output is the mock's reply, parsed as the expected JSON.
+    // The agent node's output is what the mock submitted through the bridge's `workflow` tool.
     assert_eq!(
         env.node_output(&run_id, "ask"),
         serde_json::json!({"answer": 42, "word": "e2e-pineapple"})

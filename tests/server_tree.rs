@@ -424,6 +424,7 @@ fn the_tree_has_the_documented_layout() {
         [
             "channels",
             "clients",
+            "deadlines",
             "reclaimer",
             "reconciles",
             "resolvers",
@@ -494,6 +495,7 @@ fn the_tree_has_the_documented_layout() {
         "store",
         "scheduler",
         "reclaimer",
+        "deadlines",
         "retention",
         "resolvers",
         "runners",
@@ -512,10 +514,11 @@ fn the_tree_has_the_documented_layout() {
     assert!(child(&without, "retention").is_none(), "{}", pretty(&without));
     assert!(child(&without, "scheduler").is_some(), "{}", pretty(&without));
 
-    // Retention and the reclaimer are transient tasks: a panic restarts them, the server's
-    // stop ends them for good.
-    assert_node(tree, &["retention"], "worker", None, "transient");
-    assert_node(tree, &["reclaimer"], "worker", None, "transient");
+    // Retention, the reclaimer and the deadline task are transient tasks: a panic restarts
+    // them, the server's stop ends them for good.
+    for task in ["retention", "reclaimer", "deadlines"] {
+        assert_node(tree, &[task], "worker", None, "transient");
+    }
 }
 
 /// Queue `run_id`, start the server, and wait for its `runner-N` child to list one live

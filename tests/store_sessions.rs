@@ -4,229 +4,15 @@
 
 mod common;
 
-use common::{new_run, open_store, snapshot};
-use pi_workflows::store::attempts::{self, NewAttempt};
+use common::sessions::*;
+use common::{open_store, snapshot};
 use pi_workflows::store::blobs::put_json;
-use pi_workflows::store::claims::ClaimAuthority;
-use pi_workflows::store::interactions::{self, InteractionKind, NewInteraction, Submission};
-use pi_workflows::store::messages::{self, BranchOutcome, BranchReport, MessageKind, NewMessage};
-use pi_workflows::store::runs::{self, ExecutionMode, NewRun, RunOrigin};
-use pi_workflows::store::session_view::{self, SessionFacts, TERMINAL_RETAINED_MS};
-use pi_workflows::store::turns::{self, Ownership, TurnOutcome, TurnPhase, TurnReceipt};
-use pi_workflows::store::{Store, StoreError, StoreResult, verify};
-
-const SESSION: &str = "session-1";
-const OTHER_SESSION: &str = "session-2";
-const RUN: &str = "run-1";
-const REQUEST: &str = "req-1";
-
-// Helpers ----------------------------------------------------------------------------------
-
-fn interactive_run(run_id: &str, session: &str) -> NewRun {
-    NewRun {
-        execution: ExecutionMode::Interactive {
-            origin_session_id: session.to_string(),
-        },
-        ..new_run(run_id)
-    }
-}
-
-fn queue_interactive(store: &Store, run_id: &str, session: &str) {
-    let run = interactive_run(run_id, session);
-    store.write(move |tx| runs::queue_run(tx, &run)).expect("queue");
-}
-
-fn claim(store: &Store, run_id: &str) -> ClaimAuthority {
-    let run_id = run_id.to_string();
-    let authority = store
-        .write(move |tx| Ok(runs::start_run(tx, &run_id, "server-1")?.value))
-        .expect("start");
-    let running = authority.clone();
-    store
-        .write(move |tx| runs::mark_running(tx, &running, None))
-        .expect("running");
-    authority
-}
-
-/// Start attempt `a-<request>` and request `request` of `kind`: the run waits, unclaimed.
-fn request(store: &Store, run_id: &str, request_id: &str, kind: InteractionKind) {
-    let authority = claim(store, run_id);
-    let request_id = request_id.to_string();
-    store
-        .write(move |tx| {
-            let attempt_id = format!("a-{request_id}");
-            let attempt = NewAttempt {
-                attempt_id: attempt_id.clone(),
-                node_id: "ask".to_string(),
-                node_path: "ask".to_string(),
-                visit: 1,
-                node_type: "agent".to_string(),
-                deadline_at: None,
-                timeout_ms: None,
-                settings_change_number: None,
-            };
-            attempts::start_attempt(tx, &authority, None, &attempt)?;
-            let interaction = NewInteraction {
-                request_id,
-                attempt_id,
-                kind,
-                contract_hash: put_json(tx, &serde_json::json!({"prompt": "count to three"}), 1024)?,
-                deadline_at: None,
-            };
-            interactions::request(tx, &authority, None, &interaction)
-        })
-        .expect("request");
-}
-
-/// An interactive run waiting at an agent step whose initial message is pending.
-fn waiting_step(store: &Store) {
-    waiting_at(store, InteractionKind::Agent);
-}
-
-/// An interactive run waiting at a request of `kind` whose message is pending.
-fn waiting_at(store: &Store, kind: InteractionKind) {
-    queue_interactive(store, RUN, SESSION);
-    request(store, RUN, REQUEST, kind);
-}
-
-/// The session's only message, reported on the branch as `entry-1` (now `sent`).
-fn send_only_message(store: &Store) -> String {
-    let message = only_message(store);
-    branch(store, false, &[(&message, "entry-1")]).expect("sent");
-    message
-}
-
-fn read(store: &Store, session: &str, now: i64) -> SessionFacts {
-    let session = session.to_string();
-    store
-        .read(move |conn| session_view::read_session(conn, &session, now))
-        .expect("read session")
-}
-
-fn view(t: &common::TestStore) -> SessionFacts {
-    read(&t.store, SESSION, t.store.now_ms())
-}
-
-fn branch(store: &Store, idle: bool, found: &[(&str, &str)]) -> StoreResult<BranchOutcome> {
-    let found: Vec<(String, String)> = found.iter().map(|(m, e)| (m.to_string(), e.to_string())).collect();
-    store.write(move |tx| {
-        messages::report_branch(
-            tx,
-            &BranchReport {
-                session_id: SESSION,
-                is_idle: idle,
-                has_pending_messages: false,
-                found: &found,
-            },
-        )
-    })
-}
-
-fn start(store: &Store, turn: &str, message: &str) -> StoreResult<TurnReceipt> {
-    let (turn, phase) = (
-        turn.to_string(),
-        TurnPhase::Start {
-            workflow_message_id: message.to_string(),
-        },
-    );
-    store.write(move |tx| turns::report_turn(tx, SESSION, &turn, &phase))
-}
-
-fn end(store: &Store, turn: &str, outcome: TurnOutcome) -> StoreResult<TurnReceipt> {
-    let turn = turn.to_string();
-    let phase = TurnPhase::End {
-        outcome,
-        response_entry_id: None,
-    };
-    store.write(move |tx| turns::report_turn(tx, SESSION, &turn, &phase))
-}
-
-/// (id, kind, reason, status) of every message of the session, in order.
-fn messages_of(store: &Store) -> Vec<(String, String, Option<String>, String)> {
-    store
-        .read(|conn| {
-            Ok(conn
-                .prepare(
-                    "SELECT workflow_message_id, kind, reason, status FROM workflow_messages
-                     WHERE target_session_id = ?1 ORDER BY order_number",
-                )?
-                .query_map([SESSION], |row| {
-                    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-                })?
-                .collect::<Result<Vec<_>, _>>()?)
-        })
-        .expect("messages")
-}
-
-fn only_message(store: &Store) -> String {
-    let all = messages_of(store);
-    assert_eq!(all.len(), 1, "{all:?}");
-    all[0].0.clone()
-}
-
-fn value<T: rusqlite::types::FromSql + Send + 'static>(store: &Store, sql: &'static str) -> T {
-    store
-        .read(move |conn| Ok(conn.query_row(sql, [], |row| row.get(0))?))
-        .expect(sql)
-}
-
-fn revision(store: &Store) -> i64 {
-    value(store, "SELECT revision FROM runs WHERE run_id = 'run-1'")
-}
-
-fn unproductive(store: &Store) -> i64 {
-    value(
-        store,
-        "SELECT unproductive_turn_ends FROM interactive_requests WHERE request_id = 'req-1'",
-    )
-}
-
-fn assert_verified(store: &Store) {
-    let report = store.read(verify::verify).expect("verify");
-    assert!(report.is_clean(), "{report:?}");
-}
-
-/// The step's initial message, sent (found on the branch) and with turn `turn-1` open on it.
-fn step_in_turn(t: &common::TestStore) -> String {
-    waiting_step(&t.store);
-    let message = send_only_message(&t.store);
-    let started = start(&t.store, "turn-1", &message).expect("start");
-    assert_eq!(started.ownership, Ownership::Active);
-    message
-}
-
-/// Mark the newest pending message sent and open `turn` on it.
-fn send_and_start(t: &common::TestStore, turn: &str) -> String {
-    let pending = messages_of(&t.store)
-        .into_iter()
-        .rev()
-        .find(|(_, _, _, status)| status == "pending")
-        .expect("a pending message")
-        .0;
-    branch(&t.store, false, &[(&pending, &format!("entry-{turn}"))]).expect("sent");
-    assert_eq!(
-        start(&t.store, turn, &pending).expect("start").ownership,
-        Ownership::Active
-    );
-    pending
-}
-
-/// Record a validating submission `sub-1` for the pending request.
-fn submit_candidate(store: &Store) {
-    store
-        .write(|tx| {
-            let payload_hash = put_json(tx, &serde_json::json!({"n": 3}), 1024)?;
-            let submission = Submission {
-                run_id: RUN,
-                request_id: REQUEST,
-                submission_id: "sub-1",
-                idempotency_key: "key-1",
-                payload_hash: &payload_hash,
-            };
-            interactions::submit(tx, &submission, None)
-        })
-        .expect("submit");
-}
+use pi_workflows::store::interactions::{self, InteractionKind};
+use pi_workflows::store::messages::{self, MessageKind, NewMessage};
+use pi_workflows::store::runs::{self, NewRun, RunOrigin};
+use pi_workflows::store::session_view::{self, TERMINAL_RETAINED_MS};
+use pi_workflows::store::turns::{self, Ownership, TurnOutcome};
+use pi_workflows::store::{Store, StoreError, StoreResult};
 
 // Messages and the window ------------------------------------------------------------------
 
@@ -656,7 +442,7 @@ fn three_unproductive_turn_ends_fail_the_step_for_its_outcome_route() {
         .store
         .read(|conn| pi_workflows::store::run_state::read_run_state(conn, RUN))
         .expect("run state");
-    assert_eq!(state["attempts"][0]["error"]["code"], "unproductiveTurns");
+    assert_eq!(state["attempts"][0]["error"]["code"], "missingSubmission");
     assert!(
         messages_of(&t.store).iter().all(|m| m.3 != "pending"),
         "no step left to send"
@@ -925,11 +711,19 @@ fn only_the_final_leaf_of_a_continuation_chain_gets_a_terminal_message() {
     assert_verified(&t.store);
 }
 
+/// `RUN` of `SESSION` completed (claimed, then completed by its runner).
+fn completed_run(store: &Store) {
+    queue_interactive(store, RUN, SESSION);
+    let authority = claim(store, RUN);
+    store
+        .write(move |tx| runs::complete_run(tx, &authority, None, None))
+        .expect("complete");
+}
+
 #[test]
 fn a_terminal_run_is_retained_until_a_minute_after_its_first_turn_ended() {
     let t = open_store();
-    queue_interactive(&t.store, RUN, SESSION);
-    t.store.write(|tx| runs::cancel_unclaimed(tx, RUN, None)).expect("end");
+    completed_run(&t.store);
     let terminal = only_message(&t.store);
     t.clock.advance_ms(10 * TERMINAL_RETAINED_MS);
     assert_eq!(
@@ -968,6 +762,56 @@ fn a_terminal_run_is_retained_until_a_minute_after_its_first_turn_ended() {
         view(&t).messages.is_empty(),
         "the closed terminal message left the window"
     );
+}
+
+#[test]
+fn a_cancelled_run_s_terminal_message_is_passive_and_retained_a_minute_after_it_was_sent() {
+    let t = open_store();
+    queue_interactive(&t.store, RUN, SESSION);
+    t.store
+        .write(|tx| runs::cancel_unclaimed(tx, RUN, None))
+        .expect("cancel");
+    let terminal = only_message(&t.store);
+    branch(&t.store, false, &[(&terminal, "entry-1")]).expect("sent");
+    // A person cancelled it: no model turn is about it.
+    assert_eq!(
+        start(&t.store, "turn-1", &terminal).expect("start").ownership,
+        Ownership::Absent
+    );
+    assert_eq!(view(&t).open_turn, None);
+    t.clock.advance_ms(TERMINAL_RETAINED_MS - 1);
+    assert_eq!(view(&t).retained_terminal_run_id.as_deref(), Some(RUN));
+    t.clock.advance_ms(1);
+    assert_eq!(view(&t).retained_terminal_run_id, None, "a minute after it was sent");
+}
+
+#[test]
+fn the_startup_scan_makes_a_missing_terminal_message_once() {
+    let t = open_store();
+    completed_run(&t.store);
+    // A terminal message that never got made (an older build, failed presentation data).
+    t.store
+        .write(|tx| {
+            tx.conn()
+                .execute("DELETE FROM workflow_messages WHERE kind = 'terminal'", [])?;
+            Ok(())
+        })
+        .expect("remove");
+    let scan = |store: &Store| {
+        store
+            .write(pi_workflows::store::messages::queue_missing_terminals)
+            .expect("scan")
+    };
+    assert_eq!(scan(&t.store), 1);
+    let all = messages_of(&t.store);
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert_eq!((all[0].1.as_str(), all[0].3.as_str()), ("terminal", "pending"));
+    assert_eq!(scan(&t.store), 0, "a repeat makes none");
+    // A sent or cancelled one is not missing either, and a headless run has no session.
+    let sent = only_message(&t.store);
+    branch(&t.store, false, &[(&sent, "entry-1")]).expect("sent");
+    assert_eq!(scan(&t.store), 0);
+    assert_verified(&t.store);
 }
 
 #[test]

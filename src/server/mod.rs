@@ -15,6 +15,7 @@ pub mod blocking;
 pub mod clients;
 pub mod config;
 pub mod coordinators;
+pub mod deadlines;
 pub mod frames;
 pub mod logging;
 pub mod ops;

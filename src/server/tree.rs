@@ -5,6 +5,7 @@
 //! ├── store        worker, permanent: holds the store, stops last; a dead writer stops the server
 //! ├── scheduler    worker, permanent: lease renewal, admission, idle exit
 //! ├── reclaimer    task, transient: reclaims running rows whose claim expired (no live runner)
+//! ├── deadlines    task, transient: step model time and deadlines (times out waiting steps)
 //! ├── retention    task, transient: the daily retention sweep (absent when retention is off)
 //! ├── resolvers    one_for_one, 10 / 60 s
 //! │   ├── resolver worker, permanent: the warm source resolver and its Node process
@@ -40,6 +41,7 @@ use std::time::Duration;
 use supervisors::{ChildSpec, DetailsCell, Restart, Strategy, SupervisorSpec};
 
 use super::clients::listener::{Listener, ListenerArgs};
+use super::deadlines::{DeadlineArgs, deadline_task};
 use super::ops::context::OpsContext;
 use super::ownership::HeldFiles;
 use super::reclaimer::{ReclaimArgs, reclaimer};
@@ -95,7 +97,8 @@ pub fn root_spec(parts: &TreeParts) -> SupervisorSpec {
         .with_details(details)
         .with_child(store(parts))
         .with_child(scheduler(parts))
-        .with_child(reclaim(parts));
+        .with_child(reclaim(parts))
+        .with_child(deadlines(parts));
     if let Some(days) = parts.retention_days {
         root = root.with_child(retention(parts, days));
     }
@@ -131,6 +134,14 @@ fn reclaim(parts: &TreeParts) -> ChildSpec {
         interval: parts.reclaim_interval,
     };
     ChildSpec::task("reclaimer", Restart::Transient, move || reclaimer(args.clone()))
+}
+
+fn deadlines(parts: &TreeParts) -> ChildSpec {
+    let args = DeadlineArgs {
+        shared: Arc::clone(&parts.shared),
+        coordinators: Arc::clone(&parts.ops.coordinators),
+    };
+    ChildSpec::task("deadlines", Restart::Transient, move || deadline_task(args.clone()))
 }
 
 fn retention(parts: &TreeParts, days: i64) -> ChildSpec {

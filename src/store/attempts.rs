@@ -237,16 +237,24 @@ pub(crate) fn interrupt_running(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<(
     Ok(())
 }
 
-/// Fail a waiting attempt whose request closed without an answer (the unproductive-turn
-/// rule), with its stored error; its run's next runner replays it and routes on it.
-pub(crate) fn fail_waiting(tx: &WriteTx<'_>, run_id: &str, attempt_id: &str, error_hash: &str) -> StoreResult<()> {
+/// End a waiting attempt whose request closed without an answer (`failed` by the
+/// unproductive-turn rule, or `timed_out` by its deadline), with its stored error; its run's
+/// next runner replays it and routes on it.
+pub(crate) fn end_waiting(
+    tx: &WriteTx<'_>,
+    run_id: &str,
+    attempt_id: &str,
+    timed_out: bool,
+    error_hash: &str,
+) -> StoreResult<()> {
+    let status = if timed_out { "timed_out" } else { "failed" };
     let updated = tx
         .conn()
         .prepare_cached(
-            "UPDATE node_attempts SET status = 'failed', error_hash = ?1, finished_at = ?2
-             WHERE attempt_id = ?3 AND run_id = ?4 AND status = 'waiting'",
+            "UPDATE node_attempts SET status = ?1, error_hash = ?2, finished_at = ?3
+             WHERE attempt_id = ?4 AND run_id = ?5 AND status = 'waiting'",
         )?
-        .execute(params![error_hash, tx.now_ms(), attempt_id, run_id])?;
+        .execute(params![status, error_hash, tx.now_ms(), attempt_id, run_id])?;
     if updated != 1 {
         return Err(StoreError::AttemptNotActive {
             run_id: run_id.to_string(),

@@ -172,7 +172,8 @@ pub fn accept(
                  WHERE request_id = ?3 AND status = 'pending'",
             )?
             .execute(params![judged.submission_id, now, judged.request_id])?;
-        // Acceptance closes the step: nothing of it is left to present.
+        // Acceptance closes the step: nothing of it is left to present or to time.
+        super::deadlines::close_intervals_of_request(tx, judged.request_id)?;
         messages::cancel_pending_of_source(tx, judged.request_id)
     })
 }

@@ -223,7 +223,8 @@ pub(super) fn message_by_id(conn: &rusqlite::Connection, message_id: &str) -> St
 
 /// Whether a turn may start on the message now: the newest sent step of a pending request
 /// whose run is not paused, or a sent terminal or follow-up message before its first turn
-/// ended. Decisions and notifications never open a turn.
+/// ended. Decisions, notifications and a cancelled run's terminal message (passive: the
+/// person who cancelled needs no model turn about it) never open a turn.
 pub(super) fn is_open(conn: &rusqlite::Connection, message: &SessionMessage) -> StoreResult<bool> {
     if message.status != "sent" {
         return Ok(false);
@@ -240,7 +241,9 @@ pub(super) fn is_open(conn: &rusqlite::Connection, message: &SessionMessage) -> 
         }
         MessageKind::Terminal | MessageKind::FollowUp => {
             "SELECT NOT EXISTS (SELECT 1 FROM workflow_turns t
-                                WHERE t.workflow_message_id = ?1 AND t.status != 'open')"
+                                WHERE t.workflow_message_id = ?1 AND t.status != 'open')
+                AND NOT EXISTS (SELECT 1 FROM workflow_messages m JOIN runs r ON r.run_id = m.run_id
+                                WHERE m.workflow_message_id = ?1 AND m.kind = 'terminal' AND r.status = 'cancelled')"
         }
         MessageKind::Decision | MessageKind::Notification => return Ok(false),
     };
@@ -275,9 +278,9 @@ pub const TERMINAL_CONTENT_BYTES_MAX: usize = 16 * 1024;
 /// An interactive run ended with `outcome`: queue its terminal message, unless the run is a
 /// parent settled by its continuation (only the final leaf of a checkpoint-continuation
 /// chain reports an outcome to the session). Headless runs have no session.
-pub(super) fn queue_terminal(tx: &WriteTx<'_>, run_id: &str, outcome: &str) -> StoreResult<()> {
+pub(super) fn queue_terminal(tx: &WriteTx<'_>, run_id: &str, outcome: &str) -> StoreResult<bool> {
     let Some(session) = origin_session(tx, run_id)? else {
-        return Ok(());
+        return Ok(false);
     };
     let (workflow_name, continued): (String, bool) = tx
         .conn()
@@ -287,7 +290,7 @@ pub(super) fn queue_terminal(tx: &WriteTx<'_>, run_id: &str, outcome: &str) -> S
         )?
         .query_row([run_id], |row| Ok((row.get(0)?, row.get(1)?)))?;
     if continued {
-        return Ok(());
+        return Ok(false);
     }
     let content = serde_json::json!({"outcome": outcome, "runId": run_id, "workflowName": workflow_name});
     let content_hash = super::blobs::put_json(tx, &content, TERMINAL_CONTENT_BYTES_MAX)?;
@@ -302,7 +305,40 @@ pub(super) fn queue_terminal(tx: &WriteTx<'_>, run_id: &str, outcome: &str) -> S
             content_hash: &content_hash,
         },
     )?;
-    Ok(())
+    Ok(true)
+}
+
+/// How far back the startup scan looks for an interactive run that ended without its
+/// terminal message (an older one's session moved on long ago).
+pub const TERMINAL_SCAN_WINDOW_MS: i64 = 24 * 60 * 60 * 1000;
+/// Runs one startup scan repairs at most.
+pub const TERMINAL_SCAN_MAX: usize = 256;
+
+/// Startup (spec "Store": the server finds missing terminal messages when it starts): an
+/// interactive run that ended within the window, is no parent settled by a continuation and
+/// has no terminal message of any status gets its one terminal message now. Returns how
+/// many were queued; a repeat queues none.
+pub fn queue_missing_terminals(tx: &WriteTx<'_>) -> StoreResult<usize> {
+    let missing: Vec<(String, String)> = tx
+        .conn()
+        .prepare_cached(
+            "SELECT r.run_id, r.status FROM runs r JOIN run_bindings b ON b.run_id = r.run_id
+             WHERE b.origin_session_id IS NOT NULL
+               AND r.status IN ('completed', 'failed', 'timed_out', 'cancelled') AND r.finished_at >= ?1
+               AND NOT EXISTS (SELECT 1 FROM workflow_messages m WHERE m.run_id = r.run_id AND m.kind = 'terminal')
+             ORDER BY r.finished_at
+             LIMIT ?2",
+        )?
+        .query_map(
+            params![tx.now_ms() - TERMINAL_SCAN_WINDOW_MS, TERMINAL_SCAN_MAX as i64],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?
+        .collect::<Result<_, _>>()?;
+    let mut queued = 0;
+    for (run_id, status) in &missing {
+        queued += usize::from(queue_terminal(tx, run_id, status)?);
+    }
+    Ok(queued)
 }
 
 /// A continuation was queued for `parent_run_id`: the parent was settled by it, so a

@@ -18,6 +18,7 @@ pub mod blobs;
 pub mod claims;
 pub mod clock;
 pub mod commands;
+pub mod deadlines;
 pub mod effects;
 pub mod error;
 pub mod events;

@@ -13,6 +13,7 @@
 
 use rusqlite::{OptionalExtension, params};
 
+use super::deadlines;
 use super::effects;
 use super::error::StoreResult;
 use super::runs::{self, ParkReason, Takeover};
@@ -39,6 +40,12 @@ pub struct RecoveryReport {
     pub reclaimed_runs: usize,
     pub ambiguous_runs: usize,
     pub requeued_runs: usize,
+    /// Step intervals an older server left growing (closed: its downtime is no model time).
+    pub closed_intervals: usize,
+    /// Steps whose time was up at startup, timed out before anything else was scheduled.
+    pub timed_out_steps: usize,
+    /// Terminal messages of ended interactive runs that had none (made once).
+    pub terminal_messages: usize,
 }
 
 /// How one reclaimed run continues.
@@ -72,7 +79,14 @@ pub fn stale_workers(conn: &rusqlite::Connection) -> StoreResult<Vec<StaleWorker
 /// reclaim every run an older server was running (`reclaim_run`); then requeue every other
 /// run parked at a boundary (not paused), e.g. by the older server's own shutdown.
 pub fn recover(tx: &WriteTx<'_>, server_id: &str, stale: &[StaleWorker]) -> StoreResult<RecoveryReport> {
-    let mut report = RecoveryReport::default();
+    // The timeout path first (spec "Recovery"): the older server's downtime was no model
+    // time, and a step whose time ran out is timed out before any other work is scheduled.
+    let mut report = RecoveryReport {
+        closed_intervals: deadlines::close_all_open(tx)?,
+        timed_out_steps: deadlines::time_out_due(tx)?.len(),
+        terminal_messages: super::messages::queue_missing_terminals(tx)?,
+        ..RecoveryReport::default()
+    };
     for worker in stale {
         if workers::record_outcome(tx, &worker.runner_epoch, WorkerOutcome::Orphaned, None, None)? {
             report.orphaned_workers += 1;

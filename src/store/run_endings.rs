@@ -75,7 +75,12 @@ pub(super) fn end_run(tx: &WriteTx<'_>, run_id: &str, ending: Ending) -> StoreRe
     cancel_pending_messages(tx, run_id, kinds)?;
     // A terminal run keeps no workflow turn, and its session learns the outcome.
     super::turns::end_turns_of_run(tx, run_id)?;
-    super::messages::queue_terminal(tx, run_id, run_status.as_str())
+    // Presentation never rolls an ending back (spec "Store"): a terminal message that cannot
+    // be made now is made by the startup scan (`messages::queue_missing_terminals`).
+    if let Err(err) = super::messages::queue_terminal(tx, run_id, run_status.as_str()) {
+        tracing::warn!(error = %err, "the run's terminal message could not be queued; the next server start makes it");
+    }
+    Ok(())
 }
 
 /// Cancel pending interactions and unresolved decisions; a pending effect is cancelled and

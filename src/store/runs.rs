@@ -671,6 +671,8 @@ pub fn pause_unclaimed(tx: &WriteTx<'_>, run_id: &str, expected: Option<i64>) ->
             set_paused(tx, run_id, true)?;
             set_queue_status(tx, run_id, QueueStatus::Parked)?;
             cancel_pending_messages(tx, run_id, &["step"])?;
+            // A pause stops the step's clock (docs/SESSIONS.md "Deadlines").
+            super::deadlines::close_intervals_of_run(tx, run_id)?;
             Ok(RunEvent::new("run.paused", Actor::Client))
         },
     )
@@ -781,37 +783,54 @@ pub fn continue_waiting(
     )
 }
 
-/// The unproductive-turn rule's third strike: the waiting step's attempt fails with
-/// `error_hash` (`unproductiveTurns`), its request closes (`cancelled`, no answer) with its
-/// pending step messages, and the run is queued. Its next runner resumes, replays the failed
-/// attempt like any other and follows the node's `$result.outcome` route — the same path a
-/// node that failed while running takes, so no runner needs to know this rule.
-pub(super) fn fail_waiting_step(
+/// Why a waiting step closes without an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitingEnd {
+    /// The unproductive-turn rule's third strike (`missingSubmission`): request `cancelled`,
+    /// attempt `failed`.
+    MissingSubmission,
+    /// Its deadline fired (`timedOut`): request and attempt `timed_out`.
+    TimedOut,
+}
+
+/// A waiting step closes without an answer: its attempt ends with `error_hash`, its request
+/// closes with its pending step messages, and the run is queued. Its next runner (the
+/// supervised child that records the outcome) resumes, replays the ended attempt like any
+/// other and follows the node's `$result.outcome` route, or ends the run — the same path a
+/// node that failed while running takes, so no runner needs to know these rules.
+pub(super) fn end_waiting_step(
     tx: &WriteTx<'_>,
     run_id: &str,
     request_id: &str,
     attempt_id: &str,
+    ending: WaitingEnd,
     error_hash: &str,
 ) -> StoreResult<i64> {
+    let (request_status, event) = match ending {
+        WaitingEnd::MissingSubmission => ("cancelled", "interaction.failed"),
+        WaitingEnd::TimedOut => ("timed_out", "interaction.timedOut"),
+    };
     unclaimed_transition(
         tx,
         run_id,
         None,
-        "fail the waiting step of",
+        "end the waiting step of",
         |run| run.status == RunStatus::Waiting && !run.paused,
         |tx| {
             let now = tx.now_ms();
             tx.conn()
                 .prepare_cached(
-                    "UPDATE interactive_requests SET status = 'cancelled', settled_at = ?1
-                     WHERE request_id = ?2 AND status = 'pending'",
+                    "UPDATE interactive_requests SET status = ?1, settled_at = ?2
+                     WHERE request_id = ?3 AND status = 'pending'",
                 )?
-                .execute(params![now, request_id])?;
+                .execute(params![request_status, now, request_id])?;
             super::messages::cancel_pending_of_source(tx, request_id)?;
-            attempts::fail_waiting(tx, run_id, attempt_id, error_hash)?;
+            super::deadlines::close_intervals_of_request(tx, request_id)?;
+            let timed_out = ending == WaitingEnd::TimedOut;
+            attempts::end_waiting(tx, run_id, attempt_id, timed_out, error_hash)?;
             set_run_status(tx, run_id, RunStatus::Queued, None)?;
             set_queue_status(tx, run_id, QueueStatus::Queued)?;
-            Ok(RunEvent::new("interaction.failed", Actor::System))
+            Ok(RunEvent::new(event, Actor::System))
         },
     )
 }

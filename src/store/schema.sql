@@ -260,9 +260,9 @@ CREATE TABLE interactive_requests (
   -- The answer revision: a resume of a paused agent or assistant step increments it (the
   -- step is presented again as a fresh turn); a decision's never changes.
   revision INTEGER NOT NULL DEFAULT 1 CHECK (revision >= 1),
-  -- `cancelled` also closes a step whose attempt failed `unproductiveTurns` (the attempt
-  -- carries the error).
-  status TEXT NOT NULL CHECK (status IN ('pending', 'settled', 'cancelled')),
+  -- `cancelled` also closes a step whose attempt failed `missingSubmission` (the attempt
+  -- carries the error); `timed_out`: its deadline fired (the attempt is `timed_out`).
+  status TEXT NOT NULL CHECK (status IN ('pending', 'settled', 'cancelled', 'timed_out')),
   accepted_submission_id TEXT,
   -- Origin-session turns that ended with the step still pending, not paused and without an
   -- accepted or validating submission (at most 3: the third fails the attempt).
@@ -275,6 +275,29 @@ CREATE TABLE interactive_requests (
 CREATE INDEX interactive_requests_by_run ON interactive_requests (run_id, status);
 -- A branch report looks up the session's pending requests.
 CREATE INDEX interactive_requests_by_session ON interactive_requests (target_session_id, status);
+
+-- Model time a pending agent or assistant step used (docs/SESSIONS.md "Deadlines"): one
+-- interval per stretch of a reported Pi model turn in a connected session. `elapsed_ms` grows
+-- only by the server's own observations (each step bounded, so a clock jump, a suspended
+-- server or its downtime adds nothing); a closed interval never grows. The step's
+-- `timeout_ms` is spent when the sum of its intervals reaches it.
+CREATE TABLE active_intervals (
+  request_id TEXT NOT NULL REFERENCES interactive_requests (request_id) ON DELETE CASCADE,
+  interval_number INTEGER NOT NULL CHECK (interval_number >= 1),
+  run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+  target_session_id TEXT NOT NULL,
+  turn_id TEXT NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('open', 'closed')),
+  started_at INTEGER NOT NULL,
+  observed_at INTEGER NOT NULL CHECK (observed_at >= started_at),
+  elapsed_ms INTEGER NOT NULL DEFAULT 0 CHECK (elapsed_ms >= 0),
+  PRIMARY KEY (request_id, interval_number)
+) STRICT, WITHOUT ROWID;
+
+-- One interval grows at a time per step; the deadline task reads the open ones.
+CREATE UNIQUE INDEX active_intervals_one_open ON active_intervals (request_id) WHERE status = 'open';
+CREATE INDEX active_intervals_open ON active_intervals (status, observed_at) WHERE status = 'open';
+CREATE INDEX active_intervals_by_run ON active_intervals (run_id);
 
 -- Progress an agent step reports while its request is pending (`interaction.update`): the
 -- latest value per (type, key); updates never route or complete a node.

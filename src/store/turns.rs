@@ -76,7 +76,7 @@ pub const TURN_ID_BYTES_MAX: usize = 256;
 /// Pi session entry IDs (a message's carrying entry, a turn's response entry).
 pub const ENTRY_ID_BYTES_MAX: usize = 256;
 /// Unproductive turn ends that each get a `reminder` step; the next one fails the attempt
-/// (`unproductiveTurns`). The schema's CHECK on `unproductive_turn_ends` allows one more.
+/// (`missingSubmission`). The schema's CHECK on `unproductive_turn_ends` allows one more.
 pub const UNPRODUCTIVE_REMINDERS_MAX: i64 = 2;
 /// The stored error of an attempt failed by the unproductive-turn rule.
 const UNPRODUCTIVE_ERROR_BYTES_MAX: usize = 1024;
@@ -252,6 +252,7 @@ fn end_turn(
         session_id,
         turn_id
     ])?;
+    super::deadlines::close_intervals_of_turn(tx, session_id, turn_id)?;
     let message = messages::message_by_id(conn, &turn.workflow_message_id)?;
     match outcome {
         TurnOutcome::Aborted => pause_for_escape(tx, &message, changes)?,
@@ -384,14 +385,15 @@ fn unproductive_step(conn: &Connection, request_id: &str) -> StoreResult<Option<
 
 fn fail_unproductive(tx: &WriteTx<'_>, run_id: &str, step: &Unproductive, ends: i64) -> StoreResult<()> {
     let error = serde_json::json!({
-        "code": "unproductiveTurns",
+        "code": "missingSubmission",
         "message": format!(
             "the step's model turns ended {ends} times without a submitted result; \
              the step failed and the workflow continues by its outcome route"
         ),
     });
     let error_hash = super::blobs::put_json(tx, &error, UNPRODUCTIVE_ERROR_BYTES_MAX)?;
-    runs::fail_waiting_step(tx, run_id, &step.request_id, &step.attempt_id, &error_hash)?;
+    let ending = runs::WaitingEnd::MissingSubmission;
+    runs::end_waiting_step(tx, run_id, &step.request_id, &step.attempt_id, ending, &error_hash)?;
     Ok(())
 }
 
@@ -411,6 +413,7 @@ pub(super) fn close_lost(
              WHERE target_session_id = ?2 AND turn_id = ?3 AND status = 'open'",
         )?
         .execute(params![tx.now_ms(), session_id, turn.turn_id])?;
+    super::deadlines::close_intervals_of_turn(tx, session_id, &turn.turn_id)?;
     let message = messages::message_by_id(tx.conn(), &turn.workflow_message_id)?;
     count_unproductive(tx, &message, changes)?;
     changes.changed(&turn.run_id, "turn.lost");
@@ -424,7 +427,7 @@ pub(super) fn end_turns_of_run(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<()
             "UPDATE workflow_turns SET status = 'lost', ended_at = ?1 WHERE run_id = ?2 AND status = 'open'",
         )?
         .execute(params![tx.now_ms(), run_id])?;
-    Ok(())
+    super::deadlines::close_intervals_of_run(tx, run_id)
 }
 
 // Revisions --------------------------------------------------------------------------------

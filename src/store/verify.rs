@@ -210,13 +210,20 @@ pub fn state_counts(conn: &Connection, now_ms: i64) -> StoreResult<StateCounts> 
     })
 }
 
-/// Work that needs a live server: admitted or running runs, waits with a durable deadline,
-/// unsettled effects and pending interactions. An idle server may exit only when this is 0.
+/// Work that needs a live server: admitted or running runs, waits with a wall-clock deadline
+/// (a checkpoint's or decision's: scheduled work the server must be up to time out),
+/// unsettled effects and validating submissions. An idle server may exit only when this is
+/// 0. An agent step's budget is model time, which passes only while a Pi session is
+/// connected (and a connection keeps the server up anyway), so it keeps nothing alive.
 pub fn unsettled_work(conn: &Connection) -> StoreResult<i64> {
     let sql = "SELECT
         (SELECT count(*) FROM run_queue q JOIN runs r ON r.run_id = q.run_id
            WHERE q.status IN ('queued', 'starting', 'running') AND r.paused = 0)
-      + (SELECT count(*) FROM node_attempts WHERE status = 'waiting' AND deadline_at IS NOT NULL)
+      + (SELECT count(*) FROM interactive_requests i
+           JOIN node_attempts a ON a.attempt_id = i.attempt_id
+           JOIN runs r ON r.run_id = i.run_id
+           WHERE i.status = 'pending' AND i.kind IN ('checkpoint', 'decision')
+             AND a.status = 'waiting' AND a.deadline_at IS NOT NULL AND r.paused = 0)
       + (SELECT count(*) FROM effects WHERE status IN ('pending', 'applying'))
       + (SELECT count(*) FROM interactive_submissions WHERE outcome = 'validating')";
     Ok(conn.prepare_cached(sql)?.query_row([], |row| row.get(0))?)

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod e2e;
+pub mod sessions;
 
 use std::sync::Arc;
 

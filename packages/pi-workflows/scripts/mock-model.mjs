@@ -18,6 +18,10 @@
 //   tool        call Pi's `bash` tool with the rest of the line after "BASH:", then, once the tool
 //               result arrives, reply "Tool finished: <first 200 chars of the result>" marker [mock:tool]
 //
+// A headless workflow step (the request offers a `workflow` tool and the prompt names a
+// "requestId"): fixed and echo submit their reply (parsed as JSON when it is JSON) with one
+// `workflow` submit call instead, then answer the tool result with a short text.
+//
 // Every request is appended as one JSON line {n, time, method, url, auth, body} to the file named by
 // MOCK_REQUEST_LOG (if set). The process exits on SIGTERM/SIGINT or when stdin closes (if stdin is a pipe).
 import fs from "node:fs";
@@ -125,20 +129,35 @@ const server = http.createServer(async (req, res) => {
   // just came back" is decided on the last message that is not a system/developer message.
   const last = messages.filter((m) => m.role !== "system" && m.role !== "developer").at(-1) ?? {};
   if (script.name === "tool" && last.role === "tool") return say(`Tool finished: ${textOf(last.content).slice(0, 200)}`);
-  if (script.name === "tool") {
-    const command = /BASH:[ \t]*([^\n]*)/.exec(userText)?.[1]?.replace(/\[mock:[a-z]+(?:=\d+)?\]/g, "").trim() ?? "true";
+  const callTool = (name, params) => {
     chunk({ role: "assistant", content: null,
-      tool_calls: [{ index: 0, id: `call_mock_${n}`, type: "function", function: { name: "bash", arguments: "" } }] });
-    chunk({ tool_calls: [{ index: 0, function: { arguments: JSON.stringify({ command }) } }] });
+      tool_calls: [{ index: 0, id: `call_mock_${n}`, type: "function", function: { name, arguments: "" } }] });
+    chunk({ tool_calls: [{ index: 0, function: { arguments: JSON.stringify(params) } }] });
     chunk({}, "tool_calls");
     send({ id, object: "chat.completion.chunk", created, model: body.model, choices: [],
       usage: { prompt_tokens: 100, completion_tokens: 10, total_tokens: 110 } });
     res.write("data: [DONE]\n\n");
-    return res.end();
+    res.end();
+  };
+  if (script.name === "tool") {
+    const command = /BASH:[ \t]*([^\n]*)/.exec(userText)?.[1]?.replace(/\[mock:[a-z]+(?:=\d+)?\]/g, "").trim() ?? "true";
+    return callTool("bash", { command });
   }
   if (script.name === "big") return say("x".repeat(script.arg ?? 300_000));
-  if (script.name === "echo") return say(echoText(userText));
-  return say(fixedText);
+  const reply = script.name === "echo" ? echoText(userText) : fixedText;
+  // A headless workflow step (its bridge offers the `workflow` tool and the prompt names the
+  // requestId): submit the reply through the tool, as the step's contract asks.
+  const requestId = /"requestId": "([^"]+)"/.exec(userText)?.[1];
+  const offersWorkflow = Array.isArray(body.tools) && body.tools.some((tool) => tool?.function?.name === "workflow");
+  if (requestId && offersWorkflow) {
+    if (last.role === "tool") return say(`Submitted: ${textOf(last.content).slice(0, 200)}`);
+    let output = reply;
+    try {
+      output = JSON.parse(reply);
+    } catch {}
+    return callTool("workflow", { action: "submit", requestId, output });
+  }
+  return say(reply);
 });
 
 server.on("connection", (socket) => {

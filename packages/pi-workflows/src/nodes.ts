@@ -117,12 +117,18 @@ export function assistantMessage(options: { maxChars?: number } = {}): Assistant
   return Object.freeze({ kind: "assistantMessage", maxChars: options.maxChars });
 }
 
+/** Tools one agent step may allow, at most. */
+const ALLOWED_TOOLS_MAX = 64;
+const TOOL_NAME = /^[A-Za-z0-9_.:-]{1,64}$/;
+
 /** A model step: a JSON submission (`expectedOutput` text) or an assistant message. */
 export function agent<I = any>(options: {
   prompt: Dynamic<string, I>;
   expectedOutput?: string | AssistantMessageForm;
   validate?: (output: unknown) => unknown;
   timeoutMs?: number;
+  /** Headless runs: the only tools (besides `workflow`) the agent may call, e.g. ["read", "bash"]. */
+  allowedTools?: readonly string[];
   title?: string;
 }): AgentNode<I> {
   requireDynamicText(options?.prompt, "agent.prompt");
@@ -135,12 +141,19 @@ export function agent<I = any>(options: {
     if (typeof expected !== "string") throw new Error("agent.validate needs a string expectedOutput");
   }
   requireTimeout(options.timeoutMs, "agent.timeoutMs");
+  const allowedTools = options.allowedTools;
+  if (allowedTools !== undefined) {
+    if (!Array.isArray(allowedTools) || allowedTools.length > ALLOWED_TOOLS_MAX || allowedTools.some((name) => typeof name !== "string" || !TOOL_NAME.test(name))) {
+      throw new Error(`agent.allowedTools must be a list of at most ${ALLOWED_TOOLS_MAX} tool names (letters, digits, _ . : -)`);
+    }
+  }
   return Object.freeze({
     kind: "agent",
     prompt: options.prompt,
     expectedOutput: expected,
     validate: options.validate,
     timeoutMs: options.timeoutMs,
+    ...(allowedTools !== undefined ? { allowedTools: Object.freeze([...new Set(allowedTools)]) } : {}),
     title: options.title,
   });
 }

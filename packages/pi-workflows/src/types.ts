@@ -134,6 +134,8 @@ export interface AgentNode<I = any> extends NodeCommon {
   readonly expectedOutput?: string | AssistantMessageForm;
   readonly validate?: (output: unknown) => unknown;
   readonly timeoutMs?: number;
+  /** Headless runs: the only tools (besides `workflow`) the agent may call; absent: all of Pi's. */
+  readonly allowedTools?: readonly string[];
 }
 
 export interface CheckpointNode<I = any> extends NodeCommon {

@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::sync::watch;
@@ -27,7 +27,7 @@ use crate::store::{Store, run_view};
 
 /// Views a run feed keeps for reconnecting subscribers (a retained revision gets a patch).
 pub const RETAINED_REVISIONS_MAX: usize = 16;
-/// A feed rebuilds at most this often; commits in between are coalesced.
+/// A feed rebuilds at most this often (leading edge, see `pace`); commits in between coalesce.
 pub const RUN_FEED_INTERVAL_MS: u64 = 50;
 /// The run list is rebuilt at most this often.
 pub const LIST_FEED_INTERVAL_MS: u64 = 100;
@@ -164,6 +164,10 @@ pub type SessionReceiver = watch::Receiver<Option<Arc<SessionView>>>;
 /// A session feed rebuilds at least this often without commits: a retained terminal run
 /// leaves the view by time alone.
 pub const SESSION_FEED_REFRESH_MS: u64 = 5_000;
+/// A session feed rebuilds at most this often. Shorter than a run feed's: a rebuild is one
+/// small read when nothing of the session changed, and a step usually commits a few ms after
+/// the turn end before it (measured: 50 ms here put ~30 ms on every step's delivery).
+pub const SESSION_FEED_INTERVAL_MS: u64 = 10;
 /// Sessions watched at once, at most (one per open Pi session, plus viewers).
 pub const SESSION_FEEDS_MAX: usize = 1024;
 
@@ -381,12 +385,24 @@ impl Feeds {
     }
 }
 
+/// A leading-edge rate limit: the first commit after a quiet spell is rebuilt at once (a
+/// trailing wait put a fixed 50 ms between a commit and every view of it); under a burst the
+/// rebuilds stay `interval_ms` apart and the commits between them coalesce.
+async fn pace(built_at: Instant, interval_ms: u64) {
+    let since = built_at.elapsed();
+    let interval = Duration::from_millis(interval_ms);
+    if since < interval {
+        tokio::time::sleep(interval - since).await;
+    }
+}
+
 async fn run_feed(feeds: Arc<Feeds>, run_id: String, feed: Arc<RunFeed>) -> Result<(), String> {
     let _serving = feed.served.serving();
     let mut commits = feeds.store().commits();
     let mut published: Option<i64> = None;
     let mut stored = HashSet::new();
     loop {
+        let built_at = Instant::now();
         commits.borrow_and_update();
         match refresh_run(&feeds.views, &run_id, published, &mut stored).await {
             Refresh::Unchanged => {}
@@ -406,7 +422,7 @@ async fn run_feed(feeds: Arc<Feeds>, run_id: String, feed: Arc<RunFeed>) -> Resu
             changed = commits.changed() => if changed.is_err() { break },
             () = feed.latest.closed() => if feeds.retire_run(&run_id, &feed) { return Ok(()) },
         }
-        tokio::time::sleep(Duration::from_millis(RUN_FEED_INTERVAL_MS)).await;
+        pace(built_at, RUN_FEED_INTERVAL_MS).await;
     }
     feeds.retire_run(&run_id, &feed);
     Ok(())
@@ -454,6 +470,7 @@ async fn list_feed(
     let mut commits = feeds.store().commits();
     let mut last: Option<Arc<JsonObject>> = None;
     loop {
+        let built_at = Instant::now();
         let revision = *commits.borrow_and_update();
         match cache::runs_page(&feeds.views, None, LIST_FEED_ITEMS).await {
             Ok(page) if last.as_deref() != Some(&page) => {
@@ -468,19 +485,20 @@ async fn list_feed(
             changed = commits.changed() => if changed.is_err() { break },
             () = sender.closed() => if feeds.retire_list(&sender) { return Ok(()) },
         }
-        tokio::time::sleep(Duration::from_millis(LIST_FEED_INTERVAL_MS)).await;
+        pace(built_at, LIST_FEED_INTERVAL_MS).await;
     }
     feeds.retire_list(&sender);
     Ok(())
 }
 
-/// Rebuild a session's view after commits (at most every `RUN_FEED_INTERVAL_MS`) and
+/// Rebuild a session's view after commits (at most every `SESSION_FEED_INTERVAL_MS`) and
 /// publish it when it changed.
 async fn session_feed(feeds: Arc<Feeds>, session_id: String, feed: SessionFeed) -> Result<(), String> {
     let _serving = feed.served.serving();
     let mut commits = feeds.store().commits();
     let (mut last_key, mut last_digest): (Option<String>, Option<String>) = (None, None);
     loop {
+        let built_at = Instant::now();
         commits.borrow_and_update();
         let key = sessions::session_key(&feeds.views, &session_id).await;
         let changed = !matches!((&key, &last_key), (Ok(key), Some(last)) if key == last);
@@ -502,7 +520,7 @@ async fn session_feed(feeds: Arc<Feeds>, session_id: String, feed: SessionFeed) 
             // Time alone changes a session view too (a retained terminal run leaves it).
             () = tokio::time::sleep(Duration::from_millis(SESSION_FEED_REFRESH_MS)) => {}
         }
-        tokio::time::sleep(Duration::from_millis(RUN_FEED_INTERVAL_MS)).await;
+        pace(built_at, SESSION_FEED_INTERVAL_MS).await;
     }
     feeds.retire_session(&session_id, &feed.sender);
     Ok(())

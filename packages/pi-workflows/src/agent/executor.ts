@@ -1,13 +1,34 @@
-// Runs one agent prompt in a headless `pi --mode rpc --no-session --no-extensions` child (Pi >= 1.6) in its
-// own process group. Prompts and replies are never logged; stderr is kept (bounded) only for error messages.
+// Runs one headless agent step in a `pi --mode rpc --no-session --no-extensions` child (Pi >= 1.6) in its
+// own process group, with the bridge extension (./bridge/extension.ts, loaded with `-e`) as its only
+// extension. The step's output is the value the model submits through the bridge's `workflow` tool and
+// the node's own checks accept, never the reply text; a turn that ends without one is reminded at most
+// SUBMISSION_REMINDERS_MAX times, then the attempt fails with `missingSubmission`. Prompts, replies and
+// submissions are never logged; stderr is kept (bounded) only for error messages.
 import { spawn, type ChildProcess } from "node:child_process";
 import * as fs from "node:fs";
+import { fileURLToPath } from "node:url";
+import { headlessReminder, headlessStepPrompt } from "../engine/agent-output.js";
+import { type AgentUpdate, type BridgeHandlers, BridgeServer, type SubmissionVerdict } from "./bridge/server.js";
 import { PI_INSTALL_HINT, piStartupHint, resolvePiCommand, stopProcessGroup } from "./process.js";
 import { encodeCommand, isRecord, JsonlReader, oversizedType, type RpcLine, type RpcRecord } from "./rpc.js";
 
+export type { AgentUpdate, SubmissionVerdict };
+
+/** How the step takes its output: the bridge's request, the node's checks, where updates go. */
+export interface AgentSubmission extends BridgeHandlers {
+  /** For the prompt's header: the workflow's name and the node's path. */
+  workflow?: string;
+  nodePath?: string;
+  /** A text answer's limit (an agent step without a JSON expectedOutput). */
+  maxChars?: number;
+}
+
 export interface AgentRequest {
   prompt: string;
+  /** The JSON contract described to the model; absent: the answer is one JSON string. */
   expectedOutput?: string;
+  /** The step's request ID and checks (the Pi executor refuses a request without one). */
+  submission: AgentSubmission;
   timeoutMs: number;
   cwd: string;
   signal: AbortSignal;
@@ -15,7 +36,11 @@ export interface AgentRequest {
   unregisterProcess(pid: number): Promise<void>;
 }
 
-export type AgentResult = { ok: true; text: string } | { ok: false; code: string; message: string };
+/**
+ * `output`: the accepted submission, already shaped by the node's checks (the Pi executor).
+ * `text`: a reply text the engine shapes with the same checks (executors without a bridge, e.g. test fakes).
+ */
+export type AgentResult = { ok: true; output: unknown } | { ok: true; text: string } | { ok: false; code: string; message: string };
 
 export interface AgentExecutor {
   runAgent(request: AgentRequest): Promise<AgentResult>;
@@ -27,7 +52,7 @@ export interface PiRpcExecutorOptions {
    * entry runs with $PI_WORKFLOWS_PI_NODE, else packages/pi-workflows/.tools/node22 (see process.ts).
    */
   piBinary?: string;
-  /** Appended to PI_RPC_ARGS, e.g. `["-e", "/abs/ext.ts"]` (explicit extensions still load with `-ne`). */
+  /** Appended to PI_RPC_ARGS and the bridge's `-e`, e.g. `["-e", "/abs/ext.ts"]` (explicit extensions still load with `-ne`). */
   extraArgs?: string[];
   /**
    * Environment of the Pi child (default: process.env). PI_OFFLINE=1 is added unless set here. The child
@@ -42,18 +67,24 @@ export interface PiRpcExecutorOptions {
  * `--no-session`: nothing is written to the user's session directory. `--no-extensions`: no discovered,
  * configured or built-in extension (MCP servers, llama.cpp, codemode, tool search) runs in a headless step,
  * and nothing depends on whether the project is trusted (untrusted project extensions would be skipped
- * silently anyway).
+ * silently anyway). The bridge extension is added with an explicit `-e BRIDGE_EXTENSION_PATH`, which
+ * `--no-extensions` still loads.
  */
 export const PI_RPC_ARGS: readonly string[] = ["--mode", "rpc", "--no-session", "--no-extensions"];
 
+/** The built bridge extension (dist/agent/bridge/extension.js next to this file), loaded with `-e`. */
+export const BRIDGE_EXTENSION_PATH = fileURLToPath(new URL("./bridge/extension.js", import.meta.url));
+
+/** Turns that end without an accepted submission are prompted again this often, at most; then the attempt fails. */
+export const SUBMISSION_REMINDERS_MAX = 2;
+
+/** A streamed assistant reply longer than this stops the step (`agentOutputTooLarge`): a runaway reply. */
 const MAX_REPLY_BYTES = 256 * 1024;
 const MAX_RECORD_BYTES = 8 * 1024 * 1024;
 const STDERR_TAIL_BYTES = 16 * 1024;
 const STDERR_MESSAGE_CHARS = 2000;
 const ABORT_GRACE_MS = 1000;
 const EOF_GRACE_MS = 500;
-/** How long a prompt that a command handled may take to start a run of its own (see onHandledState). */
-const HANDLED_RUN_GRACE_MS = 1000;
 const MODEL_HINT =
   "Check the Pi model configuration (models.json/settings.json in PI_CODING_AGENT_DIR, provider API key, model name).";
 
@@ -63,11 +94,6 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
 
 export function createPiRpcExecutor(options: PiRpcExecutorOptions = {}): AgentExecutor {
   return { runAgent: (request) => runPi(options, request) };
-}
-
-function buildPrompt(prompt: string, expectedOutput?: string): string {
-  if (expectedOutput === undefined || expectedOutput.trim() === "") return prompt;
-  return `${prompt}\n\nExpected output: ${expectedOutput}\nEnd with a final reply that contains only this output, with no other text.`;
 }
 
 interface AssistantSummary {
@@ -91,12 +117,14 @@ function summarizeAssistant(message: RpcRecord): AssistantSummary {
   return { stopReason: String(message.stopReason), errorMessage, text: text.trim(), tooLarge: false };
 }
 
-function finalResult(last: AssistantSummary | undefined): AgentResult {
+/** Why a settled turn failed, or undefined when it ended normally (with or without a submission). */
+function turnFailure(last: AssistantSummary | undefined): AgentResult | undefined {
   if (!last) return fail("agentFailed", `Pi finished the turn without an assistant reply. ${MODEL_HINT}`);
   if (last.tooLarge) return fail("agentOutputTooLarge", `The agent reply exceeded ${MAX_REPLY_BYTES} bytes.`);
   switch (last.stopReason) {
     case "stop":
-      return { ok: true, text: last.text };
+    case "toolUse": // the turn stopped after a tool batch (a terminating tool result)
+      return undefined;
     case "error":
       return fail("agentFailed", `The model request failed: ${clip(last.errorMessage ?? "unknown error")}. ${MODEL_HINT}`);
     case "length":
@@ -136,12 +164,41 @@ async function waitForSpawn(child: ChildProcess): Promise<Error | undefined> {
 
 async function runPi(options: PiRpcExecutorOptions, request: AgentRequest): Promise<AgentResult> {
   if (request.signal.aborted) return fail("agentAborted", "The agent run was cancelled before Pi started.");
-  const env: NodeJS.ProcessEnv = { PI_OFFLINE: "1", PI_SKIP_VERSION_CHECK: "1", PI_TELEMETRY: "0", ...(options.env ?? process.env) };
-  const args = [...PI_RPC_ARGS, ...(options.extraArgs ?? [])];
+  const submission = request.submission;
+  if (!submission || typeof submission.requestId !== "string" || typeof submission.check !== "function") {
+    return fail("agentFailed", "A headless agent step needs a submission contract (requestId and checks).");
+  }
+  if (!fs.existsSync(BRIDGE_EXTENSION_PATH)) {
+    return fail("agentUnavailable", `The workflow bridge extension ${BRIDGE_EXTENSION_PATH} is missing; build the package (npm run build).`);
+  }
+  let bridge: BridgeServer;
+  try {
+    bridge = await BridgeServer.open(submission);
+  } catch (error) {
+    return fail("agentFailed", `The workflow bridge channel could not be opened (${clip((error as Error).message)}).`);
+  }
+  try {
+    return await runPiChild(options, request, submission, bridge);
+  } finally {
+    await bridge.close();
+  }
+}
+
+async function runPiChild(options: PiRpcExecutorOptions, request: AgentRequest, submission: AgentSubmission, bridge: BridgeServer): Promise<AgentResult> {
+  const env: NodeJS.ProcessEnv = { PI_OFFLINE: "1", PI_SKIP_VERSION_CHECK: "1", PI_TELEMETRY: "0", ...(options.env ?? process.env), ...bridge.env() };
+  const args = [...PI_RPC_ARGS, "-e", BRIDGE_EXTENSION_PATH, ...(options.extraArgs ?? [])];
   const resolved = resolvePiCommand(options.piBinary ?? env["PI_WORKFLOWS_PI_BIN"], env, args);
   if (!resolved.ok) return fail(resolved.code, resolved.message);
   const command = resolved.command;
   if (!fs.existsSync(request.cwd)) return fail("agentFailed", "The agent working directory does not exist.");
+  const step = {
+    requestId: submission.requestId,
+    prompt: request.prompt,
+    ...(request.expectedOutput !== undefined ? { expectedOutput: request.expectedOutput } : {}),
+    ...(submission.workflow !== undefined ? { workflow: submission.workflow } : {}),
+    ...(submission.nodePath !== undefined ? { nodePath: submission.nodePath } : {}),
+    ...(submission.maxChars !== undefined ? { maxChars: submission.maxChars } : {}),
+  };
 
   let child: ChildProcess;
   try {
@@ -178,70 +235,64 @@ async function runPi(options: PiRpcExecutorOptions, request: AgentRequest): Prom
   // Completion (pi-api.md §9): the prompt response only says the prompt was accepted (`disposition`);
   // the run is over at `agent_settled`, which Pi sends once per prompt after every retry, compaction and
   // queued continuation (`agent_end` comes once per low-level run, e.g. twice with an auto-retry). The
-  // last assistant `message_end` says how it ended; the reply text is Pi's own `get_last_assistant_text`.
+  // step's output is the bridge's accepted submission; the last assistant `message_end` says how a turn
+  // without one ended (a failure, or a normal end that is reminded).
   let last: AssistantSummary | undefined;
-  let runStarted = false;
   let streamedBytes = 0;
   let abortAcked = false;
   let onAbortAck: (() => void) | undefined;
-  let handledTimer: NodeJS.Timeout | undefined;
+  let reminders = 0;
   const onSettled = (aborted: boolean) => {
     if (outcome) return;
-    if (aborted) {
-      // Not our abort (that settles first): Pi itself or a prompt-expanding command cancelled the run.
-      settle(fail("agentFailed", "Pi aborted the turn (an extension or Pi itself cancelled it)."));
-    } else if (last?.stopReason === "stop" && !last.tooLarge) {
-      send({ id: "text", type: "get_last_assistant_text" });
-    } else {
-      settle(finalResult(last));
-    }
-  };
-  const onLastText = (record: RpcRecord) => {
-    const data = record.data;
-    if (record.success !== true || !isRecord(data) || (typeof data.text !== "string" && data.text !== null)) {
-      settle(finalResult(last)); // the reply as seen in message_end, which Pi calls authoritative
+    if (bridge.accepted) {
+      settle({ ok: true, output: bridge.accepted.output });
       return;
     }
-    const text = typeof data.text === "string" ? data.text : "";
-    if (Buffer.byteLength(text) > MAX_REPLY_BYTES) settle(fail("agentOutputTooLarge", `The agent reply exceeded ${MAX_REPLY_BYTES} bytes.`));
-    else settle({ ok: true, text: text.trim() });
+    if (aborted) {
+      // Not our abort (that settles first): Pi itself or an extension cancelled the run.
+      settle(fail("agentFailed", "Pi aborted the turn (an extension or Pi itself cancelled it)."));
+      return;
+    }
+    const failure = turnFailure(last);
+    if (!failure && !bridge.connected) {
+      // Without the bridge the model has no way to submit: say so instead of reminding it.
+      const tail = stderr.text(STDERR_MESSAGE_CHARS);
+      settle(fail("agentFailed", `The workflow bridge extension never connected to the runner, so the step cannot take a submission.${tail ? ` Pi stderr: ${tail}` : ""}`));
+    } else if (failure) {
+      settle(failure);
+    } else if (reminders < SUBMISSION_REMINDERS_MAX) {
+      reminders++;
+      last = undefined;
+      send({ id: `reminder-${reminders}`, type: "prompt", message: headlessReminder(step, reminders, SUBMISSION_REMINDERS_MAX, bridge.lastRejection) });
+    } else {
+      const rejected = bridge.lastRejection ? ` The last submission was rejected: ${clip(bridge.lastRejection)}` : "";
+      settle(
+        fail(
+          "missingSubmission",
+          `The agent ended ${reminders + 1} turns without an accepted submission through the workflow tool (${SUBMISSION_REMINDERS_MAX} reminders sent; ${bridge.submissions} submitted).${rejected}`,
+        ),
+      );
+    }
   };
   const onPromptResponse = (record: RpcRecord) => {
     if (record.success !== true) {
       settle(fail("agentFailed", `Pi rejected the prompt: ${clip(String(record.error ?? "unknown error"))}. ${MODEL_HINT}`));
-      return;
     }
-    const disposition = isRecord(record.data) ? record.data.disposition : undefined;
-    // "started" (or "queued"): agent_settled follows. "handled": a prompt starting with `/` matched an
-    // extension command (only extensions given with `-e` in extraArgs load) that may or may not have
-    // started a run: ask whether one is running (onHandledState).
-    if (disposition === "handled" && !runStarted) send({ id: "state-handled", type: "get_state" });
-  };
-  const onHandledState = (data: unknown) => {
-    if (runStarted || (isRecord(data) && (data.isStreaming === true || data.isCompacting === true))) return;
-    // A command's `sendUserMessage` starts its run asynchronously, after the command returned: give it a
-    // moment to show up before calling the prompt unanswered.
-    handledTimer = setTimeout(() => {
-      if (!runStarted) settle(fail("agentFailed", "Pi handled the prompt as a command and started no model turn; do not begin agent prompts with `/`."));
-    }, HANDLED_RUN_GRACE_MS);
+    // The prompt never starts with `/` (it starts with "Workflow step:"), so no command handles it:
+    // "started" (or "queued") means agent_settled follows.
   };
 
   const onRecord = (record: RpcRecord) => {
     switch (record.type) {
       case "response": {
         const id = typeof record.id === "string" ? record.id : "";
-        if (id === "prompt") onPromptResponse(record);
-        else if (id === "text") onLastText(record);
-        else if (id === "state-handled") onHandledState(record.data);
+        if (id === "prompt" || id.startsWith("reminder-")) onPromptResponse(record);
         else if (id === "abort") {
           abortAcked = true;
           onAbortAck?.();
         }
         return;
       }
-      case "agent_start":
-        runStarted = true;
-        return;
       case "agent_settled":
         onSettled(record.aborted === true);
         return;
@@ -292,6 +343,10 @@ async function runPi(options: PiRpcExecutorOptions, request: AgentRequest): Prom
   child.stdout!.on("end", () => reader.end());
 
   child.once("exit", (code, signal) => {
+    if (bridge.accepted) {
+      settle({ ok: true, output: bridge.accepted.output }); // the value was accepted before Pi went away
+      return;
+    }
     const tail = stderr.text(STDERR_MESSAGE_CHARS);
     const hint = piStartupHint(tail) ?? MODEL_HINT;
     settle(fail("agentFailed", `Pi exited before the turn completed (${describeExit(code, signal)}). ${hint}${tail ? ` Pi stderr: ${tail}` : ""}`));
@@ -307,7 +362,6 @@ async function runPi(options: PiRpcExecutorOptions, request: AgentRequest): Prom
   const stop = (result: AgentResult | undefined) =>
     (stopping ??= (async () => {
       clearTimeout(timer);
-      clearTimeout(handledTimer);
       request.signal.removeEventListener("abort", onAbort);
       const interrupt = result && !result.ok && ["agentTimedOut", "agentAborted", "agentOutputTooLarge"].includes(result.code);
       if (interrupt && running()) {
@@ -327,7 +381,7 @@ async function runPi(options: PiRpcExecutorOptions, request: AgentRequest): Prom
   );
   const first = await Promise.race([registration, settled]);
   if ("registered" in first && first.registered) {
-    send({ id: "prompt", type: "prompt", message: buildPrompt(request.prompt, request.expectedOutput) });
+    send({ id: "prompt", type: "prompt", message: headlessStepPrompt(step) });
   }
   if (!("registered" in first)) await stop(first);
   const registered = await registration;

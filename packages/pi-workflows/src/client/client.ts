@@ -137,11 +137,12 @@ export interface RequestOptions {
   timeoutMs?: number;
 }
 
-/** A request awaiting its answer; `line` encodes it for one transport attempt. */
+/** A request awaiting its answer; `line` encodes it (with `payload`) for one transport attempt. */
 interface Pending {
   operation: Operation;
   requestId: string;
-  line(requestId: string): Buffer;
+  payload: JsonObject;
+  line(requestId: string, payload: JsonObject): Buffer;
   resolve(response: Response): void;
   reject(error: Error): void;
   timeoutMs: number;
@@ -150,6 +151,8 @@ interface Pending {
   restore?: boolean;
   /** An unwatch of a subscription this client restores: the ID its caller holds. */
   unwatchOf?: string;
+  /** Its `payload.coordinator` epoch was renewed once already (see renewAuthority). */
+  authorityRenewed?: boolean;
 }
 
 /** A subscription the caller holds, restored after a reconnect. */
@@ -299,7 +302,7 @@ export class WorkflowClient {
       payload = { ...payload, subscriptionId: current };
     }
     const idempotencyKey = isStateChanging(operation) ? (options.idempotencyKey ?? randomId("key")) : undefined;
-    const line = (requestId: string) =>
+    const line = (requestId: string, sent: JsonObject) =>
       encodeMessage({
         schema: CLIENT_SCHEMA_V1,
         type: "request",
@@ -309,12 +312,13 @@ export class WorkflowClient {
         ...(options.runId !== undefined ? { runId: options.runId } : {}),
         ...(idempotencyKey !== undefined ? { idempotencyKey } : {}),
         ...(options.expectedRevision !== undefined ? { expectedRevision: options.expectedRevision } : {}),
-        payload,
+        payload: sent,
       });
     return new Promise<Response>((resolve, reject) => {
       const pending: Pending = {
         operation,
         requestId: randomId("req"),
+        payload,
         line,
         resolve,
         reject,
@@ -422,6 +426,12 @@ export class WorkflowClient {
   private readonly early: Event[] = [];
 
   /**
+   * The newest coordinator epoch this client claimed per origin session (one entry per
+   * coordinator watch it holds, removed on unwatch): renews the authority of a resent request.
+   */
+  private readonly coordinatorEpochs = new Map<string, number>();
+
+  /**
    * Watch an origin session (docs/SESSIONS.md): `onView` gets each complete
    * `pi-workflows.session-view.v1` (the answer's view when it has one, then every
    * `session_snapshot`; each event carries the whole view, so nothing is merged). With
@@ -453,6 +463,7 @@ export class WorkflowClient {
       if (coordinator) {
         if (typeof receipt.epoch !== "number") throw new ClientError("protocol", "view.session.watch answered a coordinator without an epoch");
         epoch = receipt.epoch;
+        this.coordinatorEpochs.set(sessionId, epoch);
         options.onEpoch?.(epoch);
       }
       if (isObject(receipt.view)) {
@@ -461,7 +472,10 @@ export class WorkflowClient {
       }
     };
     const onRestore = (receipt: JsonObject) => {
-      if (coordinator && typeof receipt.epoch === "number") options.onEpoch?.(receipt.epoch);
+      if (coordinator && typeof receipt.epoch === "number") {
+        this.coordinatorEpochs.set(sessionId, receipt.epoch);
+        options.onEpoch?.(receipt.epoch);
+      }
       if (isObject(receipt.view)) onView(receipt.view);
     };
     const subscriptionId = await this.subscribe("view.session.watch", undefined, payload, handler, options.onUnavailable, onRestore, takeReceipt);
@@ -470,6 +484,7 @@ export class WorkflowClient {
       epoch,
       view: first,
       unwatch: async () => {
+        if (coordinator) this.coordinatorEpochs.delete(sessionId);
         await this.call("view.unwatch", { payload: { subscriptionId } });
       },
     };
@@ -597,7 +612,7 @@ export class WorkflowClient {
       () => this.fail(new ClientError("timeout", `${pending.operation} got no response in time; it may still finish: check with \`pi-workflows runs\``)),
       pending.timeoutMs,
     );
-    socket.write(pending.line(pending.requestId));
+    socket.write(pending.line(pending.requestId, pending.payload));
   }
 
   /** The current connection ended without our asking: reconnect if anything awaits it. */
@@ -681,8 +696,7 @@ export class WorkflowClient {
 
   /** The watch that restores `subscription` on the new connection (answered synchronously). */
   private restoreOf(subscription: Subscription): Pending {
-    const payload = subscription.payload();
-    const line = (requestId: string) =>
+    const line = (requestId: string, payload: JsonObject) =>
       encodeMessage({
         schema: CLIENT_SCHEMA_V1,
         type: "request",
@@ -695,6 +709,7 @@ export class WorkflowClient {
     return {
       operation: subscription.operation,
       requestId: randomId("req"),
+      payload: subscription.payload(),
       line,
       restore: true,
       timeoutMs: RESPONSE_TIMEOUT_MS,
@@ -772,10 +787,32 @@ export class WorkflowClient {
     }
     this.lossStreak = 0;
     clearTimeout(pending.timer);
+    if (this.renewAuthority(pending, response)) return;
     if (pending.unwatchOf !== undefined && response.receipt && "subscriptionId" in response.receipt) {
       response = { ...response, receipt: { ...response.receipt, subscriptionId: pending.unwatchOf } };
     }
     pending.resolve(response);
+  }
+
+  /**
+   * A model-side request carries `payload.coordinator {sessionId, epoch}`. Resent after a
+   * reconnect it still names the epoch of the lost connection, which the restored coordinator
+   * watch has replaced by the time its answer arrives (answers come in order), so the server
+   * refuses it `coordinatorFenced` before any receipt or change. Send it once more under the
+   * session's newest epoch this client holds; a refusal for any other reason is the answer.
+   */
+  private renewAuthority(pending: Pending, response: Response): boolean {
+    if (pending.authorityRenewed || response.outcome !== "rejected" || response.error?.code !== "coordinatorFenced") return false;
+    const authority = pending.payload.coordinator;
+    if (!isObject(authority) || typeof authority.sessionId !== "string" || typeof authority.epoch !== "number") return false;
+    const newest = this.coordinatorEpochs.get(authority.sessionId);
+    if (newest === undefined || newest <= authority.epoch || !this.socket) return false;
+    pending.authorityRenewed = true;
+    pending.payload = { ...pending.payload, coordinator: { ...authority, epoch: newest } };
+    pending.requestId = randomId("req");
+    this.pending.push(pending);
+    this.send(pending);
+    return true;
   }
 
   private onEvent(event: Event): void {

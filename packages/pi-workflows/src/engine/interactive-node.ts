@@ -3,8 +3,10 @@
 import type { AgentNode, CheckpointNode, DecisionNode, Dynamic, NodeContext, NodeError } from "../types.js";
 import { checkDecision, decisionPrompt, parseAgentJson } from "./agent-output.js";
 import { type Attempt, attemptContext, complete, ensureStarted, fail, type StepOutcome } from "./attempt.js";
+import type { AgentSubmission, AgentUpdate } from "../agent/executor.js";
+import { canonicalJson } from "../canonical.js";
 import { type AgentRunResult, HostRejectedError, type InteractionKind } from "./host.js";
-import { errorFrom, nodeError } from "./limits.js";
+import { checkedOutput, errorFrom, nodeError, OutputError, truncateUtf8, UPDATE_MESSAGE_BYTES_MAX } from "./limits.js";
 
 export const DEFAULT_AGENT_TIMEOUT_MS = 15 * 60_000;
 type AskNode = AgentNode | DecisionNode | CheckpointNode;
@@ -86,16 +88,29 @@ function validatingCandidate(attempt: Attempt): Candidate | undefined {
  * with an actionable error, and the run waits again.
  */
 async function judgeCandidate(attempt: Attempt, node: AskNode, candidate: Candidate): Promise<StepOutcome> {
-  let output: unknown;
-  try {
-    output = shapeAnswer(node, candidate.payload);
-  } catch (error) {
-    const rejection = errorFrom(error, "invalidOutput");
-    await attempt.env.host.interactionRejected(attempt.attemptId, { requestId: candidate.requestId, submissionId: candidate.submissionId, error: rejection });
+  const verdict = judgeSubmission(node, candidate.payload);
+  if (!verdict.accepted) {
+    await attempt.env.host.interactionRejected(attempt.attemptId, { requestId: candidate.requestId, submissionId: candidate.submissionId, error: verdict.error });
     return { kind: "waiting" };
   }
+  const output = verdict.output;
   await attempt.env.host.interactionAccepted(attempt.attemptId, { requestId: candidate.requestId, submissionId: candidate.submissionId, output });
   return { kind: "result", result: { outcome: "ok", output, visit: attempt.visit } };
+}
+
+type Verdict = { accepted: true; output: unknown } | { accepted: false; error: NodeError };
+
+/**
+ * The node's own checks on one submitted value, shared by an interactive candidate (judgeCandidate)
+ * and a headless step's bridge submission (runHeadlessAgent): the shaped output within the value
+ * limit, or the actionable error the model gets back.
+ */
+function judgeSubmission(node: AskNode, payload: unknown): Verdict {
+  try {
+    return { accepted: true, output: checkedOutput(shapeAnswer(node, payload)) };
+  } catch (error) {
+    return { accepted: false, error: error instanceof OutputError ? nodeError(error.code, error.message) : errorFrom(error, "invalidOutput") };
+  }
 }
 
 /** Check an answer (or headless reply) against the node's contract and commit it. */
@@ -207,10 +222,26 @@ async function runHeadlessAgent(attempt: Attempt, node: AgentNode | DecisionNode
   }, timeoutMs);
   const onRunAbort = () => controller.abort(env.signal.reason);
   env.signal.addEventListener("abort", onRunAbort, { once: true });
+  const requestId = `req:${attempt.attemptId}`;
+  const maxChars = node.kind === "agent" && typeof node.expectedOutput !== "string" ? node.expectedOutput?.maxChars : undefined;
+  const submission: AgentSubmission = {
+    requestId,
+    workflow: env.runState.workflowName,
+    nodePath: attempt.node.path,
+    ...(maxChars !== undefined ? { maxChars } : {}),
+    ...(node.kind === "agent" && node.allowedTools ? { allowedTools: node.allowedTools } : {}),
+    check: async (payload) => {
+      const verdict = judgeSubmission(node, payload);
+      return verdict.accepted ? verdict : { accepted: false, message: verdict.error.message };
+    },
+    // A headless step has no interactive request to keep updates on: each becomes a progress event.
+    update: (update) => env.host.nodeUpdate(attempt.attemptId, { message: updateMessage(update) }),
+  };
   let reply: AgentRunResult;
   try {
     reply = await executor.runAgent({
       ...request,
+      submission,
       timeoutMs,
       cwd: env.projectPath,
       signal: controller.signal,
@@ -227,5 +258,19 @@ async function runHeadlessAgent(attempt: Attempt, node: AgentNode | DecisionNode
     return fail(attempt, nodeError("timedOut", `agent step "${attempt.node.path}" timed out after ${timeoutMs} ms`));
   }
   if (!reply.ok) return fail(attempt, nodeError(reply.code || "agentFailed", reply.message));
+  // The bridge's accepted value was shaped by judgeSubmission already; a bare reply text (an
+  // executor without a bridge) goes through the same checks here.
+  if ("output" in reply) return complete(attempt, reply.output);
   return acceptAnswer(attempt, node, reply.text);
+}
+
+/** A bridge update as a `node.update` message: `<type> <key>: <data as JSON>`, within its limit. */
+function updateMessage(update: AgentUpdate): string {
+  let data: string;
+  try {
+    data = canonicalJson(update.data);
+  } catch {
+    data = "(not JSON)";
+  }
+  return truncateUtf8(`${update.type} ${update.key}: ${data}`, UPDATE_MESSAGE_BYTES_MAX);
 }

@@ -2,6 +2,7 @@
 // message, its kind in `customType`, the hidden workflow message ID in `details` (never shown
 // to the model: Pi keeps `details` out of model requests), and a text that tells the model
 // exactly what to do. The coordinator finds a sent message again by that hidden ID.
+import { boundedPromptText, EXPECTED_OUTPUT_BYTES_MAX, EXPECTED_OUTPUT_EXCERPT_BYTES } from "../engine/agent-output.js";
 import type { PiSessionEntry } from "./pi-types.js";
 import type { MessageKind, ViewMessage } from "./session-view.js";
 
@@ -44,10 +45,12 @@ export interface OutgoingMessage {
  * Whether sending a message starts a model turn. Decisions and notifications never do. Neither
  * does a checkpoint step: it waits for an answer (a person's `/workflow answer`, or the model's
  * `answer` action in a later turn), and a model turn started for it could only end without one.
+ * Nor does a cancelled run's terminal message: a person cancelled it, so it is passive.
  */
 export function triggersTurn(message: Pick<ViewMessage, "kind" | "content">): boolean {
   if (message.kind === "step") return stepForm(message.content) !== "checkpoint";
-  return message.kind === "terminal" || message.kind === "followUp";
+  if (message.kind === "terminal") return !(isObject(message.content) && message.content.outcome === "cancelled");
+  return message.kind === "followUp";
 }
 
 const isObject = (value: unknown): value is Record<string, unknown> => value !== null && typeof value === "object" && !Array.isArray(value);
@@ -101,7 +104,9 @@ export function stepText(message: ViewMessage): string {
     );
     return bounded(lines.join("\n"));
   }
-  lines.push(str(content.prompt) ?? "(no prompt)", "");
+  // One bound for prompts in both modes (the headless bridge uses it too): a prompt over 64 KiB
+  // becomes its first 16 KiB, its size and its digest.
+  lines.push(boundedPromptText(str(content.prompt) ?? "(no prompt)"), "");
   if (form === "assistant") {
     const limit = typeof content.maxChars === "number" ? ` of at most ${content.maxChars} characters` : "";
     lines.push(
@@ -110,7 +115,8 @@ export function stepText(message: ViewMessage): string {
     );
     return bounded(lines.join("\n"));
   }
-  if (str(content.expectedOutput)) lines.push(`Expected output: ${content.expectedOutput as string}`, "");
+  const expected = str(content.expectedOutput);
+  if (expected) lines.push(`Expected output: ${boundedPromptText(expected, EXPECTED_OUTPUT_BYTES_MAX, EXPECTED_OUTPUT_EXCERPT_BYTES)}`, "");
   lines.push(
     `When you are done, call the \`workflow\` tool with {"action": "submit", "requestId": "${requestId}", "output": <the expected output as JSON>}.`,
     "If the submission is rejected, read the message, fix the output and submit again with the same requestId.",
@@ -139,7 +145,7 @@ function decisionText(message: ViewMessage): string {
 
 function notificationText(message: ViewMessage): string {
   const content = isObject(message.content) ? message.content : {};
-  const text = str(content.message) ?? str(content.text) ?? json(message.content);
+  const text = boundedPromptText(str(content.message) ?? str(content.text) ?? json(message.content));
   return bounded(`Workflow notification${str(content.kind) ? ` (${content.kind as string})` : ""}: ${text}`);
 }
 

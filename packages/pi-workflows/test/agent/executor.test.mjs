@@ -1,5 +1,7 @@
 // Runs the Pi RPC executor against the REAL pinned `pi` (1.6, on the project-local Node 22) and the scripted
-// mock model on 127.0.0.1, while this test process (the runner's side) may run on Node 20.
+// mock model on 127.0.0.1 (fixtures/bridge-model.mjs: it submits through the bridge's `workflow` tool),
+// while this test process (the runner's side) may run on Node 20. The step's output is the accepted
+// submission; these tests accept any value (the node's checks are covered in bridge.test.mjs).
 // Needs `dist/` (tsc build). Pi is installed on demand by scripts/install-pi.sh; if that fails, tests fail.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -29,9 +31,15 @@ after(async () => {
 
 const executor = () => createPiRpcExecutor({ piBinary, env: pi.env });
 
+/** A submission contract that accepts every value. */
+function acceptAll(requestId = "req:test") {
+  return { requestId, check: async (output) => ({ accepted: true, output }) };
+}
+
 function request(supervisor, overrides = {}) {
   return {
     prompt: "Say hello.",
+    submission: acceptAll(),
     timeoutMs: 30_000,
     cwd: pi.cwd,
     signal: new AbortController().signal,
@@ -59,22 +67,23 @@ function assertCleanLifecycle(supervisor, requestsBefore) {
   return register.pid;
 }
 
-test("a prompt completes with the mock model's text; register before the first request, unregister after the group is gone", async () => {
+test("a step completes with the submitted value; register before the first request, unregister after the group is gone", async () => {
   const supervisor = makeSupervisor(mock, { registerDelayMs: 400 });
   const before = mock.requests().length;
   const started = Date.now();
   const result = await executor().runAgent(request(supervisor));
   const elapsed = Date.now() - started;
-  assert.deepEqual(result, { ok: true, text: "Hello from the mock model." });
+  assert.deepEqual(result, { ok: true, output: "Hello from the mock model." });
   const pid = assertCleanLifecycle(supervisor, before);
   const sent = mock.requests().slice(before);
-  assert.equal(sent.length, 1);
+  assert.equal(sent.length, 1, "the accepted submission ends the turn (no follow-up model call)");
   assert.ok(sent[0].time >= supervisor.events[1].time, "first model request only after registration completed");
   assert.equal(sent[0].body.model, "mock-model");
   assert.equal(sent[0].body.stream, true);
   assert.equal(sent[0].auth, "Bearer sk-mock-not-a-real-key");
   const user = sent[0].body.messages.filter((m) => m.role === "user").at(-1);
   assert.match(JSON.stringify(user.content), /Say hello\./);
+  assert.match(JSON.stringify(user.content), /\\"action\\": \\"submit\\", \\"requestId\\": \\"req:test\\"/, "the prompt names the requestId");
   // Pi starts while registerProcess is pending, so the 400 ms delay overlaps Pi's own startup.
   console.log(`# pi pid ${pid}: runAgent start to first model request ${sent[0].time - started} ms, whole run ${elapsed} ms`);
 });
@@ -85,11 +94,11 @@ test("expectedOutput is described in the prompt; the default binary lookup finds
   // No piBinary and no PI_WORKFLOWS_PI_BIN: the executor falls back to .tools/pi from install-pi.sh.
   const result = await createPiRpcExecutor({ env: pi.env }).runAgent(
     request(supervisor, {
-      prompt: 'Answer the question. [mock:echo]\nECHO: {"answer":42}',
+      prompt: 'Answer the question.\nOUTPUTS: [{"answer":42}]',
       expectedOutput: 'a JSON object like {"answer": <number>}',
     }),
   );
-  assert.deepEqual(result, { ok: true, text: '{"answer":42}' });
+  assert.deepEqual(result, { ok: true, output: { answer: 42 } });
   assertCleanLifecycle(supervisor, before);
   const [sent] = mock.requests().slice(before);
   const user = JSON.stringify(sent.body.messages.filter((m) => m.role === "user").at(-1).content);
@@ -100,7 +109,7 @@ test("expectedOutput is described in the prompt; the default binary lookup finds
   }
 });
 
-test("no extension runs in a headless step and the agent dir gets no sessions or settings changes", async () => {
+test("no extension but the bridge runs in a headless step and the agent dir gets no sessions or settings changes", async () => {
   const probe = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures", "load-probe.ts");
   const extensions = path.join(pi.env.PI_CODING_AGENT_DIR, "extensions");
   fs.mkdirSync(extensions, { recursive: true });
@@ -117,11 +126,13 @@ test("no extension runs in a headless step and the agent dir gets no sessions or
     const supervisor = makeSupervisor(mock);
     const before = mock.requests().length;
     const plain = createPiRpcExecutor({ piBinary, env: { ...pi.env, PROBE_MARKER: marker } });
-    assert.deepEqual(await plain.runAgent(request(supervisor)), { ok: true, text: "Hello from the mock model." });
+    assert.deepEqual(await plain.runAgent(request(supervisor)), { ok: true, output: "Hello from the mock model." });
     assertCleanLifecycle(supervisor, before);
     assert.equal(fs.existsSync(marker), false, "the discovered extension in <agentDir>/extensions was not loaded");
     const [sent] = mock.requests().slice(before);
-    assert.deepEqual(sent.body.tools.map((t) => t.function?.name ?? t.name).sort(), ["bash", "edit", "read", "write"]);
+    assert.deepEqual(sent.body.tools.map((t) => t.function?.name ?? t.name).sort(), ["bash", "edit", "read", "workflow", "write"]);
+    const workflowTool = sent.body.tools.find((t) => t.function?.name === "workflow").function;
+    assert.deepEqual(workflowTool.parameters.properties.action.enum, ["update", "submit"], "the bridge offers only update and submit");
   } finally {
     fs.rmSync(extensions, { recursive: true, force: true });
   }
@@ -204,23 +215,6 @@ test("a wrapper that starts Pi on too old a Node fails with the Node 22 hint", {
   assert.match(result.message, /enableCompileCache/);
 });
 
-test("a prompt that a command handles: its own run is awaited, no run at all is agentFailed", async () => {
-  const probe = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures", "command-probe.ts");
-  const withCommands = createPiRpcExecutor({ piBinary, env: pi.env, extraArgs: ["-e", probe] });
-  const relayed = makeSupervisor(mock);
-  const before = mock.requests().length;
-  const relay = await withCommands.runAgent(request(relayed, { prompt: "/relay Say hello. [mock:echo] ECHO: relayed-42" }));
-  assert.deepEqual(relay, { ok: true, text: "relayed-42" });
-  assertCleanLifecycle(relayed, before);
-
-  const idle = makeSupervisor(mock);
-  const noop = await withCommands.runAgent(request(idle, { prompt: "/noop" }));
-  assert.equal(noop.ok, false);
-  assert.equal(noop.code, "agentFailed");
-  assert.match(noop.message, /handled the prompt as a command/);
-  assertCleanLifecycle(idle, before + 1);
-});
-
 test("a reply over the size bound gives agentOutputTooLarge", async () => {
   const supervisor = makeSupervisor(mock);
   const before = mock.requests().length;
@@ -252,12 +246,14 @@ test("a failing registerProcess rejects runAgent, sends no prompt and still stop
   assert.equal(mock.requests().length, before, "no prompt reached the model");
 });
 
-test("a bash tool call runs and the final reply follows the tool result", async () => {
+test("a bash tool call runs and the submission follows the tool result; the shell gets no bridge variables", async () => {
   const supervisor = makeSupervisor(mock);
   const before = mock.requests().length;
-  const result = await executor().runAgent(request(supervisor, { prompt: "Use the shell. [mock:tool]\nBASH: echo tool-output-$((40 + 2))" }));
+  const result = await executor().runAgent(
+    request(supervisor, { prompt: "Use the shell. [mock:tool]\nBASH: echo tool-output-$((40 + 2)) socket=${PI_WORKFLOWS_BRIDGE_SOCKET:-none} token=${PI_WORKFLOWS_BRIDGE_TOKEN:-none}" }),
+  );
   assert.equal(result.ok, true, JSON.stringify(result));
-  assert.match(result.text, /^Tool finished: tool-output-42/);
+  assert.match(result.output, /^Tool finished: tool-output-42 socket=none token=none/);
   assert.equal(mock.requests().length, before + 2, "one request for the tool call, one after the tool result");
   assertCleanLifecycle(supervisor, before);
 });

@@ -25,11 +25,17 @@ export function tempDir(prefix) {
   return fs.mkdtempSync(path.join(os.tmpdir(), `piw-agent-${prefix}-`));
 }
 
-/** Starts scripts/mock-model.mjs on 127.0.0.1 and resolves once it printed its port. */
-export async function startMock(extraEnv = {}) {
+/** The scripted model of headless steps: it submits through the bridge's `workflow` tool (see its header). */
+export const BRIDGE_MODEL = path.join(here, "fixtures", "bridge-model.mjs");
+
+/**
+ * Starts a mock model on 127.0.0.1 (default: test/agent/fixtures/bridge-model.mjs; scripts/mock-model.mjs
+ * answers with text only) and resolves once it printed its port.
+ */
+export async function startMock(extraEnv = {}, script = BRIDGE_MODEL) {
   const dir = tempDir("mock");
   const logFile = path.join(dir, "requests.jsonl");
-  const child = spawn(process.execPath, [path.join(packageDir, "scripts", "mock-model.mjs")], {
+  const child = spawn(process.execPath, [script], {
     env: { ...process.env, MOCK_REQUEST_LOG: logFile, ...extraEnv },
     stdio: ["pipe", "pipe", "inherit"],
   });

@@ -222,6 +222,39 @@ test("interaction.submit stays pending across a reconnect and answers its one ve
   proxy.close();
 });
 
+test("a coordinator's submission resent after a reconnect carries the restored watch's new epoch", async () => {
+  const direct = await connect(serverSocket);
+  const runId = `run-tse-${Date.now()}`;
+  const sessionId = `session-${runId}`;
+  await direct.call("run.start", { runId, payload: { workflow: checked, projectPath: state, executionMode: "interactive", originSessionId: sessionId } });
+  await viewUntil(direct, runId, (view) => view.display.status === "waiting" && view.display.activity.kind === "none");
+  // The proxied client is the session's coordinator; its connection drops while the check runs.
+  let atDrop;
+  const proxy = await startProxy([{ kind: "dropAfter", ms: 600 }], { kind: "forward" }, () => {
+    atDrop = direct.call("view.run.get", { runId });
+  });
+  const client = await connect(proxy.socketPath);
+  const epochs = [];
+  const { epoch } = await client.watchSession(sessionId, () => {}, { coordinator: true, onEpoch: (claimed) => epochs.push(claimed) });
+  const key = `submit-${runId}`;
+  const answer = await client.request("interaction.submit", { runId, idempotencyKey: key, payload: { output: { summary: "done" }, coordinator: { sessionId, epoch } } });
+  assert.notEqual((await atDrop).view.display.status, "completed", "the verdict was not in when the connection was lost");
+  assert.ok(["accepted", "adopted"].includes(answer.outcome), JSON.stringify(answer));
+  assert.equal(answer.receipt.outcome, "accepted", "answered with the step's verdict");
+  assert.equal(epochs.length, 2, "the restore claimed the session again");
+  assert.ok(epochs[1] > epochs[0], JSON.stringify(epochs));
+  const sent = proxy.log.requests.filter((request) => request.idempotencyKey === key);
+  assert.deepEqual(
+    sent.map((request) => request.payload.coordinator.epoch),
+    [epochs[0], epochs[0], epochs[1]],
+    "the first resend is fenced; the next carries the new epoch",
+  );
+  assert.equal(new Set(sent.map((request) => request.requestId)).size, 3, "a new request ID per attempt");
+  const final = await viewUntil(direct, runId, (view) => view.display.status === "completed" && view.display.activity.kind === "none");
+  assert.equal(final.run.completedSteps, 2, "one verdict, one completion");
+  proxy.close();
+});
+
 test("a watch is restored after a reconnect from the held revision, under the ID its caller holds", async () => {
   const direct = await connect(serverSocket);
   const runId = `run-tsw-${Date.now()}`;

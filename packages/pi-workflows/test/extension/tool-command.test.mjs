@@ -5,7 +5,8 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { test } from "node:test";
 import { completions, parseCommand } from "../../dist/extension/command.js";
-import { outgoing, stepText } from "../../dist/extension/messages.js";
+import { outgoing, stepText, triggersTurn } from "../../dist/extension/messages.js";
+import { createHash } from "node:crypto";
 import { loadShortcuts } from "../../dist/extension/shortcuts.js";
 import { idempotencyKeyOf, TOOL_ACTIONS, TOOL_ERRORS_MAX, TOOL_PARAMETERS, ToolInputError, validateToolParams } from "../../dist/extension/tool.js";
 import { WIDGET_LINES_MAX, statusLine, widgetLines } from "../../dist/extension/widget.js";
@@ -147,4 +148,24 @@ test("the step text tells the model how to submit; details carry the hidden ID",
   assert.equal(built.customType, "pi-workflows-step");
   assert.equal(built.details.workflowMessageId, "msg-ab-3");
   assert.ok(!built.content.includes("msg-ab-3"), "the hidden ID is not in the model's text");
+});
+
+test("a huge prompt reaches the model as an excerpt with its size and digest; the stored value stays whole", () => {
+  const prompt = `Review this:\n${"diff line\n".repeat(100_000)}`; // ~1 MB, as a prompt built from many step results can be
+  const content = { workflow: "review", nodePath: "write", attemptId: "att-1", prompt, expectedOutput: "{notes: string}" };
+  const message = { workflowMessageId: "msg-ab-4", runId: "run-1", kind: "step", reason: "initial", sourceId: "req:att-1", order: 4, status: "pending", content };
+  const built = outgoing(message);
+  assert.ok(Buffer.byteLength(built.content) < 20 * 1024, `bounded: ${Buffer.byteLength(built.content)} bytes`);
+  assert.match(built.content, new RegExp(`${Buffer.byteLength(prompt)} bytes in all, sha256 ${createHash("sha256").update(prompt).digest("hex")}`));
+  assert.match(built.content, /"action": "submit", "requestId": "req:att-1"/, "the contract survives the cut");
+  assert.equal(built.details.content.prompt, prompt, "the renderer keeps the whole stored value");
+});
+
+test("a cancelled run's terminal message is passive; other endings and follow-ups start a turn", () => {
+  const terminal = (outcome) => ({ kind: "terminal", content: { outcome, runId: "run-1", workflowName: "w" } });
+  assert.equal(triggersTurn(terminal("cancelled")), false);
+  assert.equal(triggersTurn(terminal("completed")), true);
+  assert.equal(triggersTurn(terminal("failed")), true);
+  assert.equal(triggersTurn({ kind: "followUp", content: { prompt: "next" } }), true);
+  assert.equal(triggersTurn({ kind: "notification", content: { message: "hi" } }), false);
 });

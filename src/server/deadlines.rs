@@ -1,0 +1,86 @@
+//! The deadline task (a supervised task under the root, transient): every second it observes
+//! the model time of interactive steps whose Pi turn is open in a connected session, and it
+//! times out each waiting step whose time is up — an agent or assistant step whose model
+//! time reached its `timeoutMs`, a checkpoint or decision whose wall-clock deadline passed
+//! (docs/SESSIONS.md "Deadlines"). A timed-out run is queued, and the scheduler starts the
+//! runner that records the timeout on the same attempt and follows its `$result.outcome`
+//! route (or ends the run `timed_out`). Startup recovery runs the same timeout pass first.
+//!
+//! Architecture Invariant: the task holds nothing the store does not know. "Connected" is
+//! the one in-memory fact it reads (the coordinators of this server: an older server's
+//! coordinators are gone with it), so a restarted task simply observes again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::blocking;
+use super::coordinators::Coordinators;
+use super::shared::Shared;
+use crate::store::deadlines;
+
+/// How often model time is observed and deadlines are checked. Also the most model time a
+/// step can lose or gain at a turn's edge.
+pub const DEADLINE_TICK_MS: u64 = 1_000;
+
+#[derive(Clone)]
+pub struct DeadlineArgs {
+    pub shared: Arc<Shared>,
+    pub coordinators: Arc<Coordinators>,
+}
+
+/// Observe and time out every tick until the server stops.
+pub async fn deadline_task(args: DeadlineArgs) -> Result<(), String> {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(DEADLINE_TICK_MS)) => {}
+            _ = args.shared.stopped() => return Ok(()),
+        }
+        if args.shared.stop_requested().is_some() {
+            return Ok(());
+        }
+        observe_once(&args).await;
+        time_out_once(&args.shared).await;
+    }
+}
+
+async fn observe_once(args: &DeadlineArgs) {
+    let store = &args.shared.store;
+    let seen = match blocking::read(store, deadlines::observation).await {
+        Ok(seen) if seen.is_empty() => return,
+        Ok(seen) => seen,
+        Err(err) => {
+            tracing::warn!(error = %err, "step model time could not be read; observing again in a second");
+            return;
+        }
+    };
+    let coordinators = Arc::clone(&args.coordinators);
+    let observed = blocking::write(store, move |tx| {
+        deadlines::observe(tx, &seen, |session| coordinators.active_epoch(session).is_some())
+    })
+    .await;
+    if let Err(err) = observed {
+        tracing::warn!(error = %err, "step model time could not be recorded; observing again in a second");
+    }
+}
+
+async fn time_out_once(shared: &Arc<Shared>) {
+    let store = &shared.store;
+    let now = store.now_ms();
+    // A read first: most ticks find nothing, and then nothing is written.
+    match blocking::read(store, move |conn| deadlines::expired(conn, now, 1)).await {
+        Ok(due) if due.is_empty() => return,
+        Ok(_) => {}
+        Err(err) => {
+            tracing::warn!(error = %err, "deadlines could not be read; checking again in a second");
+            return;
+        }
+    }
+    match blocking::write(store, deadlines::time_out_due).await {
+        Ok(queued) if !queued.is_empty() => {
+            tracing::info!(steps = queued.len(), "timed out steps whose time was up");
+            shared.wake_scheduler();
+        }
+        Ok(_) => {}
+        Err(err) => tracing::warn!(error = %err, "steps could not be timed out; trying again in a second"),
+    }
+}
