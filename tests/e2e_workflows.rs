@@ -236,8 +236,20 @@ fn release_gate_waits_at_its_checkpoint_and_the_answer_writes_the_note_once() {
     ]);
     env.expect_code(&answer, 0, "checkpoint answer --follow");
     let status = json_of(&answer);
-    assert_eq!(status["runId"], run_id.as_str());
+    // The answer settled the run; its continuation went on from the checkpoint.
+    let continuation = continuation_of(&env, &run_id);
+    assert_eq!(
+        status["runId"],
+        continuation.as_str(),
+        "--follow follows the continuation"
+    );
     assert_eq!(status["status"], "completed", "{status}");
+    assert_eq!(
+        env.text(&format!(
+            "SELECT status || ' ' || status_detail FROM runs WHERE run_id = '{run_id}'"
+        )),
+        "completed continued"
+    );
     assert_eq!(status["result"]["released"], true, "{status}");
     let written = std::fs::read_to_string(&note).expect("the release note exists");
     assert!(written.contains("Approved by t."), "{written}");
@@ -765,7 +777,16 @@ fn edit(path: &Path, from: &str, to: &str) {
 
 const AFTER_ORIGINAL: &str = r#"after: compute({ run: () => ({ after: "original" }) }),"#;
 
-fn answer_expecting_source_changed(gated: &GatedProject) {
+/// The continuation run that an answer to `run_id`'s checkpoint started.
+fn continuation_of(env: &Env, run_id: &str) -> String {
+    env.text(&format!(
+        "SELECT run_id FROM runs WHERE parent_run_id = '{run_id}' AND origin = 'continuation'"
+    ))
+}
+
+/// Answer the gated checkpoint: its continuation parks `workflowSourceChanged`. Returns the
+/// continuation's run ID.
+fn answer_expecting_source_changed(gated: &GatedProject) -> String {
     let env = &gated.env;
     let answer = env.cli_in(
         gated.project.path(),
@@ -788,10 +809,11 @@ fn answer_expecting_source_changed(gated: &GatedProject) {
     assert_eq!(status["status"], "running", "{why}");
     assert_eq!(status["queueStatus"], "parked", "{why}");
     assert_eq!(status["detail"], "workflowSourceChanged", "{why}");
+    let continuation = continuation_of(env, &gated.run_id);
+    assert_eq!(status["runId"], continuation.as_str(), "{why}");
     assert_eq!(
         env.text(&format!(
-            "SELECT status_detail FROM runs WHERE run_id = '{}'",
-            gated.run_id
+            "SELECT status_detail FROM runs WHERE run_id = '{continuation}'"
         )),
         "workflowSourceChanged"
     );
@@ -803,10 +825,11 @@ fn answer_expecting_source_changed(gated: &GatedProject) {
     );
     assert_eq!(
         env.count("SELECT count(*) FROM node_attempts WHERE status = 'completed'"),
-        2,
-        "only `before` and `part/partStep` ran{}",
+        3,
+        "only `before`, `part/partStep` and the answered `gate` ran{}",
         env.diagnostics()
     );
+    continuation
 }
 
 #[test]
@@ -855,25 +878,29 @@ fn restoring_the_edited_file_and_resuming_completes_the_run_with_the_answer() {
             r#"after: compute({{ run: async () => {{ (await import("node:fs")).writeFileSync({marker:?}, "ran"); return {{ after: "edited" }}; }} }}),"#
         ),
     );
-    answer_expecting_source_changed(&gated);
+    let continuation = answer_expecting_source_changed(&gated);
     std::fs::write(gated.root(), original).expect("restore");
     // Resume only once the parked run's runner is gone (an earlier resume races like an
     // early answer: see `an_answer_while_the_waiting_runner_still_exits_continues_the_run`).
-    env.wait_runner_gone(&gated.run_id);
-    let revision = env.count(&format!("SELECT revision FROM runs WHERE run_id = '{}'", gated.run_id));
-    let resume = env.cli_in(gated.project.path(), &["run", "resume", &gated.run_id]);
+    env.wait_runner_gone(&continuation);
+    let revision = env.count(&format!("SELECT revision FROM runs WHERE run_id = '{continuation}'"));
+    let resume = env.cli_in(gated.project.path(), &["run", "resume", &continuation]);
     env.expect_code(&resume, 0, "run resume after restoring the file");
-    env.wait_settled_after(&gated.run_id, revision);
+    env.wait_settled_after(&continuation, revision);
     assert_eq!(
-        env.text(&format!("SELECT status FROM runs WHERE run_id = '{}'", gated.run_id)),
+        env.text(&format!("SELECT status FROM runs WHERE run_id = '{continuation}'")),
         "completed",
         "{}",
         env.diagnostics()
     );
     assert!(!gated.marker().exists());
-    assert_eq!(env.node_output(&gated.run_id, "gate"), serde_json::json!({"go": true}));
     assert_eq!(
-        env.node_output(&gated.run_id, "after"),
+        env.node_output(&gated.run_id, "gate"),
+        serde_json::json!({"go": true}),
+        "the answer"
+    );
+    assert_eq!(
+        env.node_output(&continuation, "after"),
         serde_json::json!({"after": "original"})
     );
 }

@@ -10,8 +10,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::{pi_workflows, query_db, wait_for_db};
+use pi_workflows::store::continuations::{self, CheckpointAnswer, Continued};
 use pi_workflows::store::interactions::{self, Submission, Submitted};
-use pi_workflows::store::{Store, SystemClock, blobs};
+use pi_workflows::store::{Store, StoreError, StoreResult, SystemClock, blobs};
 
 struct Dir(tempfile::TempDir);
 
@@ -70,8 +71,8 @@ impl Dir {
         format!("{directives},ack-file={}", self.path().join("acks").display())
     }
 
-    /// Submit input for the run's pending request while no server runs (the test plays
-    /// the client operation that issue 6 exposes on the socket).
+    /// Submit a candidate for the run's pending agent request while no server runs (the test
+    /// plays the client operation `interaction.submit`).
     fn submit(&self, run_id: &str, key: &str, payload: serde_json::Value) -> Submitted {
         let store = Store::open(&self.path().join("state.sqlite"), Arc::new(SystemClock)).expect("store");
         let (run, key) = (run_id.to_string(), key.to_string());
@@ -89,6 +90,34 @@ impl Dir {
                 interactions::submit(tx, &submission, None)
             })
             .expect("submit")
+    }
+
+    /// Answer the run's pending checkpoint while no server runs (the test plays the client
+    /// operation `checkpoint.answer`): the run is settled by continuation `continuation`.
+    fn answer(
+        &self,
+        run_id: &str,
+        key: &str,
+        continuation: &str,
+        payload: serde_json::Value,
+    ) -> StoreResult<Continued> {
+        let store = Store::open(&self.path().join("state.sqlite"), Arc::new(SystemClock)).expect("store");
+        let (run, key, continuation) = (run_id.to_string(), key.to_string(), continuation.to_string());
+        store.write(move |tx| {
+            let payload_hash = blobs::put_json(tx, &payload, 4096)?;
+            let request_id = format!("req-{run}");
+            let answer = CheckpointAnswer {
+                answer: Submission {
+                    run_id: &run,
+                    request_id: &request_id,
+                    submission_id: &format!("sub-{key}"),
+                    idempotency_key: &key,
+                    payload_hash: &payload_hash,
+                },
+                continuation_run_id: &continuation,
+            };
+            continuations::answer_checkpoint(tx, &answer, None)
+        })
     }
 }
 
@@ -193,18 +222,21 @@ fn a_checkpoint_waits_without_a_runner_and_its_answer_continues_the_run() {
     dir.stop();
 
     let answer = serde_json::json!({"approved": true});
-    assert!(matches!(
-        dir.submit("run-c", "k1", answer.clone()),
-        Submitted::Recorded { .. }
-    ));
-    assert!(matches!(
-        dir.submit("run-c", "k1", answer.clone()),
-        Submitted::Adopted { .. }
-    ));
+    let continued = dir.answer("run-c", "k1", "run-c2", answer.clone()).expect("answer");
+    assert_eq!(continued.continuation_run_id, "run-c2");
+    // A second answer finds no pending checkpoint: refused, nothing changes.
+    let again = dir.answer("run-c", "k2", "run-c3", answer.clone());
+    assert!(matches!(again, Err(StoreError::InvalidInput { .. })), "{again:?}");
+    assert_eq!(dir.count("SELECT count(*) FROM runs"), 2);
+    assert_eq!(
+        dir.text("SELECT status || ' ' || status_detail FROM runs WHERE run_id = 'run-c'"),
+        "completed continued",
+        "the answer settled the run by its continuation"
+    );
     dir.start(&script);
     dir.wait(
-        "the answered run completes",
-        "SELECT count(*) FROM runs WHERE status = 'completed'",
+        "the continuation completes",
+        "SELECT count(*) FROM runs WHERE run_id = 'run-c2' AND status = 'completed'",
     );
     let output: String = dir.text(
         "SELECT CAST(b.content AS TEXT) FROM node_attempts a JOIN blobs b ON b.blob_hash = a.output_hash
@@ -212,7 +244,16 @@ fn a_checkpoint_waits_without_a_runner_and_its_answer_continues_the_run() {
     );
     assert_eq!(output, r#"{"approved":true}"#);
     assert_eq!(dir.text("SELECT status FROM interactive_requests"), "settled");
-    assert!(dir.acks().contains("command resume inline"));
+    // The continuation ran only what follows the checkpoint.
+    assert_eq!(
+        dir.text("SELECT group_concat(node_id) FROM node_attempts WHERE run_id = 'run-c2'"),
+        "step3"
+    );
+    assert_eq!(
+        dir.text("SELECT parent_run_id || ' ' || origin || ' ' || root_run_id FROM runs WHERE run_id = 'run-c2'"),
+        "run-c continuation run-c"
+    );
+    assert!(dir.acks().contains("command continue inline"), "{}", dir.acks());
 }
 
 #[test]

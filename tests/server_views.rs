@@ -576,6 +576,11 @@ fn follow_ups_are_refused_for_a_headless_run_with_what_to_do() {
     assert!(refused.error.expect("error").message.contains("headless"));
     let empty = submit(&mut client, Operation::FollowUpQueue, "f-2", json!({"prompt": " "}));
     assert_eq!(empty.error.expect("error").code, "invalidRequest");
+    let long = "x".repeat(pi_workflows::store::messages::FOLLOW_UP_PROMPT_BYTES_MAX + 1);
+    let too_long = submit(&mut client, Operation::FollowUpQueue, "f-4", json!({ "prompt": long }));
+    let error = too_long.error.expect("error");
+    assert_eq!(error.code, "invalidRequest");
+    assert!(error.message.contains("65536 bytes"), "{}", error.message);
     let bad_id = submit(
         &mut client,
         Operation::FollowUpRemove,

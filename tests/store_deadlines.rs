@@ -10,6 +10,7 @@ mod common;
 use common::open_store;
 use common::sessions::*;
 use pi_workflows::store::deadlines::{self, OBSERVATION_STEP_MS_MAX};
+use pi_workflows::store::effects;
 use pi_workflows::store::interactions::{InteractionKind, Submission};
 use pi_workflows::store::recovery;
 use pi_workflows::store::turns::TurnOutcome;
@@ -180,7 +181,13 @@ fn a_spent_budget_times_the_step_out_once_for_its_outcome_route() {
         };
         pi_workflows::store::interactions::submit(tx, &submission, None)
     });
-    assert!(matches!(late, Err(StoreError::InvalidInput { .. })), "{late:?}");
+    let Err(StoreError::InvalidInput { detail, .. }) = &late else {
+        panic!("a late submission is refused: {late:?}");
+    };
+    assert!(
+        detail.contains("timed out"),
+        "it says what became of the step: {detail}"
+    );
     assert_eq!(revision(&t.store), revision_before + 1);
     // The turn in Pi may still be running; its late end adopts the closed step.
     end(&t.store, "turn-1", TurnOutcome::Completed).expect("late end");
@@ -254,4 +261,94 @@ fn an_agent_budget_keeps_no_idle_server_alive_and_startup_times_out_a_spent_one(
         value::<String>(&t.store, "SELECT status FROM runs WHERE run_id = 'run-1'"),
         "queued"
     );
+}
+
+/// A headless run holding a running attempt with a wall-clock deadline `ms` from now.
+fn running_with_deadline(t: &common::TestStore, ms: i64, with_effect: bool) {
+    t.store
+        .write(|tx| pi_workflows::store::runs::queue_run(tx, &common::new_run(RUN)))
+        .expect("queue");
+    let authority = claim(&t.store, RUN);
+    let deadline_at = t.store.now_ms() + ms;
+    t.store
+        .write(move |tx| {
+            let attempt = pi_workflows::store::attempts::NewAttempt {
+                attempt_id: "a-1".to_string(),
+                node_id: "ask".to_string(),
+                node_path: "ask".to_string(),
+                visit: 1,
+                node_type: "agent".to_string(),
+                deadline_at: Some(deadline_at),
+                timeout_ms: Some(ms),
+                settings_change_number: None,
+            };
+            pi_workflows::store::attempts::start_attempt(tx, &authority, None, &attempt)?;
+            if with_effect {
+                let request = effects::EffectRequest {
+                    effect_type: "ticket.create".to_string(),
+                    idempotency_key: "key-1".to_string(),
+                    request_fingerprint: "f".repeat(64),
+                    recovery: effects::EffectRecovery::Manual,
+                    attempt_id: Some("a-1".to_string()),
+                    request_summary: None,
+                };
+                effects::reserve(tx, &authority, None, &request)?;
+            }
+            Ok(())
+        })
+        .expect("attempt");
+}
+
+#[test]
+fn a_reclaimed_step_past_its_deadline_is_timed_out_not_rerun() {
+    let t = open_store();
+    running_with_deadline(&t, 1000, false);
+    // Within the grace its own runner may still end it: a reclaim now interrupts it.
+    t.clock.advance_ms(1000 + deadlines::OVERDUE_GRACE_MS - 1);
+    let now = t.store.now_ms();
+    assert!(
+        t.store
+            .read(move |conn| deadlines::overdue_runs(conn, now, 10))
+            .expect("overdue")
+            .is_empty()
+    );
+    t.clock.advance_ms(1);
+    let now = t.store.now_ms();
+    assert_eq!(
+        t.store
+            .read(move |conn| deadlines::overdue_runs(conn, now, 10))
+            .expect("overdue"),
+        [RUN.to_string()]
+    );
+    // The server went away (or stopped the blocked runner): the reclaim times the step out.
+    let report = t
+        .store
+        .write(|tx| recovery::recover(tx, "server-2", &[]))
+        .expect("recover");
+    assert_eq!(report.reclaimed_runs, 1);
+    assert_eq!(report.requeued_runs, 1);
+    assert_eq!(
+        value::<String>(&t.store, "SELECT status FROM node_attempts WHERE attempt_id = 'a-1'"),
+        "timed_out"
+    );
+    assert_eq!(
+        value::<String>(&t.store, "SELECT status FROM runs WHERE run_id = 'run-1'"),
+        "queued"
+    );
+}
+
+#[test]
+fn an_overdue_step_with_an_applying_effect_is_left_to_its_effect_contract() {
+    let t = open_store();
+    running_with_deadline(&t, 1000, true);
+    t.clock.advance_ms(60_000);
+    t.store
+        .write(|tx| recovery::recover(tx, "server-2", &[]))
+        .expect("recover");
+    assert_eq!(
+        value::<String>(&t.store, "SELECT status FROM node_attempts WHERE attempt_id = 'a-1'"),
+        "interrupted",
+        "the effect decides: not timed out"
+    );
+    assert_eq!(value::<String>(&t.store, "SELECT status FROM effects"), "ambiguous");
 }

@@ -64,16 +64,7 @@ fn crash_and_park(store: &Store, authority: &ClaimAuthority, reason: ParkReason)
 fn resume(store: &Store, run_id: &str) -> ClaimAuthority {
     let id = run_id.to_string();
     store.write(move |tx| runs::resume_run(tx, &id, None)).expect("resume");
-    let id = run_id.to_string();
-    let authority = store
-        .write(move |tx| runs::start_run(tx, &id, SERVER))
-        .expect("start again")
-        .value;
-    let claim = authority.clone();
-    store
-        .write(move |tx| runs::mark_running(tx, &claim, None))
-        .expect("running again");
-    authority
+    running_again(store, run_id)
 }
 
 fn text(store: &Store, sql: &str) -> String {
@@ -99,6 +90,45 @@ fn review(
 ) -> Result<i64, StoreError> {
     let (id, effect) = (run_id.to_string(), effect_id.to_string());
     store.write(move |tx| runs::review_effect(tx, &id, expected, &effect, resolution, None))
+}
+
+#[test]
+fn a_pause_while_an_effect_applies_follows_its_contract_like_a_crash() {
+    for (recovery, status, resumable) in [
+        (EffectRecovery::Idempotent, "pending", true),
+        (EffectRecovery::Manual, "ambiguous", false),
+    ] {
+        let t = open_store();
+        let authority = running(&t.store, "run-1");
+        reserve(&t.store, &authority, &request("k", "fp-a", recovery)).expect("reserve");
+        t.store
+            .write(move |tx| runs::pause_claimed(tx, &authority, None))
+            .expect("pause");
+        assert_eq!(text(&t.store, "SELECT status FROM effects"), status, "{recovery:?}");
+        // Resuming an idempotent effect applies it again under its key; a manual one waits
+        // for a review (resume is refused, nothing changes).
+        let resumed = t.store.write(|tx| runs::resume_run(tx, "run-1", None));
+        assert_eq!(resumed.is_ok(), resumable, "{recovery:?}: {resumed:?}");
+        if resumable {
+            let again = running_again(&t.store, "run-1");
+            let reservation = reserve(&t.store, &again, &request("k", "fp-a", recovery)).expect("reserve again");
+            assert!(reservation.execute, "applied again with the same key");
+        }
+    }
+}
+
+/// Admit a queued run again (after a resume).
+fn running_again(store: &Store, run_id: &str) -> ClaimAuthority {
+    let id = run_id.to_string();
+    let authority = store
+        .write(move |tx| runs::start_run(tx, &id, SERVER))
+        .expect("start again")
+        .value;
+    let claim = authority.clone();
+    store
+        .write(move |tx| runs::mark_running(tx, &claim, None))
+        .expect("running again");
+    authority
 }
 
 #[test]

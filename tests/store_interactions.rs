@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::sessions::{claim, queue_interactive};
 use common::{new_run, open_store, snapshot};
 use pi_workflows::store::attempts::{self, AttemptOutcome, NewAttempt};
 use pi_workflows::store::blobs::put_json;
@@ -14,22 +15,11 @@ use pi_workflows::store::{Store, StoreError};
 
 const RUN: &str = "run-i";
 
-fn claim(store: &Store) -> ClaimAuthority {
-    let authority = store
-        .write(|tx| Ok(runs::start_run(tx, RUN, "server-1")?.value))
-        .expect("start");
-    let running = authority.clone();
-    store
-        .write(move |tx| runs::mark_running(tx, &running, None))
-        .expect("running");
-    authority
-}
-
 /// A run whose agent step waits on a pending request, and a submitted candidate that
 /// queued it again; returns the claim of the validating runner.
 fn validating_run(store: &Store) -> ClaimAuthority {
     store.write(|tx| runs::queue_run(tx, &new_run(RUN))).expect("queue");
-    let authority = claim(store);
+    let authority = claim(store, RUN);
     let owned = authority.clone();
     store
         .write(move |tx| {
@@ -68,7 +58,7 @@ fn validating_run(store: &Store) -> ClaimAuthority {
         })
         .expect("submit");
     assert!(matches!(submitted, Submitted::Recorded { .. }));
-    claim(store)
+    claim(store, RUN)
 }
 
 #[test]
@@ -142,16 +132,6 @@ fn a_rejected_candidate_leaves_the_request_pending_and_the_run_waiting() {
         )
         .expect("leases");
     assert_eq!(holders, 0, "a waiting run holds no claim");
-}
-
-fn queue_interactive(store: &Store, run_id: &str, session: &str) {
-    let run = pi_workflows::store::runs::NewRun {
-        execution: pi_workflows::store::runs::ExecutionMode::Interactive {
-            origin_session_id: session.to_string(),
-        },
-        ..new_run(run_id)
-    };
-    store.write(move |tx| runs::queue_run(tx, &run)).expect("queue");
 }
 
 fn follow_up_states(store: &Store, run_id: &str) -> Vec<String> {

@@ -814,6 +814,114 @@ fn the_startup_scan_makes_a_missing_terminal_message_once() {
     assert_verified(&t.store);
 }
 
+/// Queue follow-up `id` of `RUN`.
+fn follow_up(store: &Store, id: &'static str) {
+    store
+        .write(move |tx| {
+            let hash = put_json(tx, &serde_json::json!({"prompt": id}), 1024)?;
+            messages::queue_follow_up(tx, RUN, id, &hash).map(|_| ())
+        })
+        .expect("follow-up");
+}
+
+/// (kind, eligible) of the window's pending messages, in order.
+fn pending_eligibility(t: &common::TestStore) -> Vec<(String, bool)> {
+    view(t)
+        .messages
+        .iter()
+        .filter(|m| m.status == "pending")
+        .map(|m| (m.kind.clone(), m.eligible))
+        .collect()
+}
+
+#[test]
+fn follow_ups_wait_for_completion_and_the_terminal_turn_then_go_one_turn_at_a_time_in_order() {
+    let t = open_store();
+    queue_interactive(&t.store, RUN, SESSION);
+    follow_up(&t.store, "follow-up-a");
+    follow_up(&t.store, "follow-up-b");
+    let waiting = pending_eligibility(&t);
+    assert!(
+        waiting.iter().all(|(_, eligible)| !eligible),
+        "the run still holds the session: {waiting:?}"
+    );
+    let authority = claim(&t.store, RUN);
+    t.store
+        .write(move |tx| runs::complete_run(tx, &authority, None, None))
+        .expect("complete");
+    // The terminal message first; the follow-ups only once its turn is over.
+    assert_eq!(
+        pending_eligibility(&t),
+        [
+            ("followUp".to_string(), false),
+            ("followUp".to_string(), false),
+            ("terminal".to_string(), true)
+        ]
+    );
+    send_and_start(&t, "turn-t");
+    assert!(
+        pending_eligibility(&t).iter().all(|(_, eligible)| !eligible),
+        "a turn is open"
+    );
+    end(&t.store, "turn-t", TurnOutcome::Completed).expect("end");
+    assert_eq!(
+        pending_eligibility(&t),
+        [("followUp".to_string(), true), ("followUp".to_string(), true)]
+    );
+    // One at a time: while the first follow-up's turn is open, the second waits.
+    let first = messages_of(&t.store)
+        .into_iter()
+        .find(|(_, kind, _, status)| kind == "followUp" && status == "pending")
+        .expect("first follow-up")
+        .0;
+    branch(&t.store, false, &[(&first, "entry-f1")]).expect("sent");
+    assert_eq!(
+        start(&t.store, "turn-f1", &first).expect("start").ownership,
+        Ownership::Active
+    );
+    assert_eq!(pending_eligibility(&t), [("followUp".to_string(), false)]);
+    end(&t.store, "turn-f1", TurnOutcome::Completed).expect("end");
+    assert_eq!(pending_eligibility(&t), [("followUp".to_string(), true)]);
+    // A follow-up's turn is not the workflow's activity: the completed run never shows running.
+    assert_eq!(view(&t).active_run_id, None);
+    assert_verified(&t.store);
+}
+
+#[test]
+fn at_most_32_follow_ups_wait_and_a_refused_one_changes_nothing() {
+    let t = open_store();
+    queue_interactive(&t.store, RUN, SESSION);
+    for n in 0..messages::FOLLOW_UPS_PENDING_MAX {
+        t.store
+            .write(move |tx| {
+                let hash = put_json(tx, &serde_json::json!({"prompt": n}), 1024)?;
+                messages::queue_follow_up(tx, RUN, &format!("follow-up-{n}"), &hash).map(|_| ())
+            })
+            .expect("follow-up");
+    }
+    let before = common::snapshot(&t.store);
+    let refused = t.store.write(|tx| {
+        let hash = put_json(tx, &serde_json::json!({"prompt": "one more"}), 1024)?;
+        messages::queue_follow_up(tx, RUN, "follow-up-extra", &hash).map(|_| ())
+    });
+    assert!(matches!(refused, Err(StoreError::InvalidInput { .. })), "{refused:?}");
+    assert_eq!(common::snapshot(&t.store), before);
+}
+
+#[test]
+fn a_failed_run_cancels_its_follow_ups_and_its_terminal_message_still_comes() {
+    let t = open_store();
+    queue_interactive(&t.store, RUN, SESSION);
+    follow_up(&t.store, "follow-up-a");
+    let authority = claim(&t.store, RUN);
+    t.store
+        .write(move |tx| runs::fail_run(tx, &authority, None, runs::FailureClass::NodeFailed, None))
+        .expect("fail");
+    let all = messages_of(&t.store);
+    let states: Vec<(&str, &str)> = all.iter().map(|m| (m.1.as_str(), m.3.as_str())).collect();
+    assert_eq!(states, [("followUp", "cancelled"), ("terminal", "pending")]);
+}
+
 #[test]
 fn a_newer_run_or_clear_terminal_removes_the_retained_run() {
     let t = open_store();

@@ -462,11 +462,18 @@ fn base64_decode(text: &str) -> Vec<u8> {
 type Answered = Option<(Option<String>, Value)>;
 
 fn progress_of(state: &Value) -> (Vec<String>, Answered) {
-    let attempts = state
+    // A continuation (command `continue`) goes on after its parent's history: the parent's
+    // attempts, its answered checkpoint completed, count as done.
+    let inherited = state["continuation"]["attempts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let own = state
         .get("attempts")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
+    let attempts: Vec<Value> = inherited.into_iter().chain(own).collect();
     let done = attempts
         .iter()
         .filter(|a| a.get("status").and_then(Value::as_str) == Some("completed"))

@@ -144,6 +144,11 @@ fn summary_lines(view: &Value, now_ms: i64) -> Vec<String> {
         duration(end - run["createdAt"].as_i64().unwrap_or(end)),
         view["revision"],
     ));
+    if let Some(next) = run["continuedAs"].as_str() {
+        lines.push(format!(
+            "its checkpoint was answered; the workflow continues as run {next} (`pi-workflows view {next}`)"
+        ));
+    }
     if let Some(node) = display.get("currentNode") {
         lines.push(format!(
             "current: {} ({}, {})",

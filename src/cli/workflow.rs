@@ -214,8 +214,12 @@ fn print_ending(status: &JsonObject, elapsed: Duration) {
     let steps = status.get("completedSteps").and_then(Value::as_i64).unwrap_or(0);
     let run_id = text("runId");
     let paused = status.get("paused").and_then(Value::as_bool) == Some(true);
+    let continued_as = text("continuedAs");
     match text("status").as_str() {
         _ if paused => println!("run {run_id} is paused; continue it with `pi-workflows run resume {run_id}`"),
+        _ if !continued_as.is_empty() => println!(
+            "run {run_id}'s checkpoint was answered; it continues as run {continued_as} (`pi-workflows view {continued_as}`)"
+        ),
         "waiting" => {
             if let Some(summary) = status.get("request").and_then(|request| request.get("summary")) {
                 println!(
@@ -363,13 +367,24 @@ fn send_answer(
     payload.insert("answer".into(), answer);
     let response = client.request_for(operation, Some(run_id), payload)?;
     accepted(&response)?;
+    // An answered checkpoint settles the run by a continuation run, which goes on from it.
+    let continuation = response
+        .receipt
+        .as_ref()
+        .and_then(|receipt| receipt.get("continuationRunId"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let next = continuation.as_deref().unwrap_or(run_id);
     if follow_run {
-        return follow(&mut client, run_id, json);
+        return follow(&mut client, next, json);
     }
-    if json {
-        println!("{}", json!({"runId": run_id, "answered": true}));
-    } else {
-        println!("run {run_id} answered; it continues");
+    match (json, &continuation) {
+        (true, _) => println!(
+            "{}",
+            json!({"runId": run_id, "answered": true, "continuationRunId": continuation})
+        ),
+        (false, Some(continued)) => println!("run {run_id} answered; it continues as run {continued}"),
+        (false, None) => println!("run {run_id} answered; it continues"),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use super::blocking;
 use super::coordinators::Coordinators;
+use super::runners::mailbox::RunnerMsg;
+use super::runners::registry::Runners;
 use super::shared::Shared;
 use crate::store::deadlines;
 
@@ -26,6 +28,7 @@ pub const DEADLINE_TICK_MS: u64 = 1_000;
 pub struct DeadlineArgs {
     pub shared: Arc<Shared>,
     pub coordinators: Arc<Coordinators>,
+    pub runners: Arc<Runners>,
 }
 
 /// Observe and time out every tick until the server stops.
@@ -40,6 +43,7 @@ pub async fn deadline_task(args: DeadlineArgs) -> Result<(), String> {
         }
         observe_once(&args).await;
         time_out_once(&args.shared).await;
+        stop_overdue_runners(&args).await;
     }
 }
 
@@ -82,5 +86,30 @@ async fn time_out_once(shared: &Arc<Shared>) {
         }
         Ok(_) => {}
         Err(err) => tracing::warn!(error = %err, "steps could not be timed out; trying again in a second"),
+    }
+}
+
+/// A headless step past its deadline by `OVERDUE_GRACE_MS` whose runner did not end it (its
+/// event loop is blocked): its runner is stopped like a stalled one, and the reclaim that
+/// follows records the step `timed_out` (`store::deadlines::time_out_overdue`).
+async fn stop_overdue_runners(args: &DeadlineArgs) {
+    let store = &args.shared.store;
+    let now = store.now_ms();
+    let overdue = match blocking::read(store, move |conn| {
+        deadlines::overdue_runs(conn, now, deadlines::OVERDUE_BATCH_MAX)
+    })
+    .await
+    {
+        Ok(overdue) => overdue,
+        Err(err) => {
+            tracing::warn!(error = %err, "overdue steps could not be read; checking again in a second");
+            return;
+        }
+    };
+    for run_id in overdue {
+        if let Some(runner) = args.runners.runner_for(&run_id) {
+            // A runner already stopping ignores it; one gone leaves its run to the reclaimer.
+            let _ = runner.cast(RunnerMsg::Overdue);
+        }
     }
 }

@@ -140,6 +140,7 @@ fn deadlines(parts: &TreeParts) -> ChildSpec {
     let args = DeadlineArgs {
         shared: Arc::clone(&parts.shared),
         coordinators: Arc::clone(&parts.ops.coordinators),
+        runners: Arc::clone(&parts.runners),
     };
     ChildSpec::task("deadlines", Restart::Transient, move || deadline_task(args.clone()))
 }

@@ -264,6 +264,25 @@ pub(crate) fn end_waiting(
     Ok(())
 }
 
+/// A waiting checkpoint attempt was answered: it completes with the answer as its output
+/// (its run is settled by its continuation in the same transaction).
+pub(crate) fn complete_waiting(tx: &WriteTx<'_>, run_id: &str, attempt_id: &str, output_hash: &str) -> StoreResult<()> {
+    let updated = tx
+        .conn()
+        .prepare_cached(
+            "UPDATE node_attempts SET status = 'completed', output_hash = ?1, finished_at = ?2
+             WHERE attempt_id = ?3 AND run_id = ?4 AND status = 'waiting'",
+        )?
+        .execute(params![output_hash, tx.now_ms(), attempt_id, run_id])?;
+    if updated != 1 {
+        return Err(StoreError::AttemptNotActive {
+            run_id: run_id.to_string(),
+            attempt_id: attempt_id.to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// The running attempt (if any) now waits for input and stays unfinished.
 pub(crate) fn mark_unfinished_waiting(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<()> {
     tx.conn()

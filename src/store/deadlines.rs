@@ -11,13 +11,13 @@
 //!
 //! Architecture Invariant: an interval grows only while its request is pending, its turn is
 //! open and its session has a coordinator; the deadline task closes it as soon as one of
-//! those stops holding. A timed-out step is ended by `runs::end_waiting_step`, the one path
+//! those stops holding. A timed-out step is ended by `run_waits::end_waiting_step`, the one path
 //! that closes a waiting step without an answer.
 
 use rusqlite::{Connection, params};
 
 use super::error::{StoreError, StoreResult};
-use super::runs::{self, WaitingEnd};
+use super::run_waits::{self, WaitingEnd};
 use super::writer::WriteTx;
 
 /// One observation adds at most this much model time: the deadline task observes every
@@ -277,7 +277,7 @@ pub fn time_out(tx: &WriteTx<'_>, step: &Expired) -> StoreResult<i64> {
     };
     let error = serde_json::json!({ "code": "timedOut", "message": message });
     let error_hash = super::blobs::put_json(tx, &error, TIMEOUT_ERROR_BYTES_MAX)?;
-    runs::end_waiting_step(
+    run_waits::end_waiting_step(
         tx,
         &step.run_id,
         &step.request_id,
@@ -305,4 +305,48 @@ pub fn time_out_due(tx: &WriteTx<'_>) -> StoreResult<Vec<String>> {
         }
     }
     Ok(queued)
+}
+
+// Headless deadlines ------------------------------------------------------------------------
+
+/// A running step's own runner gets this long past the step's deadline to end it (its
+/// timer fires at the deadline; stopping a Pi child takes a moment). Past it, the server
+/// stops the runner and the reclaim records the step `timed_out`.
+pub const OVERDUE_GRACE_MS: i64 = 5_000;
+/// Overdue runs one look stops at most.
+pub const OVERDUE_BATCH_MAX: usize = 64;
+
+/// Runs whose running step (a headless agent step, which commits its wall-clock deadline
+/// when it starts) is past its deadline by `OVERDUE_GRACE_MS` at `now_ms`.
+pub fn overdue_runs(conn: &Connection, now_ms: i64, limit: usize) -> StoreResult<Vec<String>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT a.run_id FROM node_attempts a JOIN runs r ON r.run_id = a.run_id
+         WHERE a.status = 'running' AND a.deadline_at IS NOT NULL AND a.deadline_at + ?1 <= ?2
+           AND r.status = 'running'
+         ORDER BY a.deadline_at LIMIT ?3",
+    )?;
+    let rows = statement.query_map(params![OVERDUE_GRACE_MS, now_ms, limit as i64], |row| row.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// A reclaimed run's running step that is past its deadline by `OVERDUE_GRACE_MS` (its
+/// runner was stopped for it, or the server was down past it) ends `timed_out` instead of
+/// rerunning; one with an effect left to judge is not touched (the effect's contract decides
+/// first). Returns the steps timed out.
+pub(super) fn time_out_overdue(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<usize> {
+    let error = serde_json::json!({
+        "code": "timedOut",
+        "message": "the step passed its deadline and its runner did not end it (its event loop may have been blocked); \
+                    the server stopped the runner",
+    });
+    let error_hash = super::blobs::put_json(tx, &error, TIMEOUT_ERROR_BYTES_MAX)?;
+    Ok(tx
+        .conn()
+        .prepare_cached(
+            "UPDATE node_attempts SET status = 'timed_out', error_hash = ?1, finished_at = ?2
+             WHERE run_id = ?3 AND status = 'running' AND deadline_at IS NOT NULL AND deadline_at + ?4 <= ?2
+               AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.attempt_id = node_attempts.attempt_id
+                               AND e.status IN ('pending', 'applying', 'ambiguous'))",
+        )?
+        .execute(params![error_hash, tx.now_ms(), run_id, OVERDUE_GRACE_MS])?)
 }

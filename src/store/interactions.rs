@@ -253,9 +253,9 @@ pub fn submission_id_of(command_fingerprint: &str) -> String {
     format!("sub-{}", &command_fingerprint[..24])
 }
 
-/// Submit input for a waiting run's pending request. A checkpoint answer is accepted at
-/// once (checkpoints have no validator); agent output becomes a `validating` candidate
-/// that a supervised runner accepts or rejects. Either way the run is queued to continue.
+/// Submit input for a waiting run's pending request: agent output (or a decision's answer)
+/// becomes a `validating` candidate that a supervised runner accepts or rejects; the run is
+/// queued for it. A checkpoint is refused here: `continuations::answer_checkpoint` answers it.
 pub fn submit(tx: &WriteTx<'_>, submission: &Submission<'_>, expected: Option<i64>) -> StoreResult<Submitted> {
     if let Some((existing, payload)) = submission_by_key(tx, submission.request_id, submission.idempotency_key)? {
         if payload != submission.payload_hash {
@@ -278,41 +278,53 @@ pub fn submit(tx: &WriteTx<'_>, submission: &Submission<'_>, expected: Option<i6
     let Some(kind) = kind else {
         return Err(StoreError::InvalidInput {
             what: "submission",
-            detail: "the run has no pending request with that ID; check `pi-workflows run status`".to_string(),
+            detail: closed_request_detail(tx.conn(), submission.run_id, submission.request_id)?,
         });
     };
-    let accept_now = kind == InteractionKind::Checkpoint.as_str();
-    let revision = runs::continue_waiting(tx, submission.run_id, expected, |tx| {
-        let outcome = if accept_now { "accepted" } else { "validating" };
+    if kind == InteractionKind::Checkpoint.as_str() {
+        // One path answers a checkpoint, and it starts a continuation run (`continuations`).
+        return Err(StoreError::InvalidInput {
+            what: "submission",
+            detail: "the pending request is a checkpoint; answer it with `checkpoint answer` (it continues the run)"
+                .to_string(),
+        });
+    }
+    let revision = super::run_waits::continue_waiting(tx, submission.run_id, expected, |tx| {
         let now = tx.now_ms();
         tx.conn()
             .prepare_cached(
                 "INSERT INTO interactive_submissions (submission_id, request_id, idempotency_key, payload_hash, outcome,
-                                                      receipt_hash, submitted_at, settled_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                                                      submitted_at)
+                 VALUES (?1, ?2, ?3, ?4, 'validating', ?5)",
             )?
             .execute(params![
                 submission.submission_id,
                 submission.request_id,
                 submission.idempotency_key,
                 submission.payload_hash,
-                outcome,
-                accept_now.then_some(submission.payload_hash),
-                now,
-                accept_now.then_some(now)
+                now
             ])?;
-        if accept_now {
-            tx.conn()
-                .prepare_cached(
-                    "UPDATE interactive_requests SET status = 'settled', accepted_submission_id = ?1, settled_at = ?2
-                     WHERE request_id = ?3",
-                )?
-                .execute(params![submission.submission_id, now, submission.request_id])?;
-            messages::cancel_pending_of_source(tx, submission.request_id)?;
-        }
         Ok(())
     })?;
     Ok(Submitted::Recorded { revision })
+}
+
+/// Why a submission found no pending request: what became of the step, so the model or
+/// person knows to stop (nothing was recorded).
+fn closed_request_detail(conn: &rusqlite::Connection, run_id: &str, request_id: &str) -> StoreResult<String> {
+    let status: Option<String> = conn
+        .prepare_cached("SELECT status FROM interactive_requests WHERE request_id = ?1 AND run_id = ?2")?
+        .query_row(params![request_id, run_id], |row| row.get(0))
+        .optional()?;
+    Ok(match status.as_deref() {
+        Some("timed_out") => {
+            "this step timed out (its time limit was spent) and the workflow went on without it; nothing was submitted"
+        }
+        Some("settled") => "this step was already answered; nothing was submitted",
+        Some("cancelled") => "this step was closed (it failed, or its run ended); nothing was submitted",
+        _ => "the run has no pending request with that ID; check `pi-workflows run status`",
+    }
+    .to_string())
 }
 
 fn submission_by_key(tx: &WriteTx<'_>, request_id: &str, key: &str) -> StoreResult<Option<(String, String)>> {
@@ -487,25 +499,25 @@ pub struct ClientValue<'a> {
     pub value_bytes_max: usize,
 }
 
-/// Resolve the request a client's value answers, check its kind, store the value and
-/// `submit` it. Returns the request ID and how the submission was taken.
-pub fn submit_value(
-    tx: &WriteTx<'_>,
-    client: &ClientValue<'_>,
-    expected: Option<i64>,
-) -> StoreResult<(String, Submitted)> {
-    let conn = tx.conn();
-    super::run_view::run_facts(conn, client.run_id)?;
-    let request_id = match client.request_id {
+/// The pending request a client names (`named`), or the run's pending one, checked to be of
+/// `kind` when given (`InvalidInput` otherwise, naming the command to use).
+pub fn pending_request_of(
+    conn: &rusqlite::Connection,
+    run_id: &str,
+    named: Option<&str>,
+    kind: Option<&str>,
+) -> StoreResult<String> {
+    super::run_view::run_facts(conn, run_id)?;
+    let request_id = match named {
         Some(id) => id.to_string(),
-        None => super::run_view::pending_request_brief(conn, client.run_id)?
+        None => super::run_view::pending_request_brief(conn, run_id)?
             .map(|(request_id, _)| request_id)
             .ok_or_else(|| StoreError::InvalidInput {
                 what: "submission",
-                detail: format!("run {} is not waiting for input", client.run_id),
+                detail: format!("run {run_id} is not waiting for input"),
             })?,
     };
-    if let (Some(kind), Some(pending)) = (client.kind, pending_kind(conn, client.run_id, &request_id)?)
+    if let (Some(kind), Some(pending)) = (kind, pending_kind(conn, run_id, &request_id)?)
         && pending != kind
     {
         return Err(StoreError::InvalidInput {
@@ -513,6 +525,17 @@ pub fn submit_value(
             detail: format!("the pending request is a {pending}, not a {kind}; use the matching command"),
         });
     }
+    Ok(request_id)
+}
+
+/// Resolve the request a client's value answers, check its kind, store the value and
+/// `submit` it. Returns the request ID and how the submission was taken.
+pub fn submit_value(
+    tx: &WriteTx<'_>,
+    client: &ClientValue<'_>,
+    expected: Option<i64>,
+) -> StoreResult<(String, Submitted)> {
+    let request_id = pending_request_of(tx.conn(), client.run_id, client.request_id, client.kind)?;
     let payload_hash = super::blobs::put_json(tx, client.value, client.value_bytes_max)?;
     let submission = Submission {
         run_id: client.run_id,

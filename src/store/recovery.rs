@@ -117,13 +117,20 @@ pub fn recover(tx: &WriteTx<'_>, server_id: &str, stale: &[StaleWorker]) -> Stor
 /// [`STALLS_BEFORE_REVIEW`] times in a row parks `runnerNoProgress`; anything else parks at
 /// a boundary and is requeued for a new runner from its last durable boundary.
 pub fn reclaim_run(tx: &WriteTx<'_>, run_id: &str, owner_id: &str, takeover: Takeover) -> StoreResult<Reclaimed> {
+    // A step past its deadline whose runner was stopped for it (or whose server was down past
+    // it) is timed out, not interrupted and rerun: its next runner routes on `timed_out`. One
+    // with an effect to judge is left to the effect's contract below. (The reclaim proves in
+    // this same transaction that the run's holder is gone, or nothing of this commits.)
+    let overdue = deadlines::time_out_overdue(tx, run_id)?;
     let authority = runs::reclaim(tx, run_id, owner_id, takeover)?.value;
     let interrupted_ambiguous = effects::interrupt_applying(tx, run_id)?;
     // An ambiguous effect from before also parks it for review: someone must look first.
     let ambiguous = interrupted_ambiguous > 0 || effects::ambiguous_count(tx.conn(), run_id)? > 0;
     let reason = if ambiguous {
         ParkReason::EffectAmbiguous
-    } else if workers::consecutive_stalls(tx.conn(), run_id, STALLS_BEFORE_REVIEW)? >= STALLS_BEFORE_REVIEW {
+    } else if overdue == 0
+        && workers::consecutive_stalls(tx.conn(), run_id, STALLS_BEFORE_REVIEW)? >= STALLS_BEFORE_REVIEW
+    {
         ParkReason::RunnerNoProgress
     } else {
         ParkReason::Boundary

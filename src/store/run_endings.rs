@@ -14,9 +14,16 @@ use super::runs::{
 };
 use super::writer::WriteTx;
 
+/// `runs.status_detail` of a completed run settled by its continuation.
+pub const CONTINUED_DETAIL: &str = "continued";
+
 /// How a run ends.
 pub(super) enum Ending {
     Completed,
+    /// Settled by its continuation (an answered checkpoint): completed, detail `continued`;
+    /// the continuation carries the chain on, so this run reports no outcome and keeps its
+    /// pending follow-ups for the chain's final leaf.
+    Continued,
     Failed(FailureClass),
     TimedOut,
     Cancelled,
@@ -43,6 +50,12 @@ pub(super) fn end_claimed(
 pub(super) fn end_run(tx: &WriteTx<'_>, run_id: &str, ending: Ending) -> StoreResult<()> {
     let (run_status, queue_status, attempt_status, detail) = match ending {
         Ending::Completed => (RunStatus::Completed, QueueStatus::Done, AttemptStatus::Completed, None),
+        Ending::Continued => (
+            RunStatus::Completed,
+            QueueStatus::Done,
+            AttemptStatus::Completed,
+            Some(CONTINUED_DETAIL),
+        ),
         Ending::Failed(class) => (
             RunStatus::Failed,
             QueueStatus::Failed,
@@ -62,6 +75,7 @@ pub(super) fn end_run(tx: &WriteTx<'_>, run_id: &str, ending: Ending) -> StoreRe
             None,
         ),
     };
+    let continued = detail == Some(CONTINUED_DETAIL);
     attempts::close_unfinished(tx, run_id, attempt_status)?;
     set_run_status(tx, run_id, run_status, detail)?;
     set_paused(tx, run_id, false)?;
@@ -75,6 +89,9 @@ pub(super) fn end_run(tx: &WriteTx<'_>, run_id: &str, ending: Ending) -> StoreRe
     cancel_pending_messages(tx, run_id, kinds)?;
     // A terminal run keeps no workflow turn, and its session learns the outcome.
     super::turns::end_turns_of_run(tx, run_id)?;
+    if continued {
+        return Ok(());
+    }
     // Presentation never rolls an ending back (spec "Store"): a terminal message that cannot
     // be made now is made by the startup scan (`messages::queue_missing_terminals`).
     if let Err(err) = super::messages::queue_terminal(tx, run_id, run_status.as_str()) {

@@ -40,6 +40,9 @@ pub struct RunSummary {
     pub current_node: Option<CurrentNode>,
     /// The pending request's ID and kind while the run waits for input.
     pub pending_request: Option<PendingRequest>,
+    /// The continuation run that settled this one (detail `continued`): where it goes on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub continued_as: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -88,6 +91,7 @@ fn summary_of(conn: &Connection, run: run_view::RunFacts) -> StoreResult<RunSumm
         completed_steps,
         current_node,
         pending_request,
+        continued_as: run.continued_as,
     })
 }
 

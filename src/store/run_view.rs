@@ -41,6 +41,8 @@ pub struct RunFacts {
     pub finished_at: Option<i64>,
     /// The current settings version (`None`: the workflow declares no settings).
     pub settings_change_number: Option<i64>,
+    /// The continuation run that settled this one (its checkpoint was answered).
+    pub continued_as: Option<String>,
 }
 
 /// The run's live runner epoch, if one is starting or ready.
@@ -115,7 +117,8 @@ pub struct RunViewFacts {
 const RUN_SELECT: &str = "SELECT r.run_id, r.workflow_name, r.status, q.status, r.paused, r.status_detail,
         r.revision, b.execution_mode, r.origin, r.parent_run_id, r.definition_digest, r.error_hash,
         r.created_at, r.updated_at, r.finished_at,
-        (SELECT s.change_number FROM run_settings s WHERE s.run_id = r.run_id)
+        (SELECT s.change_number FROM run_settings s WHERE s.run_id = r.run_id),
+        (SELECT c.run_id FROM runs c WHERE c.parent_run_id = r.run_id AND c.origin = 'continuation' LIMIT 1)
      FROM runs r JOIN run_queue q ON q.run_id = r.run_id JOIN run_bindings b ON b.run_id = r.run_id";
 
 fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunFacts> {
@@ -136,6 +139,7 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunFacts> {
         updated_at: row.get(13)?,
         finished_at: row.get(14)?,
         settings_change_number: row.get(15)?,
+        continued_as: row.get(16)?,
     })
 }
 

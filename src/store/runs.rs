@@ -650,6 +650,10 @@ pub fn pause_claimed(tx: &WriteTx<'_>, authority: &ClaimAuthority, expected: Opt
         |run| !run.paused,
         |tx, run_id| {
             attempts::interrupt_running(tx, run_id)?;
+            // The runner's group stops next, so an effect it is applying ends unproven: it
+            // follows its contract as after a crash (idempotent and read-back ones apply
+            // again on resume, a manual one is ambiguous and needs a review).
+            effects::interrupt_applying(tx, run_id)?;
             set_paused(tx, run_id, true)?;
             set_queue_status(tx, run_id, QueueStatus::Parked)?;
             cancel_pending_messages(tx, run_id, &["step"])?;
@@ -759,82 +763,6 @@ pub fn review_effect(
     )
 }
 
-/// A waiting run got its input (an accepted answer, or a candidate to validate): it
-/// becomes queued for a new runner, which resumes at the waiting attempt. `before`
-/// records the input in the same transaction. Refused while paused.
-pub fn continue_waiting(
-    tx: &WriteTx<'_>,
-    run_id: &str,
-    expected: Option<i64>,
-    before: impl FnOnce(&WriteTx<'_>) -> StoreResult<()>,
-) -> StoreResult<i64> {
-    unclaimed_transition(
-        tx,
-        run_id,
-        expected,
-        "answer",
-        |run| run.status == RunStatus::Waiting && !run.paused,
-        |tx| {
-            before(tx)?;
-            set_run_status(tx, run_id, RunStatus::Queued, None)?;
-            set_queue_status(tx, run_id, QueueStatus::Queued)?;
-            Ok(RunEvent::new("run.answered", Actor::Client))
-        },
-    )
-}
-
-/// Why a waiting step closes without an answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WaitingEnd {
-    /// The unproductive-turn rule's third strike (`missingSubmission`): request `cancelled`,
-    /// attempt `failed`.
-    MissingSubmission,
-    /// Its deadline fired (`timedOut`): request and attempt `timed_out`.
-    TimedOut,
-}
-
-/// A waiting step closes without an answer: its attempt ends with `error_hash`, its request
-/// closes with its pending step messages, and the run is queued. Its next runner (the
-/// supervised child that records the outcome) resumes, replays the ended attempt like any
-/// other and follows the node's `$result.outcome` route, or ends the run — the same path a
-/// node that failed while running takes, so no runner needs to know these rules.
-pub(super) fn end_waiting_step(
-    tx: &WriteTx<'_>,
-    run_id: &str,
-    request_id: &str,
-    attempt_id: &str,
-    ending: WaitingEnd,
-    error_hash: &str,
-) -> StoreResult<i64> {
-    let (request_status, event) = match ending {
-        WaitingEnd::MissingSubmission => ("cancelled", "interaction.failed"),
-        WaitingEnd::TimedOut => ("timed_out", "interaction.timedOut"),
-    };
-    unclaimed_transition(
-        tx,
-        run_id,
-        None,
-        "end the waiting step of",
-        |run| run.status == RunStatus::Waiting && !run.paused,
-        |tx| {
-            let now = tx.now_ms();
-            tx.conn()
-                .prepare_cached(
-                    "UPDATE interactive_requests SET status = ?1, settled_at = ?2
-                     WHERE request_id = ?3 AND status = 'pending'",
-                )?
-                .execute(params![request_status, now, request_id])?;
-            super::messages::cancel_pending_of_source(tx, request_id)?;
-            super::deadlines::close_intervals_of_request(tx, request_id)?;
-            let timed_out = ending == WaitingEnd::TimedOut;
-            attempts::end_waiting(tx, run_id, attempt_id, timed_out, error_hash)?;
-            set_run_status(tx, run_id, RunStatus::Queued, None)?;
-            set_queue_status(tx, run_id, QueueStatus::Queued)?;
-            Ok(RunEvent::new(event, Actor::System))
-        },
-    )
-}
-
 /// Record an origin-session fact of a run (a turn started or ended, a message sent or
 /// presented again) as one event at its next revision, so its live views update. Not while
 /// a runner holds the claim: its next message names the revision it last saw, and a display
@@ -923,7 +851,7 @@ fn claimed_transition(
 
 /// A transition of a run that has no claim holder. A run with a holder (live or expired)
 /// must go through its claim or `cancel_expired`.
-fn unclaimed_transition(
+pub(super) fn unclaimed_transition(
     tx: &WriteTx<'_>,
     run_id: &str,
     expected: Option<i64>,

@@ -392,8 +392,8 @@ fn fail_unproductive(tx: &WriteTx<'_>, run_id: &str, step: &Unproductive, ends: 
         ),
     });
     let error_hash = super::blobs::put_json(tx, &error, UNPRODUCTIVE_ERROR_BYTES_MAX)?;
-    let ending = runs::WaitingEnd::MissingSubmission;
-    runs::end_waiting_step(tx, run_id, &step.request_id, &step.attempt_id, ending, &error_hash)?;
+    let ending = super::run_waits::WaitingEnd::MissingSubmission;
+    super::run_waits::end_waiting_step(tx, run_id, &step.request_id, &step.attempt_id, ending, &error_hash)?;
     Ok(())
 }
 

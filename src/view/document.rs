@@ -256,6 +256,8 @@ fn run_object(facts: &RunViewFacts) -> Value {
         "executionMode": run.execution_mode,
         "origin": run.origin,
         "parentRunId": run.parent_run_id,
+        // Set once an answered checkpoint settled this run: the workflow goes on there.
+        "continuedAs": run.continued_as,
         "createdAt": run.created_at,
         "updatedAt": run.updated_at,
         "finishedAt": run.finished_at,

@@ -40,6 +40,8 @@ export interface SnapshotNode {
   type: string;
   title: string;
   effect?: { type: string; recovery: string };
+  /** An agent step answered by the visible assistant reply (only an interactive run can run it). */
+  form?: "assistantMessage";
 }
 
 export interface DefinitionSnapshot {
@@ -130,6 +132,7 @@ function buildSnapshot(root: CompiledScope): DefinitionSnapshot {
       if (node.node.kind === "action" || node.node.kind === "shell") {
         entry.effect = { type: node.node.effect.type, recovery: node.node.effect.recovery };
       }
+      if (node.node.kind === "agent" && typeof node.node.expectedOutput === "object") entry.form = "assistantMessage";
       snapshot.nodes.push(entry);
     }
     for (const [from, edge] of scope.edges) {

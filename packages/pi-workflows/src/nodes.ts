@@ -126,7 +126,8 @@ export function agent<I = any>(options: {
   prompt: Dynamic<string, I>;
   expectedOutput?: string | AssistantMessageForm;
   validate?: (output: unknown) => unknown;
-  timeoutMs?: number;
+  /** Absent: 15 min; `null`: no limit; a function of the context: per attempt (see AgentNode). */
+  timeoutMs?: number | null | ((ctx: NodeContext<I>) => number | null | Promise<number | null>);
   /** Headless runs: the only tools (besides `workflow`) the agent may call, e.g. ["read", "bash"]. */
   allowedTools?: readonly string[];
   title?: string;
@@ -140,7 +141,7 @@ export function agent<I = any>(options: {
     requireFunction(options.validate, "agent.validate");
     if (typeof expected !== "string") throw new Error("agent.validate needs a string expectedOutput");
   }
-  requireTimeout(options.timeoutMs, "agent.timeoutMs");
+  if (options.timeoutMs !== null && typeof options.timeoutMs !== "function") requireTimeout(options.timeoutMs, "agent.timeoutMs");
   const allowedTools = options.allowedTools;
   if (allowedTools !== undefined) {
     if (!Array.isArray(allowedTools) || allowedTools.length > ALLOWED_TOOLS_MAX || allowedTools.some((name) => typeof name !== "string" || !TOOL_NAME.test(name))) {

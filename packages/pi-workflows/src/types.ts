@@ -133,7 +133,11 @@ export interface AgentNode<I = any> extends NodeCommon {
   readonly prompt: Dynamic<string, I>;
   readonly expectedOutput?: string | AssistantMessageForm;
   readonly validate?: (output: unknown) => unknown;
-  readonly timeoutMs?: number;
+  /**
+   * The step's time: interactive, the model time of its Pi turns; headless, wall-clock. Absent:
+   * 15 min; `null`: no limit; a function of the context decides per attempt.
+   */
+  readonly timeoutMs?: Dynamic<number | null, I>;
   /** Headless runs: the only tools (besides `workflow`) the agent may call; absent: all of Pi's. */
   readonly allowedTools?: readonly string[];
 }

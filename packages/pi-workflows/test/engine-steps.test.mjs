@@ -222,6 +222,32 @@ test("an executor timeout routes as timed_out", async () => {
   assert.deepEqual(outcome, { kind: "completed", output: "timed_out" });
 });
 
+test("timeoutMs: null means no limit, a function decides per attempt, and a bad value fails the step clearly", async () => {
+  const flow = (timeoutMs) =>
+    defineWorkflow({
+      name: "timed",
+      startAt: "think",
+      nodes: { think: agent({ prompt: "p", expectedOutput: "{}", timeoutMs }), late: compute({ run: ({ results }) => results.think.outcome }) },
+      edges: [{ from: "think", switch: { on: "$result.outcome", cases: { ok: "late", timed_out: "late" } } }],
+    });
+  const seen = [];
+  const slowReply = () => new Promise((resolve) => setTimeout(() => resolve({ ok: true, text: "{}" }), 100));
+  const unlimited = await run(flow(null), new FakeHost(), "start", { loadAgentExecutor: fakeExecutor(slowReply, seen) });
+  assert.deepEqual(unlimited, { kind: "completed", output: "ok" });
+  assert.ok(seen[0].timeoutMs > 24 * 24 * 3600 * 1000, "no limit: the longest timer");
+  const interactive = new FakeHost({ executionMode: "interactive" });
+  await run(flow(null), interactive);
+  assert.equal(interactive.messages[0].payload.deadlineAt, undefined, "no deadline is committed");
+  assert.equal(interactive.messages[1].payload.deadlineAt, undefined);
+  const hang = ({ signal }) => new Promise((resolve) => signal.addEventListener("abort", () => resolve({ ok: false, code: "aborted", message: "stopped" })));
+  const decided = await run(flow(({ input }) => input.ms), new FakeHost({ input: { ms: 50 } }), "start", { loadAgentExecutor: fakeExecutor(hang) });
+  assert.deepEqual(decided, { kind: "completed", output: "timed_out" }, "the function's 50 ms applied");
+  const bad = await run(flow(() => "soon"), new FakeHost(), "start", { loadAgentExecutor: fakeExecutor(slowReply) });
+  assert.equal(bad.kind, "failed");
+  assert.match(bad.error.message, /timeoutMs of node "think" must be a positive number of milliseconds or null, not soon/);
+  assert.throws(() => agent({ prompt: "p", timeoutMs: -1 }), /agent.timeoutMs must be a positive number/);
+});
+
 test("an interrupted checkpoint attempt whose request was answered completes as a new attempt", async () => {
   const host = new FakeHost();
   assert.deepEqual(await run(review(), host), { kind: "waiting" });

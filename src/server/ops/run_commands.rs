@@ -16,7 +16,8 @@ use crate::server::resolvers::mailbox::ResolveFailure;
 use crate::settings::Declaration;
 use crate::store::blobs::{self, put_json};
 use crate::store::commands::{self, Accepted};
-use crate::store::interactions::{self, ClientValue, Submitted};
+use crate::store::continuations;
+use crate::store::interactions::{self, Submission};
 use crate::store::run_summary;
 use crate::store::runs::{self, ExecutionMode, NewRun, RunOrigin};
 use crate::store::settings;
@@ -143,6 +144,38 @@ async fn resolved_payload(ctx: &OpsContext, payload: &JsonObject) -> Result<Json
     Ok(resolved)
 }
 
+/// The most of a node path one refusal shows.
+const PATH_SHOWN_CHARS_MAX: usize = 128;
+
+/// A headless run cannot run a step whose output is the visible assistant reply: no Pi
+/// session shows that reply to anyone (spec "Detached execution"). Refused at start, naming
+/// the first such step, before anything is queued.
+fn refuse_assistant_messages(snapshot: &Value) -> Result<(), Refusal> {
+    let nodes = snapshot
+        .get("nodes")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let Some(node) = nodes
+        .iter()
+        .find(|node| node.get("form").and_then(Value::as_str) == Some("assistantMessage"))
+    else {
+        return Ok(());
+    };
+    let path = node.get("path").and_then(Value::as_str).unwrap_or("?");
+    Err(rejected(
+        "assistantMessageHeadless",
+        &format!(
+            "step \"{}\" answers with a visible assistant message, which needs the Pi session that starts the run: \
+             start it from Pi (/workflow start), or give the step an expectedOutput",
+            crate::printable::printable(path)
+                .chars()
+                .take(PATH_SHOWN_CHARS_MAX)
+                .collect::<String>()
+        ),
+    ))
+}
+
 impl StartRequest {
     fn parse(run_id: String, payload: &JsonObject) -> Result<Self, Refusal> {
         let text = |key: &str| payload.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
@@ -166,7 +199,8 @@ impl StartRequest {
         let settings = Declaration::of_snapshot(&snapshot)
             .map_err(|err| rejected(err.code(), &err.to_string()))?
             .map(|_| snapshot["settings"].clone());
-        let snapshot = bounded(&snapshot, SNAPSHOT_BYTES_MAX, "definitionSnapshot")?;
+        let snapshot_value = snapshot;
+        let snapshot = bounded(&snapshot_value, SNAPSHOT_BYTES_MAX, "definitionSnapshot")?;
         let source = payload.get("workflowSource").cloned().unwrap_or(Value::Null);
         if !source.is_object() {
             return Err(rejected("invalidRequest", "workflowSource must be an object"));
@@ -185,6 +219,9 @@ impl StartRequest {
                 ));
             }
         };
+        if execution == ExecutionMode::Headless {
+            refuse_assistant_messages(&snapshot_value)?;
+        }
         Ok(Self {
             run_id,
             workflow_name,
@@ -265,41 +302,48 @@ pub async fn run_restart(ctx: &OpsContext, request: &Request) -> Answer {
     answer_of(stored)
 }
 
-/// `checkpoint.answer`: the answer to the run's pending checkpoint; the run continues.
+/// `checkpoint.answer`: the answer to the run's pending checkpoint. The run is settled by a
+/// continuation run (`payload.continuationRunId`, or one derived from the command), which
+/// goes on from the checkpoint; the receipt names it.
 pub async fn checkpoint_answer(ctx: &OpsContext, request: &Request) -> Answer {
     let command = command_request(request)?;
     let run_id = run_id_of(request)?;
     let answer = request.payload.get("answer").cloned().unwrap_or(Value::Null);
     bounded(&answer, INPUT_BYTES_MAX, "answer")?;
-    let request_id = request
+    let named = request
         .payload
         .get("requestId")
         .and_then(Value::as_str)
         .map(str::to_string);
+    let continuation_run_id = continuation_run_id_of(request, &command.fingerprint)?;
     let expected = expected_revision_of(request);
     let stored = blocking::write(&ctx.store, move |tx| {
         commands::run_command(tx, &command, |tx| {
-            let submission_id = interactions::submission_id_of(&command.fingerprint);
-            let (request_id, submitted) = interactions::submit_value(
+            let request_id =
+                interactions::pending_request_of(tx.conn(), &run_id, named.as_deref(), Some("checkpoint"))?;
+            let payload_hash = put_json(tx, &answer, INPUT_BYTES_MAX)?;
+            let continued = continuations::answer_checkpoint(
                 tx,
-                &ClientValue {
-                    run_id: &run_id,
-                    request_id: request_id.as_deref(),
-                    submission_id: &submission_id,
-                    idempotency_key: &command.idempotency_key,
-                    kind: None,
-                    value: &answer,
-                    value_bytes_max: INPUT_BYTES_MAX,
+                &continuations::CheckpointAnswer {
+                    answer: Submission {
+                        run_id: &run_id,
+                        request_id: &request_id,
+                        submission_id: &interactions::submission_id_of(&command.fingerprint),
+                        idempotency_key: &command.idempotency_key,
+                        payload_hash: &payload_hash,
+                    },
+                    continuation_run_id: &continuation_run_id,
                 },
                 expected,
             )?;
-            let revision = match submitted {
-                Submitted::Recorded { revision } => Some(revision),
-                Submitted::Adopted { .. } => None,
-            };
             Ok(Accepted {
-                revision,
-                receipt: json!({"runId": run_id, "requestId": request_id, "revision": revision}),
+                revision: Some(continued.revision),
+                receipt: json!({
+                    "runId": run_id,
+                    "requestId": request_id,
+                    "revision": continued.revision,
+                    "continuationRunId": continued.continuation_run_id,
+                }),
             })
         })
     })
@@ -307,6 +351,22 @@ pub async fn checkpoint_answer(ctx: &OpsContext, request: &Request) -> Answer {
     ctx.shared.wake_scheduler();
     answer_of(stored)
 }
+
+/// The continuation's run ID: the client's `continuationRunId` (checked like any run ID), or
+/// one derived from the command's fingerprint, so a resend names the same run.
+fn continuation_run_id_of(request: &Request, fingerprint: &str) -> Result<String, Refusal> {
+    match request.payload.get("continuationRunId") {
+        None => Ok(format!("run-c{}", &fingerprint[..CONTINUATION_ID_HEX])),
+        Some(Value::String(id)) if crate::protocol::check_id("continuationRunId", id).is_ok() => Ok(id.clone()),
+        Some(_) => Err(rejected(
+            "invalidRequest",
+            "continuationRunId must be a run ID (1 to 256 bytes of letters, digits and ._:@|+=~-)",
+        )),
+    }
+}
+
+/// Hex digits of the command fingerprint in a derived continuation run ID.
+const CONTINUATION_ID_HEX: usize = 24;
 
 /// `run.status`: one run's summary; `includeResult: true` adds a terminal run's output or
 /// error, or a waiting run's pending request contract (explicit reads of the run's own

@@ -33,6 +33,10 @@ pub enum RunnerMsg {
     RenewClaim,
     /// Check the runner's liveness and ping it.
     Ping,
+    /// Its running step passed its deadline by `OVERDUE_GRACE_MS` without the runner ending
+    /// it (a blocked event loop): stop it like a stalled runner; the reclaim that follows
+    /// records the step `timed_out` (`store::deadlines`).
+    Overdue,
 }
 
 pub enum PoolMsg {

@@ -181,6 +181,12 @@ impl Actor for Runner {
                     stop_after_end(&myself, state, None).await;
                 }
             }
+            RunnerMsg::Overdue if state.claim_lost || state.finished || state.stalled => {}
+            RunnerMsg::Overdue => {
+                tracing::warn!(run_id = %state.args.run.run_id, "the running step passed its deadline and its runner did not end it; stopping the runner");
+                state.stalled = true;
+                stop_after_end(&myself, state, None).await;
+            }
             RunnerMsg::RenewClaim if state.claim_lost || state.finished || state.stalled => {}
             RunnerMsg::RenewClaim => {
                 let authority = state.args.authority.clone();

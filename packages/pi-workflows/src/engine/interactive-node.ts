@@ -9,6 +9,8 @@ import { type AgentRunResult, HostRejectedError, type InteractionKind } from "./
 import { checkedOutput, errorFrom, nodeError, OutputError, truncateUtf8, UPDATE_MESSAGE_BYTES_MAX } from "./limits.js";
 
 export const DEFAULT_AGENT_TIMEOUT_MS = 15 * 60_000;
+/** The longest delay `setTimeout` keeps (a 32-bit signed millisecond count). */
+const TIMER_MS_MAX = 2_147_483_647;
 type AskNode = AgentNode | DecisionNode | CheckpointNode;
 
 export async function resolveDynamic<T>(value: Dynamic<T>, ctx: NodeContext): Promise<T> {
@@ -177,12 +179,13 @@ async function requestInteraction(attempt: Attempt, node: AskNode): Promise<Step
     } else {
       Object.assign(contract, await promptOf(node, ctx));
       if (node.kind === "decision") Object.assign(contract, { choices: node.choices, field: node.field });
+      if (node.kind === "agent" && node.allowedTools) contract.allowedTools = node.allowedTools;
       if (node.kind === "agent" && typeof node.expectedOutput !== "string") {
         contract.form = "assistantMessage";
         if (node.expectedOutput?.maxChars !== undefined) contract.maxChars = node.expectedOutput.maxChars;
       }
-      const timeoutMs = node.timeoutMs ?? DEFAULT_AGENT_TIMEOUT_MS;
-      timing = { timeoutMs, deadlineAt: env.now() + timeoutMs };
+      const timeoutMs = await stepTimeout(node, ctx, attempt.node.path);
+      if (timeoutMs !== null) timing = { timeoutMs, deadlineAt: env.now() + timeoutMs };
     }
   } catch (error) {
     return fail(attempt, errorFrom(error));
@@ -198,13 +201,29 @@ async function requestInteraction(attempt: Attempt, node: AskNode): Promise<Step
   return { kind: "waiting" };
 }
 
+/**
+ * A step's time limit for this attempt: `timeoutMs` (default 15 min), `null` for none, or what
+ * its function returns for this context. Anything but a positive finite number or null is an
+ * error of the workflow: the attempt fails with that message.
+ */
+async function stepTimeout(node: AgentNode | DecisionNode, ctx: NodeContext, nodePath: string): Promise<number | null> {
+  const declared = node.timeoutMs === undefined ? DEFAULT_AGENT_TIMEOUT_MS : await resolveDynamic(node.timeoutMs as Dynamic<number | null>, ctx);
+  if (declared === null) return null;
+  if (typeof declared !== "number" || !Number.isFinite(declared) || declared <= 0) {
+    throw new Error(`timeoutMs of node "${nodePath}" must be a positive number of milliseconds or null, not ${String(declared)}`);
+  }
+  return declared;
+}
+
 async function runHeadlessAgent(attempt: Attempt, node: AgentNode | DecisionNode): Promise<StepOutcome> {
   const { env } = attempt;
-  const timeoutMs = node.timeoutMs ?? DEFAULT_AGENT_TIMEOUT_MS;
-  await ensureStarted(attempt, { timeoutMs, deadlineAt: env.now() + timeoutMs });
+  const ctx = attemptContext(attempt);
+  let timeoutMs: number | null;
   let request: { prompt: string; expectedOutput?: string };
   try {
-    request = await promptOf(node, attemptContext(attempt));
+    timeoutMs = await stepTimeout(node, ctx, attempt.node.path);
+    await ensureStarted(attempt, timeoutMs === null ? {} : { timeoutMs, deadlineAt: env.now() + timeoutMs });
+    request = await promptOf(node, ctx);
   } catch (error) {
     return fail(attempt, errorFrom(error));
   }
@@ -216,10 +235,13 @@ async function runHeadlessAgent(attempt: Attempt, node: AgentNode | DecisionNode
   }
   const controller = new AbortController();
   let timedOut = false;
-  const timer = setTimeout(() => {
-    timedOut = true;
-    controller.abort(new Error("agent step timed out"));
-  }, timeoutMs);
+  const timer =
+    timeoutMs === null
+      ? undefined
+      : setTimeout(() => {
+          timedOut = true;
+          controller.abort(new Error("agent step timed out"));
+        }, timeoutMs);
   const onRunAbort = () => controller.abort(env.signal.reason);
   env.signal.addEventListener("abort", onRunAbort, { once: true });
   const requestId = `req:${attempt.attemptId}`;
@@ -242,7 +264,8 @@ async function runHeadlessAgent(attempt: Attempt, node: AgentNode | DecisionNode
     reply = await executor.runAgent({
       ...request,
       submission,
-      timeoutMs,
+      // No limit: the longest timer Node keeps (about 24.8 days); the run's cancel still ends it.
+      timeoutMs: timeoutMs ?? TIMER_MS_MAX,
       cwd: env.projectPath,
       signal: controller.signal,
       registerProcess: (pid) => env.host.processRegister(pid),

@@ -88,7 +88,13 @@ async function submitting(ctx: ActionContext, operation: Operation, runId: strin
 function runOfRequest(ctx: ActionContext, requestId: string, runId: unknown): string {
   if (typeof runId === "string" && runId !== "") return runId;
   const message = ctx.view?.messages.find((m) => m.sourceId === requestId);
-  return message?.runId || targetRun(ctx, undefined, false);
+  if (message?.runId) return message.runId;
+  // The step's run (active, or ended moments ago): the server says what became of the step.
+  const run = ctx.view?.activeRun ?? ctx.view?.retainedTerminal;
+  if (!run) {
+    throw new ActionError("stepClosed", `step ${requestId} is no longer open in this session (its run ended or went on without it); nothing was submitted. End your turn.`);
+  }
+  return run.runId;
 }
 
 export async function listWorkflows(ctx: ActionContext, offset = 0): Promise<{ text: string; names: string[]; receipt: JsonObject }> {
@@ -158,8 +164,13 @@ export async function personAnswer(ctx: ActionContext, runId: unknown, answer: u
     await submitting(ctx, "decision.answer", id, payload);
     return `decision of run ${id} answered`;
   }
-  await call(ctx, "checkpoint.answer", id, payload);
-  return `checkpoint of run ${id} answered`;
+  return continued(id, await call(ctx, "checkpoint.answer", id, payload));
+}
+
+/** An answered checkpoint settles its run; a continuation run goes on from it. */
+function continued(runId: string, receipt: JsonObject): string {
+  const next = typeof receipt.continuationRunId === "string" ? receipt.continuationRunId : undefined;
+  return next ? `checkpoint of run ${runId} answered; the workflow continues as run ${next}` : `checkpoint of run ${runId} answered`;
 }
 
 /** The model's answer: checkpoints only (a protected decision is a person's). */
@@ -172,8 +183,7 @@ export async function modelAnswer(ctx: ActionContext, runId: unknown, requestId:
   const payload: JsonObject = { answer: input as JsonObject };
   const named = typeof requestId === "string" ? requestId : typeof request?.requestId === "string" ? request.requestId : undefined;
   if (named) payload.requestId = named;
-  await call(ctx, "checkpoint.answer", id, payload);
-  return `checkpoint of run ${id} answered; end your turn now`;
+  return `${continued(id, await call(ctx, "checkpoint.answer", id, payload))}; end your turn now`;
 }
 
 export async function submit(ctx: ActionContext, requestId: string, runId: unknown, output: unknown): Promise<JsonObject> {

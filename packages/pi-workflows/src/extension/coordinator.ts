@@ -25,6 +25,7 @@
 //   pauses the run: no pause command is sent.
 // Every server call runs on one serialized chain, so reports reach the server in the order Pi
 // produced them.
+import { toolRefusal } from "../agent/allowed-tools.js";
 import type { BranchReport, TurnOutcome, TurnReport } from "../client/client.js";
 import { newId } from "../client/identity.js";
 import type { JsonObject } from "../client/protocol.js";
@@ -83,6 +84,8 @@ export class WorkflowMessageCoordinator {
   /** The epoch whose branch report is done (undefined: report before anything else). */
   private reportedEpoch?: number;
   private view?: SessionView;
+  /** Subscription views taken so far (a read started before the newest one is stale). */
+  private viewsSeen = 0;
   private needBranchReport = false;
   /**
    * A report that had to prove absence (after a connection or a branch change) said
@@ -129,6 +132,7 @@ export class WorkflowMessageCoordinator {
   /** A complete session view arrived (subscription event or read). */
   onView(view: SessionView): void {
     if (this.epoch === undefined || view.coordinator?.epoch !== this.epoch) return; // another epoch's view
+    this.viewsSeen += 1;
     this.view = view;
     this.prune(view);
     if (!view.coordinator.active) return; // fenced by another coordinator: send and report nothing
@@ -147,6 +151,21 @@ export class WorkflowMessageCoordinator {
     this.turn = { turnId: newId("turn"), messageId: this.lastTurnMessage, phase: "buffered" };
     this.lastTurnMessage = undefined;
     this.kick();
+  }
+
+  /**
+   * Why `toolName` may not run now: the current Pi turn serves a step whose contract restricts
+   * tools (`allowedTools`). Counted from the send, before the server's receipt arrives, so a
+   * fast tool call cannot slip through; an ordinary turn restricts nothing.
+   */
+  toolRefusal(toolName: string): string | undefined {
+    const turn = this.turn;
+    if (!turn || turn.end !== undefined || turn.messageId === undefined) return undefined;
+    const message = this.view?.messages.find((m) => m.workflowMessageId === turn.messageId) ?? this.queued.get(turn.messageId);
+    const content = message?.kind === "step" ? message.content : undefined;
+    if (content === null || typeof content !== "object" || !Array.isArray((content as JsonObject).allowedTools)) return undefined;
+    const allowed = ((content as JsonObject).allowedTools as unknown[]).filter((name): name is string => typeof name === "string");
+    return toolRefusal(toolName, allowed);
   }
 
   /** `agent_settled`: the prompt cycle ended. */
@@ -262,6 +281,7 @@ export class WorkflowMessageCoordinator {
 
   /** Read the view again after a report, so the next decision uses the facts it made. */
   private async refresh(epoch: number): Promise<boolean> {
+    const seenBefore = this.viewsSeen;
     let fresh: SessionView | undefined;
     try {
       fresh = await this.server.window(epoch);
@@ -269,6 +289,10 @@ export class WorkflowMessageCoordinator {
       return this.failed(epoch, "session view read", error, () => {});
     }
     if (this.epoch !== epoch || !fresh) return false;
+    // A subscription view that arrived while this read was on its way may be newer than it:
+    // keep that one. (One that is older is followed by a newer one — the server's feed
+    // publishes after every change — so keeping a stale read instead could stall delivery.)
+    if (this.viewsSeen !== seenBefore) return true;
     if (fresh.coordinator?.epoch === epoch) {
       this.view = fresh;
       this.prune(fresh);

@@ -88,6 +88,11 @@ class Extension {
       this.ctx = ctx;
       this.coordinator?.kick();
     });
+    // A step that restricts tools (`agent({allowedTools})`) restricts them for its own turn.
+    pi.on("tool_call", (event) => {
+      const reason = this.coordinator?.toolRefusal(event.toolName);
+      return reason === undefined ? undefined : { block: true, reason };
+    });
     pi.on("agent_settled", (event, ctx) => {
       this.ctx = ctx;
       this.coordinator?.agentSettled(turnEndFromBranch(ctx.sessionManager.getBranch(), event.aborted));

@@ -115,6 +115,10 @@ export interface PiSessionShutdownEvent {
 export interface PiAgentSettledEvent {
   aborted: boolean;
 }
+export interface PiToolCallEvent {
+  toolName: string;
+  toolCallId: string;
+}
 export interface PiSessionTreeEvent {
   newLeafId: string | null;
   oldLeafId: string | null;
@@ -129,6 +133,7 @@ export interface PiApi {
   on(event: "agent_start", handler: Handler<object>): () => void;
   on(event: "turn_end", handler: Handler<object>): () => void;
   on(event: "agent_settled", handler: Handler<PiAgentSettledEvent>): () => void;
+  on(event: "tool_call", handler: (event: PiToolCallEvent, ctx: PiContext) => { block: true; reason: string } | undefined): () => void;
   registerTool(tool: PiToolDefinition): void;
   registerCommand(name: string, options: PiCommand): void;
   registerShortcut(shortcut: string, options: { description?: string; handler: (ctx: PiContext) => Promise<void> | void }): void;

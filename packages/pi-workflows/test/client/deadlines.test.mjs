@@ -17,7 +17,8 @@ const packageDir = fileURLToPath(new URL("../../", import.meta.url));
 const binary = process.env.PI_WORKFLOWS_BIN ?? path.resolve(packageDir, "../../target/debug/pi-workflows");
 const state = mkdtempSync("/tmp/piwtd-");
 const agentDir = mkdtempSync("/tmp/piwtda-");
-const env = { ...process.env, PI_WORKFLOWS_PACKAGE_DIR: packageDir, PI_CODING_AGENT_DIR: agentDir };
+// The reclaimer looks often here: a blocked runner's run is reclaimed soon after it is stopped.
+const env = { ...process.env, PI_WORKFLOWS_PACKAGE_DIR: packageDir, PI_CODING_AGENT_DIR: agentDir, PI_WORKFLOWS_RECLAIM_INTERVAL_MS: "300" };
 delete env.PI_WORKFLOWS_RUNNER;
 const socket = path.join(state, "server", "server.sock");
 /** The step's model-time budget: a few of the deadline task's one-second observations. */
@@ -27,6 +28,7 @@ const BEYOND_BUDGET_MS = BUDGET_MS + 2500;
 
 const routed = path.join(state, "routed.workflow.ts");
 const unrouted = path.join(state, "unrouted.workflow.ts");
+const blocked = path.join(state, "blocked.workflow.ts");
 const opened = [];
 
 function cli(...args) {
@@ -72,6 +74,26 @@ export default defineWorkflow({
 });
 `,
   );
+  // A headless step whose workflow code blocks the runner's event loop after the step's
+  // deadline was committed: the runner's own timer can never fire.
+  writeFileSync(
+    blocked,
+    `import { agent, compute, defineWorkflow } from "pi-workflows";
+export default defineWorkflow({
+  name: "blocked",
+  startAt: "ask",
+  nodes: {
+    ask: agent({
+      prompt: () => { Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 120000); return "never"; },
+      expectedOutput: '{"summary": string}',
+      timeoutMs: 1000,
+    }),
+    late: compute({ run: () => ({ path: "timed out" }) }),
+  },
+  edges: [{ from: "ask", switch: { on: "$result.outcome", cases: { ok: "late", timed_out: "late" } } }],
+});
+`,
+  );
   cli("server", "start");
 });
 
@@ -102,8 +124,9 @@ async function sentStep(workflow, tag) {
   for (let i = 0; i < 200 && typeof latest?.nextEligible !== "string"; i++) await sleep(25);
   const messageId = latest?.nextEligible;
   assert.equal(typeof messageId, "string", `the step message is eligible: ${JSON.stringify(latest)}`);
+  const requestId = latest.messages.find((m) => m.workflowMessageId === messageId)?.sourceId;
   await coordinator.reportBranch(sessionId, epoch, { isIdle: false, hasPendingMessages: false, found: [{ workflowMessageId: messageId, piEntryId: "entry-1" }] });
-  return { client, coordinator, runId, sessionId, epoch, messageId };
+  return { client, coordinator, runId, sessionId, epoch, messageId, requestId };
 }
 
 async function result(client, runId) {
@@ -125,9 +148,10 @@ test("waiting is no model time; a reported turn spends the budget and the run ta
   // The model's late submission is refused; nothing changes.
   const late = await step.coordinator.request("interaction.submit", {
     runId: step.runId,
-    payload: { output: { summary: "too late" }, coordinator: { sessionId: step.sessionId, epoch: step.epoch } },
+    payload: { output: { summary: "too late" }, requestId: step.requestId, coordinator: { sessionId: step.sessionId, epoch: step.epoch } },
   });
   assert.equal(late.outcome, "rejected", JSON.stringify(late));
+  assert.match(late.error.message, /timed out/, "the refusal says what became of the step");
   // Pi's turn ends afterwards; its report adopts the closed step.
   const turnEnd = await step.coordinator.reportTurn(step.sessionId, step.epoch, { turnId: "turn-1", phase: "end", outcome: "completed" });
   assert.equal(turnEnd.ownership, "settled");
@@ -176,4 +200,13 @@ test("without a timed_out route a spent budget ends the run timed_out", async ()
   assert.equal(window.activeRun, null, JSON.stringify(window));
   assert.equal(window.retainedTerminal?.runId, step.runId, JSON.stringify(window));
   assert.ok(window.messages.some((m) => m.kind === "terminal" && m.status === "pending"), JSON.stringify(window.messages));
+});
+
+test("a headless step whose runner is blocked past its deadline is timed out by the server and routed", async () => {
+  const client = await connect();
+  const runId = `run-dl-blocked-${Date.now()}`;
+  await client.call("run.start", { runId, payload: { workflow: blocked, projectPath: state, executionMode: "headless" } });
+  const ended = await viewUntil(client, runId, (view) => ["completed", "failed", "timed_out"].includes(view.display.status) && view.display.activity.kind === "none");
+  assert.equal(ended.display.status, "completed", JSON.stringify(ended.display));
+  assert.deepEqual(await result(client, runId), { path: "timed out" }, "the timed_out route ran");
 });

@@ -167,10 +167,30 @@ test("settings change on a waiting run with compare-and-set, and the resumed run
   const view = await viewUntil(runId, (v) => v.run.settingsChangeNumber === 1);
   assert.equal(view.display.status, "waiting", "a settings change does not disturb a waiting run");
 
-  await client.call("checkpoint.answer", { runId, payload: { answer: "go" } });
-  await viewUntil(runId, (v) => v.display.status === "completed" && v.display.activity.kind === "none");
-  const status = await client.call("run.status", { runId, payload: { includeResult: true } });
-  assert.deepEqual(status.result, { mode: "careful", number: 1 }, JSON.stringify(status));
+  // The answer settles the run; its continuation goes on with the changed settings.
+  const answered = await client.call("checkpoint.answer", { runId, payload: { answer: "go" } });
+  const continuation = answered.continuationRunId;
+  assert.equal(typeof continuation, "string", JSON.stringify(answered));
+  const parent = await client.call("run.status", { runId });
+  assert.deepEqual([parent.status, parent.detail, parent.continuedAs], ["completed", "continued", continuation]);
+  await viewUntil(continuation, (v) => v.display.status === "completed" && v.display.activity.kind === "none");
+  const status = await client.call("run.status", { runId: continuation, payload: { includeResult: true } });
+  // A continuation starts from its parent's current settings, as its own change 0.
+  assert.deepEqual(status.result, { mode: "careful", number: 0 }, JSON.stringify(status));
+});
+
+test("a headless start of a workflow with an assistant-message step is refused, naming the step", async () => {
+  const runId = `run-ts-headless-reply-${Date.now()}`;
+  const refused = await client.request("run.start", { runId, payload: { workflow: replying, projectPath: state, executionMode: "headless" } });
+  assert.equal(refused.outcome, "rejected", JSON.stringify(refused));
+  assert.equal(refused.error.code, "assistantMessageHeadless");
+  assert.match(refused.error.message, /step "reply" answers with a visible assistant message.*\/workflow start/);
+  const status = await client.request("run.status", { runId });
+  assert.equal(status.outcome, "notFound", "nothing was queued");
+  // The CLI starts headless runs: it says the same.
+  const cliStart = spawnSync(binary, ["--state-dir", state, "run", "start", replying], { env, encoding: "utf8" });
+  assert.notEqual(cliStart.status, 0);
+  assert.match(cliStart.stderr, /visible assistant message/);
 });
 
 test("an assistant-message step takes the visible reply; the step's own checks judge it", async () => {

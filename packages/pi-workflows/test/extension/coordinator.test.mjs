@@ -328,3 +328,68 @@ test("turnEndFromBranch: error and the response entry", () => {
   assert.deepEqual(turnEndFromBranch(branch, false), { outcome: "error", responseEntryId: "a" });
   assert.deepEqual(turnEndFromBranch(branch.slice(0, 1), true), { outcome: "aborted" });
 });
+
+test("a step's allowedTools restrict tools during its own turn only; the workflow tool is always allowed", async () => {
+  const restricted = message("msg-x-1", {
+    content: { workflow: "wf", nodePath: "a", attemptId: "msg-x-1", prompt: "Read only", expectedOutput: "{ok: true}", allowedTools: ["read"] },
+  });
+  const { pi, coordinator } = await setup([restricted]);
+  assert.equal(pi.sends.length, 1);
+  assert.equal(coordinator.toolRefusal("bash"), undefined, "no turn yet: nothing is restricted");
+  // The turn that serves the step starts (counted from the send, before any receipt).
+  coordinator.agentStart();
+  assert.match(coordinator.toolRefusal("bash"), /does not allow the "bash" tool \(allowed tools: read;/);
+  assert.equal(coordinator.toolRefusal("read"), undefined);
+  assert.equal(coordinator.toolRefusal("workflow"), undefined);
+  pi.entries.push({ type: "message", id: "a1", message: { role: "assistant", stopReason: "stop", content: [{ type: "text", text: "done" }] } });
+  pi.idle = true;
+  coordinator.agentSettled(turnEndFromBranch(pi.entries, false));
+  assert.equal(coordinator.toolRefusal("bash"), undefined, "after the turn: an ordinary turn restricts nothing");
+});
+
+test("a step without allowedTools restricts nothing", async () => {
+  const { coordinator } = await setup();
+  coordinator.agentStart();
+  assert.equal(coordinator.toolRefusal("bash"), undefined);
+});
+
+test("a view read that returns after a newer subscription view never replaces it (delivery does not stall)", async () => {
+  const pi = new FakePi();
+  const server = new FakeServer(view(7, [message("msg-x-1")]));
+  let release;
+  const held = new Promise((resolve) => (release = resolve));
+  let reads = 0;
+  // Reads answer at once until the step was sent; a later one is slow and returns what the
+  // server had before the run ended (the step sent, nothing pending).
+  const answerNow = server.window.bind(server);
+  server.window = async (epoch) => {
+    reads += 1;
+    if (pi.sends.length === 0) return answerNow(epoch);
+    const stale = structuredClone({ ...server.current, messages: [], nextEligible: undefined, coordinator: { epoch, active: true } });
+    server.calls.push({ op: "window", epoch });
+    await held;
+    return stale;
+  };
+  const coordinator = new WorkflowMessageCoordinator(pi, server);
+  coordinator.connected(7);
+  coordinator.onView(structuredClone(server.current));
+  for (let i = 0; i < 20 && (pi.sends.length === 0 || reads < 2); i++) await settle();
+  assert.equal(pi.sends.length, 1);
+  assert.ok(reads >= 2, "a read after the send is on its way");
+  // While it is, the subscription shows the run's end: its terminal message is eligible.
+  const terminal = { ...message("msg-x-2", { order: 2 }), kind: "terminal", reason: undefined, sourceId: "run-1", content: { outcome: "completed", runId: "run-1", workflowName: "wf" } };
+  const sent = { ...message("msg-x-1"), status: "sent", piEntryId: "e1" };
+  server.current = view(7, [sent, terminal]);
+  coordinator.onView(structuredClone(server.current));
+  pi.idle = true;
+  release();
+  for (let i = 0; i < 20 && pi.sends.length < 2; i++) {
+    await settle();
+    await coordinator.idle();
+  }
+  assert.deepEqual(
+    pi.sends.map((s) => s.message.details.workflowMessageId),
+    ["msg-x-1", "msg-x-2"],
+    "the stale read did not hide the terminal message",
+  );
+});

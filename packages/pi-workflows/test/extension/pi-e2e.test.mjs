@@ -167,11 +167,13 @@ test("a workflow started with /workflow runs in the session: step once, rejected
   // The server's view: completed; Pi got the terminal message.
   const client = await WorkflowClient.connect(path.join(env.PI_CODING_AGENT_DIR, "workflows", "server", "server.sock"), { packageVersion: version, clientId: "pi-e2e-test" });
   try {
+    // The answer settled the run; its continuation went on from the checkpoint.
+    const continuation = await until(async () => (await client.call("run.status", { runId })).continuedAs, "the continuation run", rpc.context, WAIT_MS);
     await until(async () => {
-      const receipt = await client.call("view.run.get", { runId });
+      const receipt = await client.call("view.run.get", { runId: continuation });
       return receipt.view?.display?.status === "completed";
-    }, "the run to complete", rpc.context, WAIT_MS);
-    const status = await client.call("run.status", { runId, payload: { includeResult: true } });
+    }, "the continuation to complete", rpc.context, WAIT_MS);
+    const status = await client.call("run.status", { runId: continuation, payload: { includeResult: true } });
     assert.deepEqual(status.result?.output ?? status.result, { n: 42, approved: { approved: true } });
   } finally {
     client.close();

@@ -6,6 +6,7 @@
 // (./protocol.ts), and blocks calls of tools the step does not allow (`allowedTools`).
 import * as net from "node:net";
 import { TOOL_PARAMETERS, ToolInputError, validateToolParams } from "../../extension/tool.js";
+import { toolRefusal } from "../allowed-tools.js";
 import { isRecord, JsonlReader, type RpcLine } from "../rpc.js";
 import {
   type AnswerFrame,
@@ -214,12 +215,8 @@ export default function piWorkflowsBridge(pi: BridgePi): void {
     } catch {
       return { block: true, reason: `pi-workflows: ${unavailable}, so no tool may run.` };
     }
-    if (ready.allowedTools === null || ready.allowedTools.includes(event.toolName)) return undefined;
-    const allowed = ready.allowedTools.length > 0 ? ready.allowedTools.join(", ") : "none";
-    return {
-      block: true,
-      reason: `pi-workflows: this workflow step does not allow the "${event.toolName}" tool (allowed tools: ${allowed}; the workflow tool is always available). Do the step without it.`,
-    };
+    const reason = toolRefusal(event.toolName, ready.allowedTools);
+    return reason === undefined ? undefined : { block: true, reason };
   });
 
   pi.registerTool({

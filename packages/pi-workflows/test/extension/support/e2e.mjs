@@ -44,6 +44,9 @@ const TMUX_ROWS = 50;
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Polls `check` until it returns something truthy; throws naming `what` (and `context()`) after WAIT_MS. */
+/** Continuations one chain lookup follows at most (one per answered checkpoint). */
+const CONTINUATIONS_MAX = 16;
+
 export async function until(check, what, context = () => "", ms = WAIT_MS) {
   const deadline = Date.now() + ms;
   for (;;) {
@@ -63,6 +66,15 @@ export async function until(check, what, context = () => "", ms = WAIT_MS) {
 //     any other tool result: reply "STEP-DONE";
 //   - anything else: reply "MOCK-REPLY".
 // While `hold` is on, a step request gets its first chunk and then waits for `release()`.
+//
+// A test can script any answer with `script(ctx)` (return undefined for the rules above). ctx:
+// `messages` (no system message), `last`, `lastText`, `step` ({requestId} when the last message
+// is a step), `toolName` / `toolCall` ({name, arguments}: the call whose result is the last
+// message), `n`, `next()` (the next output). A scripted reply is `{text}` or
+// `{tools: [{name, arguments}]}` (one response, calls in order), with `kind` (default
+// "scripted"; `hold` also holds a scripted reply of kind "step"), `hold: true` (first chunk,
+// then wait for `release()`) and `chunkDelayMs` (stream the reply slowly). Every request
+// records its last message as `lastRole` / `lastText`.
 export class ScriptedModel {
   requests = [];
   held = [];
@@ -94,9 +106,28 @@ export class ScriptedModel {
   #output() {
     return this.outputs[Math.min(this.next++, this.outputs.length - 1)];
   }
+  /** Requests whose last message's text matches `pattern` (what the model was asked to answer). */
+  requestsFor(pattern) {
+    return this.requests.filter((r) => pattern.test(r.lastText ?? ""));
+  }
   #decide(messages) {
     const relevant = messages.filter((m) => m.role !== "system");
     const last = relevant[relevant.length - 1];
+    if (this.script) {
+      const lastText = last ? textOf(last.content) : "";
+      const step = last?.role === "user" ? /"action": "submit", "requestId": "([^"]+)"/.exec(lastText) : null;
+      const scripted = this.script({
+        messages: relevant,
+        last,
+        lastText,
+        step: step ? { requestId: step[1] } : undefined,
+        toolName: last?.role === "tool" ? toolCallOf(relevant, last.tool_call_id)?.name : undefined,
+        toolCall: last?.role === "tool" ? toolCallOf(relevant, last.tool_call_id) : undefined,
+        n: this.requests.length + 1,
+        next: () => this.#output(),
+      });
+      if (scripted) return { kind: "scripted", ...scripted, scripted: true };
+    }
     if (!last) return { kind: "other", text: "MOCK-REPLY" };
     if (last.role === "tool") {
       if (/^Rejected/.test(textOf(last.content))) {
@@ -125,7 +156,8 @@ export class ScriptedModel {
     const body = JSON.parse(raw || "{}");
     const n = this.requests.length + 1;
     const reply = this.#decide(body.messages ?? []);
-    const record = { n, ...reply, held: false, closed: false };
+    const lastMessage = (body.messages ?? []).at(-1);
+    const record = { n, ...reply, held: false, closed: false, lastRole: lastMessage?.role, lastText: lastMessage ? textOf(lastMessage.content) : "" };
     this.requests.push(record);
     res.on("close", () => {
       record.closed = true;
@@ -135,7 +167,31 @@ export class ScriptedModel {
     const created = Math.floor(Date.now() / 1000);
     const send = (o) => res.write(`data: ${JSON.stringify(o)}\n\n`);
     const chunk = (delta, finish = null) => send({ id, object: "chat.completion.chunk", created, model: body.model, choices: [{ index: 0, delta, finish_reason: finish }] });
-    if (reply.toolCall) {
+    if (reply.scripted) {
+      chunk({ role: "assistant", content: reply.tools ? null : "" });
+      if (reply.hold || (reply.kind === "step" && this.hold)) {
+        record.held = true;
+        await new Promise((resolve) => this.held.push(resolve));
+        if (record.closed) return; // Pi aborted or died meanwhile
+      }
+      const pause = () => (reply.chunkDelayMs ? sleep(reply.chunkDelayMs) : undefined);
+      if (reply.tools) {
+        for (const [index, call] of reply.tools.entries()) {
+          await pause();
+          chunk({ tool_calls: [{ index, id: `call_${call.name}_${n}_${index}`, type: "function", function: { name: call.name, arguments: "" } }] });
+          chunk({ tool_calls: [{ index, function: { arguments: JSON.stringify(call.arguments) } }] });
+        }
+        await pause();
+        chunk({}, "tool_calls");
+      } else {
+        for (const part of String(reply.text).match(/[\s\S]{1,16}/g) ?? [""]) {
+          await pause();
+          if (record.closed) return;
+          chunk({ content: part });
+        }
+        chunk({}, "stop");
+      }
+    } else if (reply.toolCall) {
       chunk({ role: "assistant", content: null });
       if (reply.kind === "step" && this.hold) {
         record.held = true;
@@ -154,6 +210,22 @@ export class ScriptedModel {
     res.write("data: [DONE]\n\n");
     res.end();
   }
+}
+
+/** The call `toolCallId` an earlier assistant message made: {name, arguments} (parsed). */
+function toolCallOf(messages, toolCallId) {
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const call = messages[i].tool_calls?.find((c) => c.id === toolCallId);
+    if (!call) continue;
+    let args;
+    try {
+      args = JSON.parse(call.function?.arguments || "{}");
+    } catch {
+      args = undefined;
+    }
+    return { name: call.function?.name, arguments: args };
+  }
+  return undefined;
 }
 
 export const textOf = (content) =>
@@ -259,9 +331,12 @@ export class Harness {
     return undefined;
   }
 
-  /** A `pi --mode rpc` child with this package's extension (and `extraArgs`). */
-  rpc(extraArgs = [], { sessionDir = this.sessionsDir } = {}) {
-    const rpc = new Rpc(["--session-dir", sessionDir, "-ne", "-e", extensionPath, ...extraArgs], this.env, this.proj);
+  /**
+   * A `pi --mode rpc` child with this package's extension (and `extraArgs`); `detached`: in its
+   * own process group (so `killGroup()` ends Pi and every tool process it started).
+   */
+  rpc(extraArgs = [], { sessionDir = this.sessionsDir, detached = false } = {}) {
+    const rpc = new Rpc(["--session-dir", sessionDir, "-ne", "-e", extensionPath, ...extraArgs], this.env, this.proj, { detached });
     this.children.push(rpc);
     return rpc;
   }
@@ -322,22 +397,42 @@ export class Harness {
     }
   }
 
+  /** The result of the run's chain: an answered checkpoint's continuation carries it on. */
   async runResult(runId) {
     const client = await this.probe();
     try {
-      const status = await client.call("run.status", { runId, payload: { includeResult: true } });
+      let status = await client.call("run.status", { runId, payload: { includeResult: true } });
+      for (let hops = 0; typeof status.continuedAs === "string" && hops < CONTINUATIONS_MAX; hops++) {
+        status = await client.call("run.status", { runId: status.continuedAs, payload: { includeResult: true } });
+      }
       return status.result?.output ?? status.result;
     } finally {
       client.close();
     }
   }
 
-  /** Waits for the run's display status to be `status`. */
+  /** The newest run of `runId`'s continuation chain (itself when its checkpoint was never answered). */
+  async chainLeaf(runId) {
+    const client = await this.probe();
+    try {
+      let leaf = runId;
+      for (let hops = 0; hops < CONTINUATIONS_MAX; hops++) {
+        const next = (await client.call("run.status", { runId: leaf })).continuedAs;
+        if (typeof next !== "string") break;
+        leaf = next;
+      }
+      return leaf;
+    } finally {
+      client.close();
+    }
+  }
+
+  /** Waits for the display status of the run's chain (its newest continuation) to be `status`. */
   async runStatus(runId, status, context) {
     let last;
     await until(
       async () => {
-        last = (await this.runView(runId))?.display;
+        last = (await this.runView(await this.chainLeaf(runId)))?.display;
         return last?.status === status;
       },
       `run ${runId} to be ${status}`,
@@ -372,8 +467,9 @@ export class Rpc {
   responses = new Map();
   stderr = "";
   #n = 0;
-  constructor(args, env, cwd) {
-    this.child = spawn(piBin, ["--mode", "rpc", ...args], { env, cwd, stdio: ["pipe", "pipe", "pipe"] });
+  constructor(args, env, cwd, { detached = false } = {}) {
+    this.detached = detached;
+    this.child = spawn(piBin, ["--mode", "rpc", ...args], { env, cwd, detached, stdio: ["pipe", "pipe", "pipe"] });
     let buffered = "";
     this.child.stdout.on("data", (chunk) => {
       buffered += chunk;
@@ -440,12 +536,23 @@ export class Rpc {
     if (this.alive) this.child.kill(signal);
     return this.exited;
   }
+  /** Signals Pi's whole process group (a `detached` child: Pi and the tools it runs). */
+  killGroup(signal = "SIGKILL") {
+    assert.ok(this.detached, "killGroup needs a detached Rpc (its own process group)");
+    try {
+      process.kill(-this.child.pid, signal);
+    } catch (error) {
+      if (error.code !== "ESRCH") throw error;
+    }
+    return this.exited;
+  }
   async close() {
     if (!this.alive) return;
     this.child.stdin.end();
     const timer = setTimeout(() => this.child.kill("SIGKILL"), EXIT_GRACE_MS);
     await this.exited;
     clearTimeout(timer);
+    if (this.detached) this.killGroup().catch(() => {}); // a tool process Pi left behind
   }
 }
 

@@ -1,0 +1,182 @@
+//! The interactive screen, driven in tmux against a real server: browsing, pinning, pausing
+//! and resuming a run, and riding out a server restart.
+
+mod common;
+
+use std::process::Command;
+
+use common::{Env, Tmux, fixture};
+
+#[test]
+fn the_browser_lists_runs_newest_first_and_shows_the_selected_run() {
+    let env = Env::new();
+    let older = env.start(&fixture("echo-task"), None);
+    env.once_until(&older, "the first run completes", |frame| {
+        frame.contains("· COMPLETED ·")
+    });
+    let newer = env.start(&fixture("sleeps"), None);
+    let tmux = Tmux::start("browse", &env.piw());
+    let screen = tmux.wait_for("both runs are listed", |s| {
+        s.contains("runs (2)") && s.contains("· sleeps ·")
+    });
+    let sleeps_row = screen.find("sleeps ").expect("a sleeps row");
+    let echo_row = screen.find("echo-task ").expect("an echo-task row");
+    assert!(sleeps_row < echo_row, "newest first:\n{screen}");
+    assert!(tmux.header().contains(&newer), "the newest run is selected:\n{screen}");
+    tmux.keys(&["j"]);
+    tmux.wait_for("the older run is shown", |s| {
+        s.lines().next().unwrap_or_default().contains(&older)
+    });
+    tmux.keys(&["Enter"]);
+    let screen = tmux.wait_for("the run's graph", |s| s.contains("Echo the task"));
+    assert!(screen.contains("✓ completed"), "{screen}");
+    tmux.keys(&["q"]);
+}
+
+#[test]
+fn a_pinned_run_is_paused_and_resumed_from_the_tui() {
+    let env = Env::new();
+    // A compute step awaiting a timer: pausing interrupts it, resuming runs it again.
+    let run = env.start(&fixture("long-wait"), None);
+    let tmux = Tmux::start("pin", env.piw().arg(&run));
+    let header = |s: &str| s.lines().next().unwrap_or_default().to_string();
+    let screen = tmux.wait_for("the pinned run runs", |s| header(s).contains("· RUNNING"));
+    assert!(!screen.contains("runs ("), "a pinned run hides the browser:\n{screen}");
+    tmux.keys(&["p"]);
+    tmux.wait_for("the pause is confirmed first", |s| {
+        s.contains(&format!("Pause run {run}?"))
+    });
+    tmux.keys(&["y"]);
+    let screen = tmux.wait_for("the run is paused", |s| header(s).contains("· PAUSED"));
+    assert!(screen.contains("[r] resume"), "{screen}");
+    tmux.keys(&["r"]);
+    tmux.wait_for("the resume is confirmed first", |s| {
+        s.contains(&format!("Resume run {run}?"))
+    });
+    tmux.keys(&["y"]);
+    tmux.wait_for("the run runs again", |s| {
+        header(s).contains("· RUNNING") && s.contains("[p] pause")
+    });
+    let _ = env.cli(&["run", "cancel", &run]);
+}
+
+#[test]
+fn killing_the_server_shows_reconnecting_and_the_view_recovers_after_a_restart() {
+    let env = Env::new();
+    let run = env.start(&fixture("echo-task"), None);
+    env.once_until(&run, "the run completes", |frame| frame.contains("· COMPLETED ·"));
+    let tmux = Tmux::start("restart", env.piw().arg(&run));
+    tmux.wait_for("the view is live", |s| {
+        s.contains("● live") && s.contains("[R] restart")
+    });
+    let killed = Command::new("kill")
+        .args(["-9", &env.server_pid().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let screen = tmux.wait_for("the view is marked stale", |s| s.contains("reconnecting"));
+    assert!(screen.contains("controls: none while not connected"), "{screen}");
+    common::expect_success(&env.cli(&["server", "start"]), "server start");
+    let screen = tmux.wait_for("the view recovers", |s| {
+        s.contains("● live") && !s.contains("reconnecting")
+    });
+    assert!(
+        screen.contains("· COMPLETED ·") && screen.contains("[R] restart"),
+        "{screen}"
+    );
+}
+
+#[test]
+fn piw_starts_the_local_server_with_pi_workflows_server_start() {
+    let env = Env::new();
+    assert!(!env.dir().join("server/server.lock").exists());
+    let tmux = Tmux::start("start", &env.piw());
+    tmux.wait_for("an empty, live run list", |s| {
+        s.contains("no runs yet") && s.contains("● live")
+    });
+    common::expect_success(&env.cli(&["server", "status"]), "server status");
+}
+
+#[test]
+fn a_checkpoint_is_answered_from_the_tui_after_confirmation() {
+    let env = Env::new();
+    let input = format!(
+        r#"{{"version":"1.2.0","check":"true","notesDir":"{}"}}"#,
+        env.scratch.path().display()
+    );
+    let run = env.start(&common::example("release-gate"), Some(&input));
+    let tmux = Tmux::start("answer", env.piw().arg(&run));
+    tmux.wait_for("the run waits at its checkpoint", |s| {
+        s.contains("◆ WAITING checkpoint") && s.contains("[a] answer")
+    });
+    tmux.keys(&["a"]);
+    tmux.wait_for("the answer input", |s| s.contains("answer the checkpoint"));
+    tmux.keys(&["-l", r#"{"approved": true, "by": "piw"}"#]);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the answer is confirmed first", |s| {
+        s.contains(r#"Answer the checkpoint with {"approved":true,"by":"piw"}?"#)
+    });
+    tmux.keys(&["y"]);
+    let screen = tmux.wait_for("the run completes", |s| {
+        s.lines().next().unwrap_or_default().contains("· COMPLETED")
+    });
+    assert!(screen.contains("checkpoint.answer: accepted"), "{screen}");
+    // The answer settled the pinned run; the rest of the workflow runs in its continuation,
+    // which the header names.
+    let screen = tmux.wait_for("the header names the continuation", |s| s.contains("continues as run "));
+    assert!(screen.contains("(piw run-"), "{screen}");
+    let note = env.scratch.path().join("release-1.2.0.md");
+    common::wait_until("the release note is written", || note.exists(), || screen.clone());
+    let notes = std::fs::read_to_string(&note).expect("the release note");
+    assert!(notes.contains("Approved by piw"), "{notes}");
+}
+
+#[test]
+fn a_relay_that_never_answers_is_one_clear_unavailable_error() {
+    let env = Env::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let url = format!("ws://127.0.0.1:{port}/ws");
+    let script = format!(
+        "{} --connect {url}; echo \"piw exited $?\"; sleep 60",
+        common::piw_bin().display()
+    );
+    let mut shell = Command::new("sh");
+    shell.args(["-c", &script]).env("XDG_CONFIG_HOME", env.config.path());
+    let tmux = Tmux::start("unavailable", &shell);
+    let screen = tmux.wait_for("piw exits", |s| s.contains("piw exited"));
+    assert!(screen.contains("piw exited 3"), "{screen}");
+    assert!(
+        screen.contains("no pi-workflows server answers") && screen.contains(&url),
+        "{screen}"
+    );
+}
+
+#[test]
+fn older_attempts_are_paged_in_and_the_timeline_replays_from_the_first() {
+    let env = Env::new();
+    let run = env.start(&fixture("loops"), None);
+    env.once_until(&run, "the run completes", |frame| frame.contains("· COMPLETED ·"));
+    let tmux = Tmux::start("paging", env.piw().arg(&run));
+    // The view inlines the newest 50 of the 61 attempts.
+    tmux.wait_for("the view's window", |s| s.contains("50 of 61 attempts loaded"));
+    tmux.keys(&["Tab"]);
+    for _ in 0..6 {
+        tmux.keys(&["PageUp"]);
+    }
+    tmux.wait_for("the older attempts are read", |s| {
+        s.contains("61 of 61 attempts loaded")
+    });
+    tmux.keys(&["Home"]);
+    let screen = tmux.wait_for("the timeline at the first attempt", |s| {
+        s.contains("REPLAY  attempt 1/61")
+    });
+    assert!(
+        screen.contains("graph · at the timeline cursor") && screen.contains("Done"),
+        "{screen}"
+    );
+    tmux.keys(&["End"]);
+    tmux.wait_for("the timeline is live again", |s| s.contains("LIVE  attempt 61/61"));
+}
