@@ -33,9 +33,10 @@ const hasTerminal = (entries) => entries.some((e) => e.type === "custom_message"
 
 /** The one session file Pi wrote in this harness (it appears once the session has content). */
 async function theSessionFile(h, tmux) {
+  // Until its header line is complete: Pi may be writing the file right now.
   const [file] = await until(() => {
     const files = sessionFiles(h.sessionsDir);
-    return files.length === 1 ? files : undefined;
+    return files.length === 1 && sessionHeader(files[0]) !== undefined ? files : undefined;
   }, "Pi's session file", () => `\nscreen:\n${tmux.screen()}`);
   return file;
 }

@@ -637,19 +637,25 @@ function shellQuote(value) {
 // ---------------------------------------------------------------------------------------------
 // Pi's session entries.
 
+/** The complete lines of a JSONL file Pi may be writing right now (a partial last line is left out). */
+function completeLines(file) {
+  const text = fs.readFileSync(file, "utf8");
+  const lines = text.split("\n");
+  lines.pop(); // after the last newline: empty, or a line still being written
+  return lines.filter(Boolean);
+}
+
 /** Entries of one session JSONL file (the header line excluded). */
 export function sessionFileEntries(file) {
-  return fs
-    .readFileSync(file, "utf8")
-    .split("\n")
-    .filter(Boolean)
+  return completeLines(file)
     .map((line) => JSON.parse(line))
     .filter((entry) => entry.type !== "session");
 }
 
-/** The header line of a session file. */
+/** The header line of a session file; undefined while Pi has not finished writing it. */
 export function sessionHeader(file) {
-  return JSON.parse(fs.readFileSync(file, "utf8").split("\n")[0]);
+  const [first] = completeLines(file);
+  return first === undefined ? undefined : JSON.parse(first);
 }
 
 /** Session files below `dir` (Pi writes one JSONL per session). */
