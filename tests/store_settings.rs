@@ -231,3 +231,16 @@ fn attempts_name_only_stored_versions() {
         "an older version stays valid for a racing start"
     );
 }
+
+// Found by the settings_patch fuzz target (fuzz/seeds/settings_patch/unknown-member-echoed-unbounded):
+// a refusal quoted the client's unknown member name whole.
+#[test]
+fn a_refusal_quotes_only_a_bounded_prefix_of_an_unknown_member_name() {
+    let name = "x".repeat(20_000);
+    let patch = serde_json::json!([{"op": "test", "path": "/mode", "value": "fast", name.clone(): 1}]);
+    let error = parse_patch(&patch).expect_err("an unknown member is refused");
+    let message = error.to_string();
+    assert!(message.contains("unknown member"), "{message}");
+    assert!(message.len() < 300, "bounded: {} bytes", message.len());
+    assert!(!message.contains(&name), "not the whole name");
+}

@@ -6,6 +6,9 @@ use serde_json::Value;
 
 use super::{PATCH_BYTES_MAX, PATCH_OPS_MAX, POINTER_BYTES_MAX, SettingsError};
 
+/// The most of an unknown member's name a refusal quotes.
+const MEMBER_NAME_SHOWN_BYTES_MAX: usize = 64;
+
 /// One checked patch operation.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PatchOp {
@@ -132,7 +135,9 @@ fn parse_op(op: &Value) -> Result<PatchOp, String> {
         _ => return Err("\"op\" must be add, remove, replace or test".to_string()),
     };
     if let Some(extra) = fields.keys().find(|key| !known.contains(&key.as_str())) {
-        return Err(format!("unknown member {extra:?}"));
+        // The name is the client's text: quote a bounded prefix, as every refusal does.
+        let shown = crate::protocol::bounded_text(extra, MEMBER_NAME_SHOWN_BYTES_MAX);
+        return Err(format!("unknown member {shown:?}"));
     }
     Ok(match fields["op"].as_str() {
         Some("add") => PatchOp::Add {

@@ -186,6 +186,28 @@ export async function modelAnswer(ctx: ActionContext, runId: unknown, requestId:
   return `${continued(id, await call(ctx, "checkpoint.answer", id, payload))}; end your turn now`;
 }
 
+/** Characters of a step's prompt one `read-step` call returns, at most (16 KiB of ASCII). */
+export const STEP_READ_CHARS_MAX = 16 * 1024;
+
+/**
+ * `read-step`: the step prompt the server stores whole, from `offset` (characters), at most
+ * STEP_READ_CHARS_MAX of it — how the model reads the rest of a prompt that was cut.
+ */
+export async function readStep(ctx: ActionContext, requestId: string, runId: unknown, offset: number): Promise<string> {
+  const id = runOfRequest(ctx, requestId, runId);
+  const receipt = await call(ctx, "run.status", id, { includeResult: true });
+  const contract = isObject(receipt.request) ? receipt.request : undefined;
+  const pending = isObject(receipt.pendingRequest) ? receipt.pendingRequest.requestId : undefined;
+  if (!contract || pending !== requestId || typeof contract.prompt !== "string") {
+    throw new ActionError("stepClosed", `step ${requestId} is not open in run ${id}; nothing to read. End your turn.`);
+  }
+  const prompt = contract.prompt;
+  const start = Math.min(offset, prompt.length);
+  const end = Math.min(prompt.length, start + STEP_READ_CHARS_MAX);
+  const more = end < prompt.length ? `; more: {"action": "read-step", "requestId": "${requestId}", "offset": ${end}}` : "; that is the end";
+  return `${prompt.slice(start, end)}\n[characters ${start} to ${end} of ${prompt.length}${more}]`;
+}
+
 export async function submit(ctx: ActionContext, requestId: string, runId: unknown, output: unknown): Promise<JsonObject> {
   const id = runOfRequest(ctx, requestId, runId);
   return submitting(ctx, "interaction.submit", id, { output: output as JsonObject, requestId, coordinator: coordinator(ctx) });

@@ -337,6 +337,8 @@ class Extension {
           return toolText(await actions.queueFollowUp(act, params.runId, params.prompt as string), { action: "queue-follow-up" });
         case "remove-follow-up":
           return toolText(await actions.removeFollowUp(act, params.runId, params.followUpId as string), { action: "remove-follow-up" });
+        case "read-step":
+          return toolText(await actions.readStep(act, params.requestId as string, params.runId, typeof params.offset === "number" ? params.offset : 0), { action: "read-step" });
       }
     } catch (error) {
       const code = (error as { code?: string }).code ?? "error";

@@ -2,7 +2,8 @@
 // message, its kind in `customType`, the hidden workflow message ID in `details` (never shown
 // to the model: Pi keeps `details` out of model requests), and a text that tells the model
 // exactly what to do. The coordinator finds a sent message again by that hidden ID.
-import { boundedPromptText, EXPECTED_OUTPUT_BYTES_MAX, EXPECTED_OUTPUT_EXCERPT_BYTES } from "../engine/agent-output.js";
+import { boundedPromptText, EXPECTED_OUTPUT_BYTES_MAX, EXPECTED_OUTPUT_EXCERPT_BYTES, PROMPT_EXCERPT_BYTES } from "../engine/agent-output.js";
+import { truncateUtf8 } from "../engine/limits.js";
 import type { PiSessionEntry } from "./pi-types.js";
 import type { MessageKind, ViewMessage } from "./session-view.js";
 
@@ -105,8 +106,15 @@ export function stepText(message: ViewMessage): string {
     return bounded(lines.join("\n"));
   }
   // One bound for prompts in both modes (the headless bridge uses it too): a prompt over 64 KiB
-  // becomes its first 16 KiB, its size and its digest.
-  lines.push(boundedPromptText(str(content.prompt) ?? "(no prompt)"), "");
+  // becomes its first 16 KiB, its size and its digest; here the tool reads the rest.
+  const prompt = str(content.prompt) ?? "(no prompt)";
+  const shown = boundedPromptText(prompt);
+  lines.push(shown, "");
+  if (shown !== prompt) {
+    // Where the excerpt stops: truncateUtf8 ends a cut text with one "…" of its own.
+    const from = truncateUtf8(prompt, PROMPT_EXCERPT_BYTES).length - 1;
+    lines.push(`To read the rest of the prompt, call the \`workflow\` tool with {"action": "read-step", "requestId": "${requestId}", "offset": ${from}}.`, "");
+  }
   if (form === "assistant") {
     const limit = typeof content.maxChars === "number" ? ` of at most ${content.maxChars} characters` : "";
     lines.push(

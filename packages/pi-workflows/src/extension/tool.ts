@@ -18,6 +18,7 @@ export const TOOL_ACTIONS = [
   "change-settings",
   "queue-follow-up",
   "remove-follow-up",
+  "read-step",
 ] as const;
 export type ToolAction = (typeof TOOL_ACTIONS)[number];
 
@@ -51,6 +52,7 @@ const FIELDS: Readonly<Record<ToolAction, { required: readonly string[]; optiona
   "change-settings": { required: ["patch"], optional: ["runId", "expectedChangeNumber"] },
   "queue-follow-up": { required: ["prompt"], optional: ["runId"] },
   "remove-follow-up": { required: ["followUpId"], optional: ["runId"] },
+  "read-step": { required: ["requestId"], optional: ["runId", "offset"] },
 };
 const ALL_FIELDS = ["action", "workflow", "input", "runId", "requestId", "output", "update", "patch", "expectedChangeNumber", "prompt", "followUpId", "offset"];
 
@@ -62,7 +64,7 @@ export const TOOL_PARAMETERS = Object.freeze({
     workflow: { type: "string", description: "start: the workflow's name or path." },
     input: { description: "start: the run's input (JSON). answer: the checkpoint's answer (JSON)." },
     runId: { type: "string", description: "The run (default: this session's run)." },
-    requestId: { type: "string", description: "submit/update/answer: the requestId the step message names." },
+    requestId: { type: "string", description: "submit/update/answer/read-step: the requestId the step message names." },
     output: { description: "submit: the step's output (JSON), as the step's expected output says." },
     update: {
       type: "object",
@@ -73,7 +75,7 @@ export const TOOL_PARAMETERS = Object.freeze({
     expectedChangeNumber: { type: "integer", description: "change-settings: refuse when the settings changed since this number." },
     prompt: { type: "string", description: "queue-follow-up: the prompt to run after the workflow completes." },
     followUpId: { type: "string", description: "remove-follow-up: the follow-up to remove." },
-    offset: { type: "integer", description: "list: where the page starts." },
+    offset: { type: "integer", description: "list: where the page starts. read-step: the character to read from." },
   },
   required: ["action"],
   additionalProperties: false,
@@ -181,6 +183,6 @@ export const TOOL_DESCRIPTION = [
   "A workflow step arrives as a message that names a requestId and the expected output: do the work, then call this tool with action \"submit\", that requestId and the output.",
   "A rejected submission explains why; fix the output and submit again with the same requestId.",
   "After an accepted submission, end your turn: the next step arrives only once your turn has ended (never wait, sleep or poll inside your turn).",
-  "Other actions: list, start {workflow, input?}, status, pause, resume, cancel, restart, answer {input} (checkpoints only; decisions are answered by a person), update {requestId, update:{type,key,data}}, change-settings {patch}, queue-follow-up {prompt}, remove-follow-up {followUpId}.",
+  "Other actions: list, start {workflow, input?}, status, pause, resume, cancel, restart, answer {input} (checkpoints only; decisions are answered by a person), update {requestId, update:{type,key,data}}, change-settings {patch}, queue-follow-up {prompt}, remove-follow-up {followUpId}, read-step {requestId, offset} (the rest of a step prompt that was cut).",
   "When the user asks to continue or resume a workflow, call resume at once (not status).",
 ].join(" ");

@@ -6,6 +6,7 @@ import path from "node:path";
 import { test } from "node:test";
 import { completions, parseCommand } from "../../dist/extension/command.js";
 import { outgoing, stepText, triggersTurn } from "../../dist/extension/messages.js";
+import { readStep, STEP_READ_CHARS_MAX } from "../../dist/extension/actions.js";
 import { createHash } from "node:crypto";
 import { loadShortcuts } from "../../dist/extension/shortcuts.js";
 import { idempotencyKeyOf, TOOL_ACTIONS, TOOL_ERRORS_MAX, TOOL_PARAMETERS, ToolInputError, validateToolParams } from "../../dist/extension/tool.js";
@@ -159,6 +160,32 @@ test("a huge prompt reaches the model as an excerpt with its size and digest; th
   assert.match(built.content, new RegExp(`${Buffer.byteLength(prompt)} bytes in all, sha256 ${createHash("sha256").update(prompt).digest("hex")}`));
   assert.match(built.content, /"action": "submit", "requestId": "req:att-1"/, "the contract survives the cut");
   assert.equal(built.details.content.prompt, prompt, "the renderer keeps the whole stored value");
+  const hint = /\{"action": "read-step", "requestId": "req:att-1", "offset": (\d+)\}/.exec(built.content);
+  assert.ok(hint, "the text says how to read the rest");
+  assert.equal(prompt.slice(0, Number(hint[1])), built.content.slice(built.content.indexOf("Review this:"), built.content.indexOf("Review this:") + Number(hint[1])), "the offset is where the excerpt ends");
+});
+
+test("read-step pages through the stored prompt of the open step, and refuses a closed one", async () => {
+  const prompt = `${"a".repeat(STEP_READ_CHARS_MAX)}${"b".repeat(10)}`;
+  const calls = [];
+  const ctx = {
+    view: { activeRun: { runId: "run-1" }, messages: [] },
+    idempotencyKey: "tool:k",
+    client: {
+      call: async (operation, options) => {
+        calls.push({ operation, options });
+        return { pendingRequest: { requestId: "req:att-1", kind: "agent" }, request: { prompt } };
+      },
+    },
+  };
+  const first = await readStep(ctx, "req:att-1", undefined, 0);
+  assert.ok(first.startsWith("a".repeat(100)));
+  assert.match(first, new RegExp(`characters 0 to ${STEP_READ_CHARS_MAX} of ${prompt.length}; more: \\{"action": "read-step", "requestId": "req:att-1", "offset": ${STEP_READ_CHARS_MAX}\\}`));
+  const rest = await readStep(ctx, "req:att-1", undefined, STEP_READ_CHARS_MAX);
+  assert.ok(rest.startsWith("bbbbbbbbbb\n"), rest.slice(0, 40));
+  assert.match(rest, /that is the end/);
+  assert.deepEqual(calls[0], { operation: "run.status", options: { runId: "run-1", payload: { includeResult: true }, idempotencyKey: "tool:k" } });
+  await assert.rejects(readStep(ctx, "req:other", undefined, 0), (error) => error.code === "stepClosed");
 });
 
 test("a cancelled run's terminal message is passive; other endings and follow-ups start a turn", () => {
