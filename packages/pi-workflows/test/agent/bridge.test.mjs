@@ -14,7 +14,7 @@ import { boundedPromptText, headlessStepPrompt, PROMPT_EXCERPT_BYTES, PROMPT_TEX
 import { TOOL_ERRORS_MAX } from "../../dist/extension/tool.js";
 import { agent, compileWorkflow, compute, decision, decisionEdge, defineWorkflow, runWorkflow } from "../../dist/index.js";
 import { FakeHost } from "../support/fake-host.mjs";
-import { ensurePi, makePiEnv, startMock } from "./helpers.mjs";
+import { removeMockPi, setUpMockPi } from "./helpers.mjs";
 
 // ---- the channel, without Pi ----
 
@@ -157,16 +157,8 @@ let piBinary;
 let mock;
 let pi;
 
-before(async () => {
-  piBinary = ensurePi();
-  mock = await startMock();
-  pi = makePiEnv(mock.port);
-});
-
-after(async () => {
-  await mock?.stop();
-  if (pi) fs.rmSync(pi.root, { recursive: true, force: true });
-});
+before(async () => ({ piBinary, mock, pi } = await setUpMockPi()));
+after(() => removeMockPi({ mock, pi }));
 
 function runHeadless(definition, host = new FakeHost()) {
   const outcome = runWorkflow({

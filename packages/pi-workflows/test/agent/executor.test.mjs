@@ -10,7 +10,7 @@ import { localPiBinary, localPiNode, nodeVersionSupportsPi } from "../../dist/ag
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { ensurePi, groupGone, liveProcessesWith, makePiEnv, makeSupervisor, sleep, startMock, waitFor } from "./helpers.mjs";
+import { groupGone, liveProcessesWith, makeSupervisor, sleep, waitFor, removeMockPi, setUpMockPi } from "./helpers.mjs";
 
 const linuxOnly = process.platform !== "linux" && "needs /proc";
 
@@ -18,16 +18,8 @@ let piBinary;
 let mock;
 let pi;
 
-before(async () => {
-  piBinary = ensurePi();
-  mock = await startMock();
-  pi = makePiEnv(mock.port);
-});
-
-after(async () => {
-  await mock?.stop();
-  if (pi) fs.rmSync(pi.root, { recursive: true, force: true });
-});
+before(async () => ({ piBinary, mock, pi } = await setUpMockPi()));
+after(() => removeMockPi({ mock, pi }));
 
 const executor = () => createPiRpcExecutor({ piBinary, env: pi.env });
 

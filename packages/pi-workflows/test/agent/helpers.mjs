@@ -186,3 +186,16 @@ export function liveProcessesWith(marker) {
   }
   return found;
 }
+
+/** A test file's pinned Pi, mock model and private Pi environment (see `removeMockPi`). */
+export async function setUpMockPi() {
+  const piBinary = ensurePi();
+  const mock = await startMock();
+  return { piBinary, mock, pi: makePiEnv(mock.port) };
+}
+
+/** Stop the mock model and remove the Pi environment `setUpMockPi` made (either may be absent). */
+export async function removeMockPi({ mock, pi }) {
+  await mock?.stop();
+  if (pi) fs.rmSync(pi.root, { recursive: true, force: true });
+}
