@@ -2,8 +2,10 @@
 //!
 //! See `docs/ARCHITECTURE.md` for the codemap.
 
+pub mod channels;
 pub mod cli;
 pub mod client;
+pub mod decision;
 pub mod digest;
 pub mod package;
 pub mod paths;

@@ -1,5 +1,5 @@
 //! Where state lives (ARCHITECTURE §9): `$PI_CODING_AGENT_DIR/workflows` when set, else
-//! `~/.pi/agent/workflows`, created user-only (0700).
+//! `~/.pi/agent/workflows`, created user-only (0700); and where private configuration lives.
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -18,6 +18,21 @@ pub fn default_state_dir() -> anyhow::Result<PathBuf> {
         bail!("cannot find the state directory: HOME is not set; set PI_CODING_AGENT_DIR or pass --state-dir");
     };
     Ok(PathBuf::from(home).join(".pi").join("agent").join("workflows"))
+}
+
+/// Names the private configuration directory (channels, credentials, shortcuts, the Herdr
+/// plugin); the Pi extension reads the same variable.
+pub const CONFIG_DIR_ENV: &str = "PI_WORKFLOWS_CONFIG_DIR";
+
+/// The configuration directory: `PI_WORKFLOWS_CONFIG_DIR`, else `~/.config/pi-workflows`.
+pub fn config_dir() -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os(CONFIG_DIR_ENV).filter(|dir| !dir.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    let Some(home) = std::env::var_os("HOME").filter(|home| !home.is_empty()) else {
+        bail!("cannot find the config directory: HOME is not set; set {CONFIG_DIR_ENV}");
+    };
+    Ok(PathBuf::from(home).join(".config").join("pi-workflows"))
 }
 
 /// Create `dir` (and parents) if needed and make sure only the user can enter it.

@@ -24,7 +24,7 @@ fn budgeted_step_in_turn(t: &common::TestStore) -> String {
     queue_interactive(&t.store, RUN, SESSION);
     let timing = Timing {
         timeout_ms: Some(BUDGET_MS),
-        deadline_at: None,
+        ..Timing::default()
     };
     request_timed(&t.store, RUN, REQUEST, InteractionKind::Agent, timing);
     let message = send_only_message(&t.store);
@@ -213,8 +213,8 @@ fn a_checkpoint_deadline_is_wall_clock_and_keeps_an_idle_server_up_until_it_fire
     queue_interactive(&t.store, RUN, SESSION);
     let deadline_at = t.store.now_ms() + 60_000;
     let timing = Timing {
-        timeout_ms: None,
         deadline_at: Some(deadline_at),
+        ..Timing::default()
     };
     request_timed(&t.store, RUN, REQUEST, InteractionKind::Checkpoint, timing);
     let unsettled = |store: &Store| store.read(verify::unsettled_work).expect("unsettled");

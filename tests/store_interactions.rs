@@ -40,6 +40,7 @@ fn validating_run(store: &Store) -> ClaimAuthority {
                 kind: InteractionKind::Agent,
                 contract_hash: put_json(tx, &serde_json::json!({"prompt": "count"}), 1024)?,
                 deadline_at: None,
+                decision: None,
             };
             interactions::request(tx, &owned, None, &interaction)
         })

@@ -1,5 +1,6 @@
 //! The interactive screen, driven in tmux against a real server: browsing, pinning, pausing
-//! and resuming a run, and riding out a server restart.
+//! and resuming a run, riding out a server restart, and a run's attempt outputs and errors
+//! in the attempt tab.
 
 mod common;
 
@@ -179,4 +180,25 @@ fn older_attempts_are_paged_in_and_the_timeline_replays_from_the_first() {
     );
     tmux.keys(&["End"]);
     tmux.wait_for("the timeline is live again", |s| s.contains("LIVE  attempt 61/61"));
+}
+
+#[test]
+fn the_attempt_tab_shows_a_failed_attempts_error_and_a_completed_attempts_output() {
+    let env = Env::new();
+    let run = env.start(&fixture("fails"), None);
+    env.once_until(&run, "the run fails", |frame| frame.contains("· FAILED"));
+    let tmux = Tmux::start("values", env.piw().arg(&run));
+    tmux.wait_for("the view is live", |s| s.contains("● live"));
+    // The attempt tab shows the newest attempt: the failed one, with its stored error.
+    tmux.keys(&["2"]);
+    let screen = tmux.wait_for("the failed attempt's error", |s| {
+        s.contains(r#""message": "the fixture fails on purpose""#)
+    });
+    assert!(screen.contains("explode") && screen.contains("error "), "{screen}");
+    assert!(screen.contains(r#""code": "nodeFailed""#), "{screen}");
+    // The attempt before it completed: its output is read when it is selected.
+    tmux.keys(&["Up"]);
+    let screen = tmux.wait_for("the completed attempt's output", |s| s.contains(r#""ready": true"#));
+    assert!(screen.contains("prepare") && screen.contains("output "), "{screen}");
+    tmux.keys(&["q"]);
 }

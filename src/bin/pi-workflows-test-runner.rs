@@ -495,6 +495,22 @@ fn progress_of(state: &Value) -> (Vec<String>, Answered) {
     (done, answered)
 }
 
+/// The scripted request: a protected decision (choices `ship` and `fix`, the latter taking
+/// text) carries its decision and subject; other kinds a summary.
+fn interaction_request(run_id: &str, kind: &str) -> Value {
+    let mut request = json!({"requestId": format!("req-{run_id}"), "kind": kind, "contract": {"summary": "approve?"}});
+    if kind == "decision" {
+        request["contract"]["decision"] = json!({
+            "audience": "operator", "title": "Ship it?",
+            "presentation": {"schema": "pi-workflows.decision-presentation.v1", "summary": "approve?"},
+            "choices": [{"id": "ship", "label": "Ship"},
+                        {"id": "fix", "label": "Fix first", "input": {"label": "What to fix", "maxLength": 200}}],
+        });
+        request["subject"] = json!({"scripted": run_id});
+    }
+    request
+}
+
 /// Judge a candidate the run state says is validating; true when the runner must exit.
 fn judge(channel: &mut Channel, state: &Value, script: &Script) -> bool {
     let interaction = &state["interaction"];
@@ -645,8 +661,7 @@ fn main() {
                 }
                 None => {
                     channel.send(MessageKind::NodeStarted, attempt.clone(), node, &script);
-                    let request = json!({"requestId": format!("req-{}", channel.launch.run_id), "kind": script.request_kind,
-                                         "contract": {"summary": "approve?"}});
+                    let request = interaction_request(&channel.launch.run_id, &script.request_kind);
                     channel.send(MessageKind::InteractionRequested, attempt, request, &script);
                     channel.send(MessageKind::RunnerExiting, None, json!({}), &script);
                     return;

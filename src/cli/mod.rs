@@ -2,6 +2,7 @@
 //! (clap), 3 a check found problems; a followed run: 4 failed, timed out or cancelled,
 //! 5 waiting for input, 6 parked for review or paused (see `workflow`).
 
+mod herdr;
 mod protocol_check;
 mod review;
 mod run;
@@ -73,6 +74,9 @@ pub enum Command {
     /// Answer a run's pending decision.
     #[command(subcommand)]
     Decision(DecisionCommand),
+    /// Set up the Herdr plugin that opens piw in a Herdr pane (`/piw` in Pi).
+    #[command(subcommand)]
+    Herdr(herdr::HerdrCommand),
     /// Check client.v1 protocol lines from standard input, one per line.
     #[command(name = "protocol-check")]
     ProtocolCheck(protocol_check::ProtocolCheckArgs),
@@ -121,13 +125,16 @@ pub enum CheckpointCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum DecisionCommand {
-    /// Answer the run's pending decision with one of its choices; the run continues once the
-    /// step's checks accept it (an answer that is not a choice is refused with the choices).
+    /// Answer the run's pending protected decision with one of its choices (and the text a
+    /// choice asks for); the server checks it against the declared choices and the deadline,
+    /// and the first valid answer wins. `run status <id>` shows the decision.
     Answer {
         #[arg(value_parser = RunIdParser)]
         run_id: String,
-        /// One of the decision's choices, e.g. `ship` (or a JSON object naming one).
+        /// One of the decision's choice IDs, e.g. `approve`.
         choice: String,
+        /// The text for a choice that takes one, e.g. "rename the flag first".
+        text: Option<String>,
         #[arg(long)]
         follow: bool,
         #[arg(long)]
@@ -167,9 +174,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Decision(DecisionCommand::Answer {
             run_id,
             choice,
+            text,
             follow,
             json,
-        }) => workflow::decide(&resolve_state_dir(cli.state_dir)?, &run_id, &choice, follow, json),
+        }) => workflow::decide(&resolve_state_dir(cli.state_dir)?, &run_id, &choice, text, follow, json),
+        Command::Herdr(command) => herdr::run(cli.state_dir, command),
         Command::ProtocolCheck(args) => protocol_check::run(args),
     }
 }

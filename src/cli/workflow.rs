@@ -220,15 +220,7 @@ fn print_ending(status: &JsonObject, elapsed: Duration) {
         _ if !continued_as.is_empty() => println!(
             "run {run_id}'s checkpoint was answered; it continues as run {continued_as} (`pi-workflows view {continued_as}`)"
         ),
-        "waiting" => {
-            if let Some(summary) = status.get("request").and_then(|request| request.get("summary")) {
-                println!(
-                    "  checkpoint: {}",
-                    summary.as_str().map_or_else(|| summary.to_string(), str::to_string)
-                );
-            }
-            println!("run {run_id} waits for input; answer with `pi-workflows checkpoint answer {run_id} '<json>'`")
-        }
+        "waiting" => print_waiting(&run_id, status.get("request")),
         "running" | "queued" => println!(
             "run {run_id} parked ({}); after checking, `pi-workflows run resume {run_id}` or `run cancel {run_id}`",
             text("detail")
@@ -241,6 +233,38 @@ fn print_ending(status: &JsonObject, elapsed: Duration) {
     if let Some(result) = status.get("result") {
         println!("{}", serde_json::to_string_pretty(result).unwrap_or_default());
     }
+}
+
+/// What a waiting run asks and the command that answers it: a protected decision's title,
+/// summary and choices (with the text each takes, the deadline and its default), or a
+/// checkpoint's summary.
+fn print_waiting(run_id: &str, request: Option<&Value>) {
+    let request = request.cloned().unwrap_or(Value::Null);
+    let Some(decision) = request.get("decision").filter(|decision| decision.is_object()) else {
+        if let Some(summary) = request.get("summary") {
+            let summary = summary.as_str().map_or_else(|| summary.to_string(), str::to_string);
+            println!("  checkpoint: {}", crate::printable::printable(&summary));
+        }
+        println!("run {run_id} waits for input; answer with `pi-workflows checkpoint answer {run_id} '<json>'`");
+        return;
+    };
+    let text = |value: &Value| crate::printable::printable(value.as_str().unwrap_or_default()).into_owned();
+    println!("  decision: {}", text(&decision["title"]));
+    println!("  {}", text(&decision["presentation"]["summary"]));
+    for choice in decision["choices"].as_array().into_iter().flatten() {
+        let input = match choice["input"]["label"].as_str() {
+            Some(label) => format!(" (with text: {})", crate::printable::printable(label)),
+            None => String::new(),
+        };
+        println!("    {}: {}{input}", text(&choice["id"]), text(&choice["label"]));
+    }
+    if let Some(default) = decision["onTimeout"]["choice"].as_str() {
+        println!(
+            "  if nobody answers in time, {} applies",
+            crate::printable::printable(default)
+        );
+    }
+    println!("run {run_id} waits for a person; answer with `pi-workflows decision answer {run_id} <choice> [text]`");
 }
 
 /// `run status <id>`: the live run view's status lines (`--json`: the run summary).
@@ -342,15 +366,20 @@ pub fn answer(
     send_answer(state_dir, Operation::CheckpointAnswer, run_id, answer, follow_run, json)
 }
 
-/// `decision answer`: one of the decision's choices (or a JSON object naming one); the
-/// answer is accepted only after the step's own checks.
-pub fn decide(state_dir: &Path, run_id: &str, choice: &str, follow_run: bool, json: bool) -> anyhow::Result<ExitCode> {
-    let answer = match choice.trim_start().starts_with('{') {
-        true => {
-            serde_json::from_str(choice).context("a JSON answer must be an object, e.g. '{\"route\": \"ship\"}'")?
-        }
-        false => Value::String(choice.to_string()),
-    };
+/// `decision answer <id> <choice> [text]`: a person's answer to the run's protected decision,
+/// checked by the server against its choices and deadline.
+pub fn decide(
+    state_dir: &Path,
+    run_id: &str,
+    choice: &str,
+    text: Option<String>,
+    follow_run: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let mut answer = json!({ "choice": choice });
+    if let Some(text) = text {
+        answer["text"] = Value::String(text);
+    }
     send_answer(state_dir, Operation::DecisionAnswer, run_id, answer, follow_run, json)
 }
 

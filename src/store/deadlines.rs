@@ -17,6 +17,7 @@
 use rusqlite::{Connection, params};
 
 use super::error::{StoreError, StoreResult};
+use super::interactions::InteractionKind;
 use super::run_waits::{self, WaitingEnd};
 use super::writer::WriteTx;
 
@@ -277,6 +278,10 @@ pub fn time_out(tx: &WriteTx<'_>, step: &Expired) -> StoreResult<i64> {
     };
     let error = serde_json::json!({ "code": "timedOut", "message": message });
     let error_hash = super::blobs::put_json(tx, &error, TIMEOUT_ERROR_BYTES_MAX)?;
+    if step.kind == InteractionKind::Decision.as_str() {
+        // A protected decision's default wins at its deadline; with none it times out.
+        return super::decisions::on_deadline(tx, step, &error_hash);
+    }
     run_waits::end_waiting_step(
         tx,
         &step.run_id,

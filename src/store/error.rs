@@ -152,6 +152,9 @@ pub enum StoreError {
     #[error(transparent)]
     Settings(#[from] crate::settings::SettingsError),
 
+    #[error(transparent)]
+    Decision(#[from] crate::decision::DecisionError),
+
     #[error(
         "the settings of run {run_id} are at change {current}, not the expected {expected}; \
          read them again (`pi-workflows run settings {run_id}`) and retry"
@@ -217,6 +220,7 @@ impl StoreError {
             StoreError::TurnConflict => "turnConflict",
             StoreError::SubmissionRejected { .. } => "submissionRejected",
             StoreError::Settings(err) => err.code(),
+            StoreError::Decision(err) => err.code(),
             StoreError::SettingsChanged { .. } => "settingsChanged",
             _ => return None,
         })

@@ -32,6 +32,8 @@ pub struct NewInteraction {
     pub contract_hash: String,
     /// The node's resolved wall-clock deadline, committed before the request.
     pub deadline_at: Option<i64>,
+    /// A protected decision's request and subject: present exactly for kind `decision`.
+    pub decision: Option<super::decisions::NewDecision>,
 }
 
 /// Record the request, make the attempt wait, park the run as `waiting` and release the
@@ -42,6 +44,13 @@ pub fn request(
     expected: Option<i64>,
     interaction: &NewInteraction,
 ) -> StoreResult<i64> {
+    if (interaction.kind == InteractionKind::Decision) != interaction.decision.is_some() {
+        return Err(StoreError::InvalidInput {
+            what: "interaction",
+            detail: "a decision request carries its decision (audience, presentation, choices), and only it does"
+                .to_string(),
+        });
+    }
     runs::wait_run_with(tx, authority, expected, |tx, run_id| {
         require_running_attempt(tx, run_id, &interaction.attempt_id)?;
         let session = messages::origin_session(tx, run_id)?;
@@ -60,6 +69,9 @@ pub fn request(
                 interaction.contract_hash,
                 tx.now_ms()
             ])?;
+        if let Some(decision) = &interaction.decision {
+            super::decisions::record(tx, run_id, &interaction.attempt_id, &interaction.request_id, decision)?;
+        }
         if interaction.deadline_at.is_some() {
             tx.conn()
                 .prepare_cached("UPDATE node_attempts SET deadline_at = ?1 WHERE attempt_id = ?2")?
@@ -247,6 +259,10 @@ pub enum Submitted {
     Adopted { submission_id: String },
 }
 
+/// Why no submission path takes a protected decision.
+const PERSON_ONLY: &str = "the pending request is a protected decision: only a person answers it, with `decision answer` \
+                           (in Pi: /workflow answer)";
+
 /// The submission ID of a client command: derived from its durable request fingerprint, so
 /// a retry names the same submission.
 pub fn submission_id_of(command_fingerprint: &str) -> String {
@@ -287,6 +303,13 @@ pub fn submit(tx: &WriteTx<'_>, submission: &Submission<'_>, expected: Option<i6
             what: "submission",
             detail: "the pending request is a checkpoint; answer it with `checkpoint answer` (it continues the run)"
                 .to_string(),
+        });
+    }
+    if kind == InteractionKind::Decision.as_str() {
+        // A protected decision is a person's: only `decisions::answer` settles it.
+        return Err(StoreError::InvalidInput {
+            what: "submission",
+            detail: PERSON_ONLY.to_string(),
         });
     }
     let revision = super::run_waits::continue_waiting(tx, submission.run_id, expected, |tx| {
@@ -520,9 +543,13 @@ pub fn pending_request_of(
     if let (Some(kind), Some(pending)) = (kind, pending_kind(conn, run_id, &request_id)?)
         && pending != kind
     {
+        let detail = match pending.as_str() {
+            "decision" => PERSON_ONLY.to_string(),
+            _ => format!("the pending request is of kind {pending}, not {kind}; use the matching command"),
+        };
         return Err(StoreError::InvalidInput {
             what: "submission",
-            detail: format!("the pending request is a {pending}, not a {kind}; use the matching command"),
+            detail,
         });
     }
     Ok(request_id)

@@ -20,6 +20,7 @@ pub mod clock;
 pub mod commands;
 pub mod continuations;
 pub mod deadlines;
+pub mod decisions;
 pub mod effects;
 pub mod error;
 pub mod events;

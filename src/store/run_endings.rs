@@ -13,6 +13,7 @@ use super::runs::{
     FailureClass, QueueStatus, RunStatus, set_paused, set_queue_status, set_result_hashes, set_run_status,
 };
 use super::writer::WriteTx;
+use crate::decision::Provenance;
 
 /// `runs.status_detail` of a completed run settled by its continuation.
 pub const CONTINUED_DETAIL: &str = "continued";
@@ -48,6 +49,11 @@ pub(super) fn end_claimed(
 /// pending interactions and decisions, unsettled effects and pending messages; open turns
 /// end `lost` and an interactive run queues its terminal message.
 pub(super) fn end_run(tx: &WriteTx<'_>, run_id: &str, ending: Ending) -> StoreResult<()> {
+    // A pending decision is settled by the ending: a cancel is the operator's explicit one.
+    let settled_by = match ending {
+        Ending::Cancelled => Provenance::ExplicitCancel,
+        _ => Provenance::RunEnded,
+    };
     let (run_status, queue_status, attempt_status, detail) = match ending {
         Ending::Completed => (RunStatus::Completed, QueueStatus::Done, AttemptStatus::Completed, None),
         Ending::Continued => (
@@ -80,7 +86,7 @@ pub(super) fn end_run(tx: &WriteTx<'_>, run_id: &str, ending: Ending) -> StoreRe
     set_run_status(tx, run_id, run_status, detail)?;
     set_paused(tx, run_id, false)?;
     set_queue_status(tx, run_id, queue_status)?;
-    close_open_work(tx, run_id)?;
+    close_open_work(tx, run_id, settled_by)?;
     let kinds: &[&str] = if run_status == RunStatus::Completed {
         &["step", "decision"]
     } else {
@@ -102,7 +108,7 @@ pub(super) fn end_run(tx: &WriteTx<'_>, run_id: &str, ending: Ending) -> StoreRe
 
 /// Cancel pending interactions and unresolved decisions; a pending effect is cancelled and
 /// an applying one becomes ambiguous (its external outcome cannot be proved).
-fn close_open_work(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<()> {
+fn close_open_work(tx: &WriteTx<'_>, run_id: &str, settled_by: Provenance) -> StoreResult<()> {
     let conn = tx.conn();
     let now = tx.now_ms();
     conn.prepare_cached(
@@ -111,11 +117,11 @@ fn close_open_work(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<()> {
     .execute(params![now, run_id])?;
     conn.prepare_cached(
         "INSERT INTO human_decision_resolutions (decision_id, outcome, provenance, resolved_at)
-         SELECT d.decision_id, 'cancelled', 'run_ended', ?1 FROM human_decisions d
+         SELECT d.decision_id, 'cancelled', ?3, ?1 FROM human_decisions d
          WHERE d.run_id = ?2 AND NOT EXISTS
            (SELECT 1 FROM human_decision_resolutions r WHERE r.decision_id = d.decision_id)",
     )?
-    .execute(params![now, run_id])?;
+    .execute(params![now, run_id, settled_by.as_str()])?;
     effects::mark_applying_ambiguous(tx, run_id)?;
     conn.prepare_cached(
         "UPDATE effects SET status = 'cancelled', updated_at = ?1 WHERE run_id = ?2 AND status = 'pending'",

@@ -67,6 +67,35 @@ pub struct AttemptFacts {
     pub status: String,
     pub started_at: i64,
     pub finished_at: Option<i64>,
+    /// The attempt's stored output (a completed attempt), by digest and length.
+    pub output: Option<AttemptBlob>,
+    /// The attempt's stored error (a failed or timed-out attempt), by digest and length.
+    pub error: Option<AttemptBlob>,
+}
+
+/// A value an attempt references (its output or its error): a JSON blob of the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptBlob {
+    /// Lowercase hex SHA-256 of the stored bytes.
+    pub digest: String,
+    /// `None` when the blob row is missing (a damaged store: `state verify` reports it).
+    pub byte_length: Option<i64>,
+}
+
+/// Which value of an attempt a content read asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptValue {
+    Output,
+    Error,
+}
+
+impl AttemptValue {
+    fn column(self) -> &'static str {
+        match self {
+            Self::Output => "output_hash",
+            Self::Error => "error_hash",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,8 +172,14 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunFacts> {
     })
 }
 
+/// Every query selecting these reads `FROM node_attempts` (the blob lengths are correlated
+/// subqueries on its hash columns; attempt values are always stored as JSON blobs).
 const ATTEMPT_COLUMNS: &str =
-    "rowid, attempt_id, node_id, node_path, node_type, visit, status, started_at, finished_at";
+    "rowid, attempt_id, node_id, node_path, node_type, visit, status, started_at, finished_at,
+     output_hash, (SELECT b.byte_length FROM blobs b
+                   WHERE b.blob_hash = node_attempts.output_hash AND b.media_type = 'application/json'),
+     error_hash, (SELECT b.byte_length FROM blobs b
+                  WHERE b.blob_hash = node_attempts.error_hash AND b.media_type = 'application/json')";
 
 fn attempt_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<AttemptFacts> {
     Ok(AttemptFacts {
@@ -157,7 +192,13 @@ fn attempt_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<AttemptFacts> {
         status: row.get(6)?,
         started_at: row.get(7)?,
         finished_at: row.get(8)?,
+        output: attempt_blob(row.get(9)?, row.get(10)?),
+        error: attempt_blob(row.get(11)?, row.get(12)?),
     })
+}
+
+fn attempt_blob(digest: Option<String>, byte_length: Option<i64>) -> Option<AttemptBlob> {
+    digest.map(|digest| AttemptBlob { digest, byte_length })
 }
 
 /// The run's presentation revision: its durable revision plus every state transition of
@@ -483,4 +524,84 @@ pub fn read_view_content(
             |row| row.get(0),
         )
         .optional()?)
+}
+
+/// What a `view.content` read found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContentRead {
+    /// The run, digest and media type name no content together.
+    Unavailable,
+    /// The offset is past the end of the content.
+    PastEnd,
+    /// One chunk (`length` bytes at most, shorter at the end).
+    Chunk { reference: ContentRef, bytes: Vec<u8> },
+}
+
+/// One chunk of content a view of `run_id` references: generated content stored in
+/// `run_view_content`, else — when `attempt` says which value the media type stands for — the
+/// output or error of one of this run's own attempts. The attempt row must belong to the run,
+/// so a digest from another run (or any other stored blob) is `Unavailable`.
+pub fn read_content(
+    conn: &Connection,
+    run_id: &str,
+    digest: &str,
+    media_type: &str,
+    attempt: Option<AttemptValue>,
+    offset: usize,
+    length: usize,
+) -> StoreResult<ContentRead> {
+    if let Some(reference) = view_content_ref(conn, run_id, digest, media_type)? {
+        if offset > reference.byte_length {
+            return Ok(ContentRead::PastEnd);
+        }
+        return Ok(match read_view_content(conn, &reference, run_id, offset, length)? {
+            Some(bytes) => ContentRead::Chunk { reference, bytes },
+            None => ContentRead::Unavailable,
+        });
+    }
+    match attempt {
+        Some(value) => read_attempt_value(conn, run_id, digest, media_type, value, offset, length),
+        None => Ok(ContentRead::Unavailable),
+    }
+}
+
+fn read_attempt_value(
+    conn: &Connection,
+    run_id: &str,
+    digest: &str,
+    media_type: &str,
+    value: AttemptValue,
+    offset: usize,
+    length: usize,
+) -> StoreResult<ContentRead> {
+    if !attempt_of_run_has(conn, run_id, digest, value)? {
+        return Ok(ContentRead::Unavailable);
+    }
+    let blob = match super::blobs::blob_ref(conn, digest, super::blobs::JSON_MEDIA_TYPE) {
+        Ok(blob) => blob,
+        Err(StoreError::Blob(super::blobs::BlobError::NotFound { .. })) => return Ok(ContentRead::Unavailable),
+        Err(err) => return Err(err),
+    };
+    if offset as u64 > blob.bytes {
+        return Ok(ContentRead::PastEnd);
+    }
+    let bytes = super::blobs::read_blob_part(conn, &blob, offset as u64, length)?;
+    let reference = ContentRef {
+        digest: digest.to_string(),
+        media_type: media_type.to_string(),
+        byte_length: blob.bytes as usize,
+    };
+    Ok(ContentRead::Chunk { reference, bytes })
+}
+
+/// Whether an attempt of exactly this run holds `digest` as its output (or error).
+fn attempt_of_run_has(conn: &Connection, run_id: &str, digest: &str, value: AttemptValue) -> StoreResult<bool> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT 1 FROM node_attempts WHERE run_id = ?1 AND {} = ?2 LIMIT 1",
+            value.column()
+        ))?
+        .query_row(params![run_id, digest], |_| Ok(()))
+        .optional()?
+        .is_some())
 }

@@ -1,7 +1,7 @@
 //! The transitions of a run that waits at a step (docs/STATE.md): its input arrives and it is
 //! queued for the runner that checks or uses it (`continue_waiting`), its checkpoint is
-//! answered and a continuation settles it (`settle_by_continuation`), or the step closes
-//! without an answer — the unproductive-turn rule's third strike or a spent deadline
+//! answered and a continuation settles it (`settle_by_continuation`), its protected decision
+//! is settled by the server (`complete_waiting_step`), or the step closes without an answer — the unproductive-turn rule's third strike or a spent deadline
 //! (`end_waiting_step`). Each is one unclaimed transition: no runner holds a waiting run.
 
 use rusqlite::params;
@@ -108,4 +108,40 @@ pub(super) fn end_waiting_step(
         set_queue_status(tx, run_id, QueueStatus::Queued)?;
         Ok(RunEvent::new(event, Actor::System))
     })
+}
+
+/// A waiting step was answered by the server itself (a protected decision: a person's
+/// verified answer or the timeout default): `before` records the resolution, the request
+/// settles with its pending messages, the attempt completes with `output_hash` and the run is
+/// queued. Its next runner replays the completed attempt and follows its edges.
+pub(super) fn complete_waiting_step(
+    tx: &WriteTx<'_>,
+    step: &WaitingStep<'_>,
+    output_hash: &str,
+    before: impl FnOnce(&WriteTx<'_>) -> StoreResult<()>,
+) -> StoreResult<i64> {
+    from_waiting(tx, step.run_id, step.expected, "settle the decision of", |tx| {
+        before(tx)?;
+        tx.conn()
+            .prepare_cached(
+                "UPDATE interactive_requests SET status = 'settled', settled_at = ?1
+                 WHERE request_id = ?2 AND status = 'pending'",
+            )?
+            .execute(params![tx.now_ms(), step.request_id])?;
+        super::messages::cancel_pending_of_source(tx, step.request_id)?;
+        attempts::complete_waiting(tx, step.run_id, step.attempt_id, output_hash)?;
+        set_run_status(tx, step.run_id, RunStatus::Queued, None)?;
+        set_queue_status(tx, step.run_id, QueueStatus::Queued)?;
+        Ok(RunEvent::new("decision.resolved", step.actor))
+    })
+}
+
+/// The waiting step a transition closes: its run (at `expected`, when the caller names a
+/// revision), request and attempt, and who closes it.
+pub struct WaitingStep<'a> {
+    pub run_id: &'a str,
+    pub request_id: &'a str,
+    pub attempt_id: &'a str,
+    pub expected: Option<i64>,
+    pub actor: Actor,
 }

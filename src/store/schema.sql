@@ -182,11 +182,16 @@ CREATE INDEX node_attempts_by_run ON node_attempts (run_id, status);
 
 -- Human decisions ------------------------------------------------------------------------
 
+-- A protected decision (`humanDecision`): its decision ID is its interactive request's ID.
+-- `request_digest` binds subject, presentation, title, answer revision, choices with their
+-- prompts, deadline and default (src/decision); the subject is stored but never presented.
 CREATE TABLE human_decisions (
-  decision_id TEXT PRIMARY KEY,
+  decision_id TEXT PRIMARY KEY REFERENCES interactive_requests (request_id) ON DELETE CASCADE,
   run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
-  attempt_id TEXT REFERENCES node_attempts (attempt_id) ON DELETE CASCADE,
+  attempt_id TEXT NOT NULL REFERENCES node_attempts (attempt_id) ON DELETE CASCADE,
+  audience TEXT NOT NULL CHECK (length(audience) BETWEEN 1 AND 64),
   request_digest TEXT NOT NULL,
+  subject_hash TEXT NOT NULL,
   presentation_hash TEXT NOT NULL,
   deadline_at INTEGER,
   default_response_hash TEXT,

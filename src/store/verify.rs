@@ -120,6 +120,17 @@ pub const LIFECYCLE_INVARIANTS: &[(&str, &str)] = &[
          WHERE (a.settings_change_number IS NULL) != (s.run_id IS NULL)
             OR a.settings_change_number > s.change_number",
     ),
+    (
+        "protected decision whose request and resolution disagree (pending and resolved, or closed and unresolved)",
+        "SELECT count(*) FROM human_decisions d JOIN interactive_requests i ON i.request_id = d.decision_id
+         WHERE (i.status = 'pending') = EXISTS
+           (SELECT 1 FROM human_decision_resolutions r WHERE r.decision_id = d.decision_id)",
+    ),
+    (
+        "decision request without its decision record, or a decision record of another kind of request",
+        "SELECT count(*) FROM interactive_requests i
+         WHERE (i.kind = 'decision') != EXISTS (SELECT 1 FROM human_decisions d WHERE d.decision_id = i.request_id)",
+    ),
 ];
 
 /// One invariant that some rows violate.

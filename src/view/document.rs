@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::display::{Activity, Control, DisplayFacts, DisplayStatus, controls, display_status};
 use crate::digest::sha256_hex;
-use crate::store::run_view::{AttemptFacts, RunViewFacts};
+use crate::store::run_view::{AttemptBlob, AttemptFacts, AttemptValue, RunViewFacts};
 
 pub const RUN_VIEW_SCHEMA: &str = "pi-workflows.run-view.v1";
 /// The shared inline-content threshold: a larger reason becomes a reference.
@@ -21,6 +21,10 @@ pub const TOPOLOGY_NODES_INLINE_MAX: usize = 200;
 pub const TOPOLOGY_INLINE_BYTES_MAX: usize = 64 * 1024;
 pub const REASON_MEDIA_TYPE: &str = "application/vnd.pi-workflows.reason+json";
 pub const DEFINITION_MEDIA_TYPE: &str = "application/vnd.pi-workflows.definition+json";
+/// An attempt's output (`outputRef`) and error (`errorRef`): the attempt's stored JSON value,
+/// served by `view.content` only for an attempt of the run the read names.
+pub const ATTEMPT_OUTPUT_MEDIA_TYPE: &str = "application/vnd.pi-workflows.attempt-output+json";
+pub const ATTEMPT_ERROR_MEDIA_TYPE: &str = "application/vnd.pi-workflows.attempt-error+json";
 
 /// Content a view names; the server stores it (run, digest, media type) before sending.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -234,7 +238,10 @@ fn node_object(attempt: &AttemptFacts) -> Value {
     })
 }
 
-/// One history item: the attempt with its timing (no outputs, errors or prompts).
+/// One history item: the attempt with its timing, and digest-bound references to its output
+/// and error when it has them. The values are never inlined, however small: a window of 50
+/// items (and a 200-item page) must stay far below the frame limit, and a renderer reads a
+/// value only for the attempt it shows.
 pub fn attempt_item(attempt: &AttemptFacts) -> Value {
     let mut item = node_object(attempt);
     let object = item.as_object_mut().expect("a JSON object");
@@ -244,7 +251,32 @@ pub fn attempt_item(attempt: &AttemptFacts) -> Value {
         "durationMs".into(),
         json!(attempt.finished_at.map(|end| (end - attempt.started_at).max(0))),
     );
+    if let Some(output) = &attempt.output {
+        object.insert("outputRef".into(), attempt_reference(output, ATTEMPT_OUTPUT_MEDIA_TYPE));
+    }
+    if let Some(error) = &attempt.error {
+        object.insert("errorRef".into(), attempt_reference(error, ATTEMPT_ERROR_MEDIA_TYPE));
+    }
     item
+}
+
+/// The reference shape of `GeneratedContent::reference`; `byteLength` is absent when the
+/// blob row is missing (a damaged store), so a renderer reports that section unavailable.
+fn attempt_reference(blob: &AttemptBlob, media_type: &str) -> Value {
+    let mut reference = json!({ "digest": format!("sha256:{}", blob.digest), "mediaType": media_type });
+    if let Some(length) = blob.byte_length {
+        reference["byteLength"] = json!(length);
+    }
+    reference
+}
+
+/// The attempt value a `view.content` media type stands for (`None`: generated content).
+pub fn attempt_value_of(media_type: &str) -> Option<AttemptValue> {
+    match media_type {
+        ATTEMPT_OUTPUT_MEDIA_TYPE => Some(AttemptValue::Output),
+        ATTEMPT_ERROR_MEDIA_TYPE => Some(AttemptValue::Error),
+        _ => None,
+    }
 }
 
 fn run_object(facts: &RunViewFacts) -> Value {
@@ -345,5 +377,53 @@ fn strip_nulls(value: &mut Value) {
         }
         Value::Array(items) => items.iter_mut().for_each(strip_nulls),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(output: Option<AttemptBlob>, error: Option<AttemptBlob>) -> AttemptFacts {
+        AttemptFacts {
+            seq: 3,
+            attempt_id: "a-3".into(),
+            node_id: "n".into(),
+            node_path: "n".into(),
+            node_type: "compute".into(),
+            visit: 1,
+            status: "completed".into(),
+            started_at: 10,
+            finished_at: Some(15),
+            output,
+            error,
+        }
+    }
+
+    #[test]
+    fn attempt_items_reference_their_values_only_when_they_have_them() {
+        let stored = AttemptBlob {
+            digest: "ab".repeat(32),
+            byte_length: Some(12),
+        };
+        let item = attempt_item(&attempt(Some(stored), None));
+        assert_eq!(
+            item["outputRef"],
+            json!({"digest": format!("sha256:{}", "ab".repeat(32)), "mediaType": ATTEMPT_OUTPUT_MEDIA_TYPE, "byteLength": 12})
+        );
+        assert!(item.get("errorRef").is_none());
+        let missing = AttemptBlob {
+            digest: "cd".repeat(32),
+            byte_length: None,
+        };
+        let item = attempt_item(&attempt(None, Some(missing)));
+        assert_eq!(item["errorRef"]["mediaType"], ATTEMPT_ERROR_MEDIA_TYPE);
+        assert!(
+            item["errorRef"].get("byteLength").is_none(),
+            "no length for a missing blob"
+        );
+        assert!(item.get("outputRef").is_none());
+        assert_eq!(attempt_value_of(ATTEMPT_ERROR_MEDIA_TYPE), Some(AttemptValue::Error));
+        assert_eq!(attempt_value_of(DEFINITION_MEDIA_TYPE), None);
     }
 }

@@ -2,9 +2,11 @@
 //! an interactive run waiting at a step of session `SESSION`, branch and turn reports, and
 //! small reads of the rows they change.
 
+use pi_workflows::decision::DecisionRequest;
 use pi_workflows::store::attempts::{self, NewAttempt};
 use pi_workflows::store::blobs::put_json;
 use pi_workflows::store::claims::ClaimAuthority;
+use pi_workflows::store::decisions::NewDecision;
 use pi_workflows::store::interactions::{self, InteractionKind, NewInteraction, Submission};
 use pi_workflows::store::messages::{self, BranchOutcome, BranchReport};
 use pi_workflows::store::runs::{self, ExecutionMode, NewRun};
@@ -59,6 +61,29 @@ pub struct Timing {
     pub timeout_ms: Option<i64>,
     /// The wall-clock deadline (checkpoints and decisions).
     pub deadline_at: Option<i64>,
+    /// A protected decision's `onTimeout` choice (it needs `deadline_at`).
+    pub default_choice: Option<&'static str>,
+}
+
+/// The contract of a scripted request of `kind`: a protected decision (choices `ship`, and
+/// `fix` with text) carries its decision; others a prompt.
+pub fn contract_of(kind: InteractionKind, timing: Timing) -> serde_json::Value {
+    if kind != InteractionKind::Decision {
+        return serde_json::json!({"prompt": "count to three"});
+    }
+    let mut decision = serde_json::json!({
+        "audience": "operator", "title": "Ship it?",
+        "presentation": {"schema": "pi-workflows.decision-presentation.v1", "summary": "All checks pass."},
+        "choices": [{"id": "ship", "label": "Ship"},
+                    {"id": "fix", "label": "Fix first", "input": {"label": "What to fix", "maxLength": 40}}],
+    });
+    if let Some(deadline) = timing.deadline_at {
+        decision["deadlineAt"] = deadline.into();
+    }
+    if let Some(choice) = timing.default_choice {
+        decision["onTimeout"] = serde_json::json!({"choice": choice});
+    }
+    serde_json::json!({"prompt": "Ship it?", "decision": decision})
 }
 
 /// `request` with the attempt's `timing`.
@@ -79,12 +104,21 @@ pub fn request_timed(store: &Store, run_id: &str, request_id: &str, kind: Intera
                 settings_change_number: None,
             };
             attempts::start_attempt(tx, &authority, None, &attempt)?;
+            let contract = contract_of(kind, timing);
+            let decision = match kind {
+                InteractionKind::Decision => Some(NewDecision {
+                    request: DecisionRequest::from_contract(&contract)?,
+                    subject: serde_json::json!({"commit": "abc123"}),
+                }),
+                _ => None,
+            };
             let interaction = NewInteraction {
                 request_id,
                 attempt_id,
                 kind,
-                contract_hash: put_json(tx, &serde_json::json!({"prompt": "count to three"}), 1024)?,
+                contract_hash: put_json(tx, &contract, 4096)?,
                 deadline_at: timing.deadline_at,
+                decision,
             };
             interactions::request(tx, &authority, None, &interaction)
         })

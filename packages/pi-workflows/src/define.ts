@@ -6,7 +6,7 @@ import type { IncludeSpec, WorkflowDefinition, WorkflowEdge, WorkflowLimits, Wor
 
 export const NODE_NAME = /^[A-Za-z_][A-Za-z0-9_-]*$/;
 const WORKFLOW_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]*$/;
-const NODE_KINDS = new Set(["compute", "action", "shell", "agent", "checkpoint", "decision", "notify"]);
+const NODE_KINDS = new Set(["compute", "action", "shell", "agent", "checkpoint", "decision", "humanDecision", "notify"]);
 export const DEFAULT_MAX_STEPS = 100;
 
 export function defineWorkflow<I = unknown>(options: WorkflowOptions<I>): WorkflowDefinition<I> {
@@ -197,18 +197,25 @@ function checkExits(
   return named;
 }
 
+/** A decision routes on its answer: a switch on its field whose cases cover every choice. */
 function checkDecisionEdges(nodes: Record<string, WorkflowNode>, edges: WorkflowEdge[], fail: Fail) {
   for (const [id, node] of Object.entries(nodes)) {
-    if (node.kind !== "decision") continue;
+    const routed =
+      node.kind === "decision"
+        ? { field: node.field, choices: [...node.choices], helper: "decisionEdge", what: "decision" }
+        : node.kind === "humanDecision"
+          ? { field: "choice", choices: Object.keys(node.choices), helper: "humanDecisionEdge", what: "human decision" }
+          : undefined;
+    if (!routed) continue;
     const edge = edges.find((e) => e.from === id);
     if (!edge) continue;
     const source = "switch" in edge ? parseSwitchOn(edge.switch.on) : undefined;
-    if (!source || source.kind !== "output" || source.path.join(".") !== node.field) {
-      fail(`decision node "${id}" must route with decisionEdge (a switch on $output.${node.field})`);
+    if (!source || source.kind !== "output" || source.path.join(".") !== routed.field) {
+      fail(`${routed.what} node "${id}" must route with ${routed.helper} (a switch on $output.${routed.field})`);
     }
     const cases = Object.keys((edge as Extract<WorkflowEdge, { switch: unknown }>).switch.cases);
-    const missing = node.choices.filter((choice) => !cases.includes(choice));
-    if (missing.length > 0) fail(`decision node "${id}" has no case for: ${missing.join(", ")}`);
+    const missing = routed.choices.filter((choice) => !cases.includes(choice));
+    if (missing.length > 0) fail(`${routed.what} node "${id}" has no case for: ${missing.join(", ")}`);
   }
 }
 

@@ -157,6 +157,7 @@ function executeNode(attempt: Attempt): Promise<StepOutcome> {
     case "agent":
     case "decision":
     case "checkpoint":
+    case "humanDecision":
       return runInteractiveNode(attempt, node);
   }
 }

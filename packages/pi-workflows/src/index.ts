@@ -14,6 +14,7 @@ export {
   shell,
 } from "./nodes.js";
 export { decisionEdge } from "./edges.js";
+export { choice, defineHumanChoices, humanDecision, humanDecisionEdge, textInput } from "./human-decision.js";
 export { includeWorkflow } from "./include.js";
 export { compileWorkflow, type CompiledWorkflow, type DefinitionSnapshot } from "./compile.js";
 export { canonicalJson, canonicalDigest, sha256Hex } from "./canonical.js";

@@ -155,6 +155,72 @@ export interface DecisionNode<I = any> extends NodeCommon {
   readonly timeoutMs?: number;
 }
 
+/** A text field a choice asks for (`textInput`): a Telegram ForceReply, the rest of `/workflow answer`. */
+export interface TextInputSpec {
+  readonly kind: "textInput";
+  readonly label: string;
+  readonly placeholder?: string;
+  /** Characters, 1 to 4000 (default 1000). */
+  readonly maxLength: number;
+  /** An empty text is refused unless false (default true). */
+  readonly required: boolean;
+}
+
+/** One answer a person may give (`choice`). */
+export interface HumanChoice {
+  readonly kind: "humanChoice";
+  readonly label: string;
+  readonly input?: TextInputSpec;
+}
+
+/** The choices of a protected decision, by choice ID (`defineHumanChoices`). */
+export type HumanChoices<C extends string = string> = Readonly<Record<C, HumanChoice>>;
+
+/** A response to a decision: a choice, with its text when the choice takes one. */
+export interface DecisionResponse<C extends string = string> {
+  choice: C;
+  text?: string;
+}
+
+export type PresentationBlock =
+  | { kind: "text"; text: string }
+  | { kind: "fields"; fields: { label: string; value: string }[] }
+  | { kind: "code"; text: string; language?: string };
+
+/** What a person sees (`pi-workflows.decision-presentation.v1`): in Pi, the CLI and Telegram alike. */
+export interface DecisionPresentation {
+  schema: "pi-workflows.decision-presentation.v1";
+  summary: string;
+  blocks?: PresentationBlock[];
+}
+
+/** What one attempt of a protected decision asks. */
+export interface DecisionRequestSpec {
+  title: string;
+  /** The canonical thing decided (e.g. a commit and a target): bound by the request digest, never shown. */
+  subject: unknown;
+  presentation: DecisionPresentation;
+}
+
+/** A protected decision's output: what was chosen and who settled it. */
+export interface HumanDecisionOutput<C extends string = string> {
+  choice: C;
+  text?: string;
+  provenance: "human" | "timeout_policy";
+}
+
+export interface HumanDecisionNode<I = any, C extends string = string> extends NodeCommon {
+  readonly kind: "humanDecision";
+  /** Who answers (a `channels.json` audience; Pi always shows it in the origin session). */
+  readonly audience: string;
+  readonly choices: HumanChoices<C>;
+  /** After `afterMs` of wall-clock time, `response` wins. */
+  readonly onTimeout?: { readonly afterMs: number; readonly response: DecisionResponse<C> };
+  /** A deadline with no default: the step times out (`timed_out`). */
+  readonly timeoutMs?: number;
+  readonly request: (ctx: NodeContext<I>) => DecisionRequestSpec | Promise<DecisionRequestSpec>;
+}
+
 export interface NotifyNode<I = any> extends NodeCommon {
   readonly kind: "notify";
   readonly notifyKind: "progress" | "final";
@@ -168,6 +234,7 @@ export type WorkflowNode<I = any> =
   | AgentNode<I>
   | CheckpointNode<I>
   | DecisionNode<I>
+  | HumanDecisionNode<I>
   | NotifyNode<I>;
 
 export interface PlainEdge {

@@ -76,6 +76,13 @@ pub enum Update {
         run_id: String,
         page: Result<Value, String>,
     },
+    /// An attempt value (`outputRef` / `errorRef`) read and verified, or why it could not be.
+    AttemptValue {
+        run_id: String,
+        digest: String,
+        media_type: String,
+        value: Result<Arc<Value>, String>,
+    },
     Notice(String),
     /// The session cannot go on; `code` is the process exit code (`crate::exit`).
     Fatal {
@@ -93,6 +100,8 @@ pub enum Command {
         after: Option<i64>,
     },
     LoadSettings,
+    /// An attempt value of the selected run, by its reference.
+    LoadAttemptValue(ContentRef),
 }
 
 pub struct SessionOptions {
@@ -230,7 +239,8 @@ impl Session {
         match command {
             Command::Select(run) => self.reselect(run),
             Command::Control(_) => self.send(Update::Notice("not connected: nothing was sent".into())),
-            Command::LoadAttempts { .. } | Command::LoadSettings => {}
+            // The UI asks for these again once it sees the connection back.
+            Command::LoadAttempts { .. } | Command::LoadSettings | Command::LoadAttemptValue(_) => {}
         }
     }
 
@@ -398,6 +408,7 @@ impl Session {
             Command::Control(control) => self.control(client, control).await,
             Command::LoadAttempts { after } => self.load_attempts(client, after).await,
             Command::LoadSettings => self.load_settings(client).await,
+            Command::LoadAttemptValue(reference) => self.load_attempt_value(client, reference).await,
         }
     }
 
@@ -469,6 +480,20 @@ impl Session {
         Ok(())
     }
 
+    async fn load_attempt_value(&mut self, client: &Client, reference: ContentRef) -> Result<(), ClientError> {
+        let Some(run_id) = self.options.selected.clone() else {
+            return Ok(());
+        };
+        let value = fetch_json(client, &run_id, &reference).await?;
+        self.send(Update::AttemptValue {
+            run_id,
+            digest: reference.digest,
+            media_type: reference.media_type,
+            value,
+        });
+        Ok(())
+    }
+
     async fn load_settings(&mut self, client: &Client) -> Result<(), ClientError> {
         let Some(run_id) = self.options.selected.clone() else {
             return Ok(());
@@ -497,16 +522,28 @@ pub async fn hydrate(
     {
         return Ok(state.clone());
     }
-    let state = match content::fetch(client, run_id, reference).await {
-        Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
-            Ok(value) => ContentState::Ready(Arc::new(value)),
-            Err(err) => ContentState::Failed(format!("the content is not JSON: {err}")),
-        },
-        Err(content::ContentError::Client(err)) if err.is_transport() => return Err(err),
-        Err(err) => ContentState::Failed(err.to_string()),
+    let state = match fetch_json(client, run_id, reference).await? {
+        Ok(value) => ContentState::Ready(value),
+        Err(err) => ContentState::Failed(err),
     };
     *cache = Some((reference.digest.clone(), state.clone()));
     Ok(state)
+}
+
+/// A referenced JSON value, verified against its digest. Only a lost connection is an error;
+/// anything else is the section's failure, as text.
+pub async fn fetch_json(
+    client: &Client,
+    run_id: &str,
+    reference: &ContentRef,
+) -> Result<Result<Arc<Value>, String>, ClientError> {
+    Ok(match content::fetch(client, run_id, reference).await {
+        Ok(bytes) => serde_json::from_slice::<Value>(&bytes)
+            .map(Arc::new)
+            .map_err(|err| format!("the content is not JSON: {err}")),
+        Err(content::ContentError::Client(err)) if err.is_transport() => return Err(err),
+        Err(err) => Err(err.to_string()),
+    })
 }
 
 fn subscription_of(response: &pi_workflows::protocol::Response) -> Option<OpaqueId> {

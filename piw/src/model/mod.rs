@@ -1,6 +1,7 @@
 //! What piw knows about runs: typed readings of the server's documents, the attempts seen,
-//! and the graph layout. No I/O.
+//! the attempt values read, and the graph layout. No I/O.
 
 pub mod attempts;
 pub mod graph;
+pub mod values;
 pub mod view;

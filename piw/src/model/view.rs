@@ -18,6 +18,10 @@ pub struct Attempt {
     pub status: String,
     pub started_at: i64,
     pub finished_at: Option<i64>,
+    /// Digest-bound reference to the attempt's stored output (read with `view.content`).
+    pub output_ref: Option<Value>,
+    /// Digest-bound reference to the attempt's stored error.
+    pub error_ref: Option<Value>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

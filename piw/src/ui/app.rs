@@ -9,9 +9,11 @@ use ratatui::layout::Rect;
 use serde_json::Value;
 
 use super::theme::Theme;
+use crate::connection::content::ContentRef;
 use crate::connection::session::{Command, ContentState, ControlRequest, Link, Update};
 use crate::model::attempts::Attempts;
 use crate::model::graph::Graph;
+use crate::model::values::{AttemptValues, ValueKey};
 use crate::model::view::{Attempt, RunItem, RunView, run_items};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +93,8 @@ pub struct Selected {
     pub gone: Option<String>,
     /// A page request is on its way (one at a time).
     pub paging: bool,
+    /// Outputs and errors read for the attempt tab, by reference.
+    pub values: AttemptValues,
 }
 
 impl Selected {
@@ -110,6 +114,7 @@ impl Selected {
             settings_for: None,
             gone: None,
             paging: false,
+            values: AttemptValues::default(),
         }
     }
 
@@ -226,6 +231,8 @@ pub struct App {
     /// Graph pan in cards (columns, rows); `follow` keeps the highlighted node in sight.
     pub graph_offset: (usize, usize),
     pub follow: bool,
+    /// First row of the attempt tab shown (PgUp / PgDn scroll it; a new attempt resets it).
+    pub detail_scroll: u16,
     pub quit: bool,
     pub now_ms: i64,
     pub regions: Cell<Regions>,
@@ -248,6 +255,7 @@ impl App {
             fatal: None,
             graph_offset: (0, 0),
             follow: true,
+            detail_scroll: 0,
             quit: false,
             now_ms: now_ms(),
             regions: Cell::new(Regions::default()),
@@ -270,7 +278,15 @@ impl App {
     /// Apply one session update; returns the run the browser now wants selected, if any.
     pub fn apply(&mut self, update: Update) -> Option<String> {
         match update {
-            Update::Link(link) => self.link = link,
+            Update::Link(link) => {
+                // Reads in flight are lost with the connection: ask again once it is back.
+                if link != Link::Connected
+                    && let Some(selected) = self.selected.as_mut()
+                {
+                    selected.values.forget_loading();
+                }
+                self.link = link;
+            }
             Update::Runs(page) => return self.apply_runs(&page),
             Update::View {
                 document,
@@ -302,6 +318,16 @@ impl App {
                     selected.settings = Some(page);
                 }
             }
+            Update::AttemptValue {
+                run_id,
+                digest,
+                media_type,
+                value,
+            } => {
+                if let Some(selected) = self.selected.as_mut().filter(|s| s.run_id == run_id) {
+                    selected.values.finish(&ValueKey { digest, media_type }, value);
+                }
+            }
             Update::Notice(text) => self.notice = Some(text),
             Update::Fatal { message, code } => {
                 self.fatal = Some((message, code));
@@ -331,14 +357,19 @@ impl App {
         }
         self.selected = Some(Selected::new(run_id));
         self.graph_offset = (0, 0);
+        self.detail_scroll = 0;
         self.follow = true;
         Some(run_id.to_string())
     }
 
     /// Reads the visible tab needs: the settings page when the settings tab shows a run
-    /// whose settings were not read at its current change number.
+    /// whose settings were not read at its current change number; the output and error of
+    /// the attempt the attempt tab shows, once each, while connected.
     pub fn pending_loads(&mut self) -> Vec<Command> {
         let on_settings = self.tab == Tab::Settings;
+        if self.tab == Tab::Attempt && self.live() {
+            return self.selected.as_mut().map(attempt_value_loads).unwrap_or_default();
+        }
         let Some(selected) = self.selected.as_mut() else {
             return Vec::new();
         };
@@ -356,6 +387,34 @@ impl App {
     pub fn browser_row(&self) -> Option<usize> {
         let id = self.selected_id()?;
         self.runs.iter().position(|run| run.run_id == id)
+    }
+}
+
+/// The selected attempt's values not asked for yet (each marked as loading).
+fn attempt_value_loads(selected: &mut Selected) -> Vec<Command> {
+    let Some(attempt) = selected.step_attempt() else {
+        return Vec::new();
+    };
+    let references: Vec<ContentRef> = [&attempt.output_ref, &attempt.error_ref]
+        .into_iter()
+        .flatten()
+        .filter_map(ContentRef::from_value)
+        .collect();
+    let mut loads = Vec::new();
+    for reference in references {
+        let key = value_key(&reference);
+        if selected.values.get(&key).is_none() {
+            selected.values.start(key);
+            loads.push(Command::LoadAttemptValue(reference));
+        }
+    }
+    loads
+}
+
+pub fn value_key(reference: &ContentRef) -> ValueKey {
+    ValueKey {
+        digest: reference.digest.clone(),
+        media_type: reference.media_type.clone(),
     }
 }
 

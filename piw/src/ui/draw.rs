@@ -191,7 +191,7 @@ pub const HELP: &[&str] = &[
     "Enter             open the run · show the attempt",
     "1 2 3 4           inspector: steps, attempt, settings, updates",
     "[ ]  Home  End    timeline: previous, next, first, live",
-    "PgUp PgDn         steps: page (older attempts load on demand)",
+    "PgUp PgDn         steps: page (older attempts load on demand) · attempt tab: scroll",
     "f                 follow the current node in the graph",
     "b                 show / hide the run browser",
     "p r c a R         pause, resume, cancel, answer, restart (confirmed first)",

@@ -1,15 +1,18 @@
-//! The inspector: the run's attempts (steps, paged), the selected attempt's details, the
-//! run's settings and the pending step's updates. Only visible rows are built, so ten
-//! thousand attempts cost what one screen shows.
+//! The inspector: the run's attempts (steps, paged), the selected attempt's details (status,
+//! timing, the run's reason where it belongs, and its output and error, read on demand by
+//! reference and scrolled with PgUp / PgDn), the run's settings and the pending step's
+//! updates. Only visible rows are built, so ten thousand attempts cost what one screen shows.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Tabs, Wrap};
 
-use super::app::{App, Pane, Selected, Tab, duration, safe};
+use super::app::{App, Pane, Selected, Tab, duration, safe, value_key};
 use super::draw::{fit, pane_block, status_span};
 use super::graph::mark;
+use crate::connection::content::ContentRef;
+use crate::model::values::ValueState;
 use crate::model::view::Attempt;
 
 /// Columns of a node path in the steps list.
@@ -17,6 +20,8 @@ const PATH_COLUMNS: usize = 28;
 const TYPE_COLUMNS: usize = 10;
 /// Bytes of the settings JSON shown (the rest is cut with a notice).
 const SETTINGS_TEXT_BYTES_MAX: usize = 4_096;
+/// Characters of a value's digest shown in its header (`sha256:` and the first hex digits).
+const DIGEST_SHOWN_CHARS: usize = 19;
 
 pub fn draw(frame: &mut Frame<'_>, app: &App, selected: &Selected, area: Rect) {
     let block = pane_block(app, Pane::Inspector, "inspector");
@@ -35,7 +40,13 @@ pub fn draw(frame: &mut Frame<'_>, app: &App, selected: &Selected, area: Rect) {
         Tab::Settings => settings(app, selected),
         Tab::Updates => updates(app),
     };
-    frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), body);
+    // Only the attempt tab scrolls; the last line stays in sight however far it is scrolled.
+    let scroll = match app.tab {
+        Tab::Attempt => app.detail_scroll.min(lines.len().saturating_sub(1) as u16),
+        _ => 0,
+    };
+    let paragraph = Paragraph::new(lines).wrap(Wrap { trim: false }).scroll((scroll, 0));
+    frame.render_widget(paragraph, body);
 }
 
 fn steps(app: &App, selected: &Selected, rows: usize) -> Vec<Line<'static>> {
@@ -97,39 +108,93 @@ fn attempt_details(app: &App, selected: &Selected) -> Vec<Line<'static>> {
     let Some(attempt) = selected.step_attempt() else {
         return vec![Line::styled("no attempt selected", app.theme.dim)];
     };
-    let field = |name: &str, value: String| {
-        Line::from(vec![
-            Span::styled(format!("{name:<10}"), app.theme.dim),
-            Span::raw(value),
-        ])
-    };
     let mut lines = vec![
         Line::from(vec![
-            Span::styled(format!("{:<10}", "node"), app.theme.dim),
+            label(app, "node"),
             Span::styled(safe(&attempt.node_path), app.theme.title),
-            Span::raw(format!("  ({}, visit {})", safe(&attempt.node_type), attempt.visit)),
-        ]),
-        Line::from(vec![
-            Span::styled(format!("{:<10}", "status"), app.theme.dim),
+            Span::raw(format!("  ({}, visit {})  ", safe(&attempt.node_type), attempt.visit)),
             status_span(app, &attempt.status),
         ]),
         field(
+            app,
             "attempt",
             format!("{} (seq {})", safe(&attempt.attempt_id), attempt.seq),
         ),
-        field("started", format!("{} ago", duration(app.now_ms - attempt.started_at))),
-        field(
-            "finished",
-            attempt.finished_at.map_or("not yet".into(), |end| {
-                format!("after {}", duration(end - attempt.started_at))
-            }),
-        ),
+        field(app, "timing", timing(app, attempt)),
     ];
     lines.extend(reason_lines(app, selected, attempt));
-    lines.push(field(
-        "output",
-        "not part of run-view.v1 (the server pages no attempt outputs yet)".into(),
-    ));
+    let values = [("output", &attempt.output_ref), ("error", &attempt.error_ref)];
+    for (name, reference) in values {
+        if let Some(reference) = reference {
+            lines.extend(value_lines(app, selected, name, reference));
+        }
+    }
+    if attempt.output_ref.is_none() && attempt.error_ref.is_none() {
+        let none = match attempt.finished_at {
+            Some(_) => "none recorded",
+            None => "not yet (the attempt has not finished)",
+        };
+        lines.push(field(app, "output", none.into()));
+    }
+    lines
+}
+
+fn label(app: &App, name: &str) -> Span<'static> {
+    Span::styled(format!("{name:<10}"), app.theme.dim)
+}
+
+fn field(app: &App, name: &str, value: String) -> Line<'static> {
+    Line::from(vec![label(app, name), Span::raw(value)])
+}
+
+fn timing(app: &App, attempt: &Attempt) -> String {
+    let started = format!("started {} ago", duration(app.now_ms - attempt.started_at));
+    match attempt.finished_at {
+        Some(end) => format!("{started} · took {}", duration(end - attempt.started_at)),
+        None => format!("{started} · running for {}", duration(app.now_ms - attempt.started_at)),
+    }
+}
+
+/// One referenced value (`output` or `error`): a header with its size and digest, then its
+/// pretty JSON, or why it is not shown (a section error; never an endless "reading").
+fn value_lines(app: &App, selected: &Selected, name: &str, reference: &serde_json::Value) -> Vec<Line<'static>> {
+    let style = if name == "error" {
+        app.theme.error
+    } else {
+        app.theme.text
+    };
+    let Some(reference) = ContentRef::from_value(reference) else {
+        return vec![Line::styled(
+            format!("{name:<10}unavailable: the view's reference is incomplete (digest, mediaType, byteLength)"),
+            app.theme.warn,
+        )];
+    };
+    let digest: String = reference.digest.chars().take(DIGEST_SHOWN_CHARS).collect();
+    let mut lines = vec![Line::from(vec![
+        label(app, name),
+        Span::styled(format!("{} bytes · {digest}…", reference.byte_length), app.theme.dim),
+    ])];
+    match selected.values.get(&value_key(&reference)) {
+        None if !app.live() => lines.push(Line::styled(
+            "  not read: not connected (read once the connection is back)",
+            app.theme.warn,
+        )),
+        None | Some(ValueState::Loading) => lines.push(Line::styled("  reading…", app.theme.dim)),
+        Some(ValueState::Failed(err)) => lines.push(Line::styled(
+            format!("  {name} unavailable: {}", safe(err)),
+            app.theme.warn,
+        )),
+        Some(ValueState::Ready(text)) => {
+            lines.extend(
+                text.lines
+                    .iter()
+                    .map(|line| Line::styled(format!("  {}", safe(line)), style)),
+            );
+            if let Some(cut) = &text.cut {
+                lines.push(Line::styled(format!("  {cut}"), app.theme.dim));
+            }
+        }
+    }
     lines
 }
 

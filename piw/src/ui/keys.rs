@@ -10,7 +10,7 @@ use super::app::{App, Confirm, Overlay, Pane, Tab};
 use crate::connection::client::new_id;
 use crate::connection::session::{Command, ControlRequest};
 
-/// Rows PgUp / PgDn move in the steps list.
+/// Rows PgUp / PgDn move in the steps list, and scroll the attempt tab.
 const PAGE_ROWS: usize = 10;
 
 /// The key of a control the server offers (`None`: piw does not offer it).
@@ -146,8 +146,13 @@ fn move_in_pane(app: &mut App, code: KeyCode) -> Vec<Command> {
         code,
         KeyCode::Up | KeyCode::Down | KeyCode::Char('k' | 'j') | KeyCode::PageUp | KeyCode::PageDown
     );
+    let paging = matches!(code, KeyCode::PageUp | KeyCode::PageDown);
     match app.focus {
         Pane::Browser if vertical => move_browser(app, delta),
+        Pane::Inspector if paging && app.tab == Tab::Attempt => {
+            scroll_details(app, delta);
+            Vec::new()
+        }
         Pane::Graph => {
             pan_graph(app, delta, vertical);
             Vec::new()
@@ -188,8 +193,14 @@ fn pan_graph(app: &mut App, delta: isize, vertical: bool) {
     };
 }
 
+/// Scroll the attempt tab (its output and error can be long); drawing clamps the end.
+fn scroll_details(app: &mut App, delta: isize) {
+    app.detail_scroll = (app.detail_scroll as isize + delta).clamp(0, u16::MAX as isize) as u16;
+}
+
 /// Move the steps selection; at the top with older attempts missing, ask for a page.
 pub fn move_step(app: &mut App, delta: isize) -> Vec<Command> {
+    app.detail_scroll = 0;
     let Some(selected) = app.selected.as_mut() else {
         return Vec::new();
     };

@@ -7,7 +7,8 @@
 use super::context::OpsContext;
 use super::run_controls::run_control;
 use super::{
-    effects, follow_ups, run_commands, sessions, settings, state, status, submissions, updates, views, workflows,
+    decisions, effects, follow_ups, run_commands, sessions, settings, state, status, submissions, updates, views,
+    workflows,
 };
 use crate::protocol::{Operation, Request};
 use crate::server::answers::{Handled, handled, rejected};
@@ -24,7 +25,7 @@ pub async fn handle_request(ctx: &OpsContext, request: Request) -> Handled {
         Operation::RunRestart => run_commands::run_restart(ctx, &request).await,
         Operation::CheckpointAnswer => run_commands::checkpoint_answer(ctx, &request).await,
         Operation::InteractionSubmit => submissions::interaction_submit(ctx, &request).await,
-        Operation::DecisionAnswer => submissions::decision_answer(ctx, &request).await,
+        Operation::DecisionAnswer => decisions::decision_answer(ctx, &request).await,
         Operation::InteractionAssistant => submissions::interaction_assistant(ctx, &request).await,
         Operation::InteractionUpdate => updates::interaction_update(ctx, &request).await,
         Operation::FollowUpQueue => follow_ups::queue(ctx, &request).await,

@@ -1,4 +1,5 @@
 //! The operations behind the front door: dispatch, run controls, run commands, submissions,
+//! protected decisions,
 //! updates, settings, follow-ups, effect reviews, views, state maintenance, server status and
 //! the workflow listing.
 //!
@@ -7,6 +8,7 @@
 
 pub mod authority;
 pub mod context;
+pub mod decisions;
 pub mod dispatch;
 pub mod effects;
 pub mod follow_ups;

@@ -1,5 +1,5 @@
-//! `interaction.submit` (an agent step's output) and `decision.answer` (a protected decision):
-//! the submission is recorded as `validating` and the run queued; a supervised runner judges
+//! `interaction.submit` (an agent step's output) and `interaction.assistant` (its visible
+//! reply): the submission is recorded as `validating` and the run queued; a supervised runner judges
 //! it with the step's own checks. The response stays pending until that durable verdict and
 //! its receipt are committed: `accepted`, or `rejected` with the checks' message. A retry
 //! with the same key and payload waits for and returns the same outcome.
@@ -48,18 +48,10 @@ pub async fn interaction_assistant(ctx: &OpsContext, request: &Request) -> Answe
     submit_for_verdict(ctx, request, "text", "assistant").await
 }
 
-/// `decision.answer` (`payload.answer`, optional `payload.requestId`).
-pub async fn decision_answer(ctx: &OpsContext, request: &Request) -> Answer {
-    submit_for_verdict(ctx, request, "answer", "decision").await
-}
-
 async fn submit_for_verdict(ctx: &OpsContext, request: &Request, field: &str, kind: &'static str) -> Answer {
     let command = command_request(request)?;
     let run_id = run_id_of(request)?;
-    // A person's decision answer needs no coordinator; the model's submissions do.
-    if kind != "decision" {
-        require_coordinator(ctx, request, &run_id).await?;
-    }
+    require_coordinator(ctx, request, &run_id).await?;
     if let Some(stored) = stored_answer(&ctx.store, &command).await? {
         return Ok(stored);
     }

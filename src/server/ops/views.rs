@@ -11,7 +11,9 @@ use crate::protocol::{JsonObject, Outcome, Request, ResponseError};
 use crate::server::answers::{Answer, page_limit, read_refusal, rejected, run_id_of};
 use crate::server::blocking;
 use crate::server::views::cache::{build_run_view, runs_page, within_budget};
-use crate::store::run_view::{self, ATTEMPTS_PAGE_MAX, CONTENT_CHUNK_BYTES_MAX, ContentRef, RUNS_PAGE_MAX};
+use crate::store::run_view::{
+    self, ATTEMPTS_PAGE_MAX, CONTENT_CHUNK_BYTES_MAX, ContentRead, ContentRef, RUNS_PAGE_MAX,
+};
 use crate::store::{StoreError, blobs};
 use crate::view::document;
 
@@ -86,7 +88,8 @@ fn parse_runs_cursor(cursor: &Value) -> Result<(i64, String), (Outcome, Response
 }
 
 /// `view.content`: one chunk of content a view advertised (`digest`, `mediaType`,
-/// `offset`, `length` ≤ 512 KiB). The client verifies the assembled bytes.
+/// `offset`, `length` ≤ 512 KiB): generated view content, or the output or error of one of
+/// the run's own attempts (`outputRef` / `errorRef`). The client verifies the assembled bytes.
 pub async fn view_content(ctx: &OpsContext, request: &Request) -> Answer {
     let run_id = run_id_of(request)?;
     let payload = &request.payload;
@@ -115,22 +118,17 @@ pub async fn view_content(ctx: &OpsContext, request: &Request) -> Answer {
         ));
     }
     let owned = run_id.clone();
+    // The media type says whether this may be an attempt's own value (docs/VIEWS.md).
+    let attempt = document::attempt_value_of(&media_type);
     let read = blocking::read(&ctx.store, move |conn| {
-        let Some(reference) = run_view::view_content_ref(conn, &owned, &hex, &media_type)? else {
-            return Ok(None);
-        };
-        if offset > reference.byte_length {
-            return Ok(Some((reference, None)));
-        }
-        let chunk = run_view::read_view_content(conn, &reference, &owned, offset, length)?;
-        Ok(Some((reference, chunk)))
+        run_view::read_content(conn, &owned, &hex, &media_type, attempt, offset, length)
     })
     .await
     .map_err(read_refusal)?;
     let (reference, chunk) = match read {
-        None => return Err(unavailable_content()),
-        Some((_, None)) => return Err(rejected("badRange", "offset is past the end of the content")),
-        Some((reference, Some(chunk))) => (reference, chunk),
+        ContentRead::Unavailable => return Err(unavailable_content()),
+        ContentRead::PastEnd => return Err(rejected("badRange", "offset is past the end of the content")),
+        ContentRead::Chunk { reference, bytes } => (reference, bytes),
     };
     Ok((Outcome::Accepted, content_receipt(&reference, offset, &chunk), None))
 }

@@ -6,10 +6,12 @@
 
 use serde_json::Value;
 
+use crate::decision::DecisionRequest;
 use crate::protocol::runner::{Message, MessageKind};
 use crate::store::attempts::{self, AttemptOutcome, Finish, NewAttempt};
 use crate::store::blobs::put_json;
 use crate::store::claims::{self, ClaimAuthority, RUN_CLAIM_LEASE_MS};
+use crate::store::decisions::NewDecision;
 use crate::store::effects::{self, EffectRecovery, EffectRequest, Settlement};
 use crate::store::interactions::{self, InteractionKind, Judged, NewInteraction};
 use crate::store::messages::{self, MessageKind as WorkflowMessageKind, NewMessage};
@@ -256,12 +258,28 @@ fn request_interaction(
         .text("kind")
         .and_then(|kind| InteractionKind::from_wire(&kind))
         .ok_or_else(|| invalid("payload.kind must be agent, assistant, checkpoint or decision"))?;
+    let contract = payload.value("contract")?;
+    let decision = match kind {
+        InteractionKind::Decision => Some(NewDecision {
+            request: DecisionRequest::from_contract(contract)?,
+            subject: payload.0.payload.get("subject").cloned().unwrap_or(Value::Null),
+        }),
+        _ => None,
+    };
+    let deadline_at = payload.0.payload.get("deadlineAt").and_then(Value::as_i64);
+    if decision
+        .as_ref()
+        .is_some_and(|decision| decision.request.deadline_at != deadline_at)
+    {
+        return Err(invalid("a decision's deadlineAt must equal the request's deadlineAt"));
+    }
     let interaction = NewInteraction {
         request_id: payload.required_text("requestId")?,
         attempt_id: payload.attempt_id()?,
         kind,
-        contract_hash: put_json(tx, payload.value("contract")?, VALUE_BYTES_MAX)?,
-        deadline_at: payload.0.payload.get("deadlineAt").and_then(Value::as_i64),
+        contract_hash: put_json(tx, contract, VALUE_BYTES_MAX)?,
+        deadline_at,
+        decision,
     };
     interactions::request(tx, authority, expected, &interaction)
 }

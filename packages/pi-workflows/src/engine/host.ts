@@ -111,7 +111,8 @@ export interface Host {
   interactionRejected(attemptId: string, verdict: { requestId: string; submissionId: string; error: NodeError }): Promise<void>;
   interactionRequested(
     attemptId: string,
-    request: { requestId: string; kind: InteractionKind; contract: unknown; deadlineAt?: number },
+    /** A protected decision's `subject` is bound by its digest and kept out of the contract. */
+    request: { requestId: string; kind: InteractionKind; contract: unknown; deadlineAt?: number; subject?: unknown },
   ): Promise<void>;
   notificationRequested(
     attemptId: string,

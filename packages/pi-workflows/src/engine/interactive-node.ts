@@ -1,6 +1,7 @@
 // Agent, decision and checkpoint nodes: a headless agent call, or a durable interaction request
 // whose answer (settled later through resume/continue) becomes the node output.
-import type { AgentNode, CheckpointNode, DecisionNode, Dynamic, NodeContext, NodeError } from "../types.js";
+import type { AgentNode, CheckpointNode, DecisionNode, Dynamic, HumanDecisionNode, NodeContext, NodeError } from "../types.js";
+import { proposedDecision } from "../human-decision.js";
 import { checkDecision, decisionPrompt, parseAgentJson } from "./agent-output.js";
 import { type Attempt, attemptContext, complete, ensureStarted, fail, type StepOutcome } from "./attempt.js";
 import type { AgentSubmission, AgentUpdate } from "../agent/executor.js";
@@ -11,7 +12,11 @@ import { checkedOutput, errorFrom, nodeError, OutputError, truncateUtf8, UPDATE_
 export const DEFAULT_AGENT_TIMEOUT_MS = 15 * 60_000;
 /** The longest delay `setTimeout` keeps (a 32-bit signed millisecond count). */
 const TIMER_MS_MAX = 2_147_483_647;
-type AskNode = AgentNode | DecisionNode | CheckpointNode;
+type AskNode = AgentNode | DecisionNode | CheckpointNode | HumanDecisionNode;
+/** A node a person answers: it asks in every mode, and no model or headless agent answers it. */
+function askedOfPerson(node: AskNode): node is CheckpointNode | HumanDecisionNode {
+  return node.kind === "checkpoint" || node.kind === "humanDecision";
+}
 
 export async function resolveDynamic<T>(value: Dynamic<T>, ctx: NodeContext): Promise<T> {
   return typeof value === "function" ? await (value as (ctx: NodeContext) => T | Promise<T>)(ctx) : value;
@@ -32,7 +37,7 @@ export async function runInteractiveNode(attempt: Attempt, node: AskNode): Promi
       throw error;
     }
   }
-  if (node.kind === "checkpoint" || attempt.env.interactive) return requestInteraction(attempt, node);
+  if (askedOfPerson(node) || attempt.env.interactive) return requestInteraction(attempt, node);
   return runHeadlessAgent(attempt, node);
 }
 
@@ -127,7 +132,8 @@ async function acceptAnswer(attempt: Attempt, node: AskNode, value: unknown): Pr
 }
 
 function shapeAnswer(node: AskNode, value: unknown): unknown {
-  if (node.kind === "checkpoint") return value;
+  // The server verified a decision's response against its declared choices and completed it.
+  if (node.kind === "checkpoint" || node.kind === "humanDecision") return value;
   if (node.kind === "decision") {
     // A person answers with the bare choice; a model with JSON text or an object.
     if (typeof value === "string" && node.choices.includes(value)) return { [node.field]: value };
@@ -155,9 +161,14 @@ function decisionText(text: string, choices: readonly string[]): unknown {
   }
 }
 
+/**
+ * The request's kind: a protected decision is `decision` (a person's, verified by the server);
+ * an agent's `decision` node is an ordinary agent step whose output names a choice.
+ */
 function interactionKind(node: AskNode): InteractionKind {
   if (node.kind === "checkpoint") return "checkpoint";
-  if (node.kind === "decision") return "decision";
+  if (node.kind === "humanDecision") return "decision";
+  if (node.kind === "decision") return "agent";
   return typeof node.expectedOutput === "string" ? "agent" : "assistant";
 }
 
@@ -173,9 +184,16 @@ async function requestInteraction(attempt: Attempt, node: AskNode): Promise<Step
   const requestId = `req:${attempt.attemptId}`;
   const contract: Record<string, unknown> = { workflow: env.runState.workflowName, nodePath: attempt.node.path, attemptId: attempt.attemptId };
   let timing: { deadlineAt?: number; timeoutMs?: number } = {};
+  let subject: unknown;
   try {
     if (node.kind === "checkpoint") {
       contract.summary = String(await resolveDynamic(node.summary, ctx));
+    } else if (node.kind === "humanDecision") {
+      const afterMs = node.onTimeout?.afterMs ?? node.timeoutMs;
+      if (afterMs !== undefined) timing = { deadlineAt: env.now() + afterMs };
+      const proposed = proposedDecision(node, await node.request(ctx), timing.deadlineAt);
+      contract.decision = proposed.decision;
+      subject = proposed.subject;
     } else {
       Object.assign(contract, await promptOf(node, ctx));
       if (node.kind === "decision") Object.assign(contract, { choices: node.choices, field: node.field });
@@ -197,6 +215,7 @@ async function requestInteraction(attempt: Attempt, node: AskNode): Promise<Step
     kind: interactionKind(node),
     contract,
     ...(timing.deadlineAt !== undefined ? { deadlineAt: timing.deadlineAt } : {}),
+    ...(node.kind === "humanDecision" ? { subject } : {}),
   });
   return { kind: "waiting" };
 }

@@ -159,12 +159,25 @@ export async function personAnswer(ctx: ActionContext, runId: unknown, answer: u
   const request = ctx.view?.activeRun?.runId === id && isObject(ctx.view.activeRun.display.request) ? ctx.view.activeRun.display.request : undefined;
   const requestId = typeof request?.requestId === "string" ? request.requestId : undefined;
   const kind = request?.kind;
-  const payload: JsonObject = { answer: answer as JsonObject, ...(requestId ? { requestId } : {}) };
   if (kind === "decision") {
-    await submitting(ctx, "decision.answer", id, payload);
-    return `decision of run ${id} answered`;
+    const receipt = await call(ctx, "decision.answer", id, { answer: decisionResponse(answer), ...(requestId ? { requestId } : {}) });
+    return `decision of run ${id} answered: ${typeof receipt.choice === "string" ? receipt.choice : "accepted"}; the workflow goes on`;
   }
+  const payload: JsonObject = { answer: answer as JsonObject, ...(requestId ? { requestId } : {}) };
   return continued(id, await call(ctx, "checkpoint.answer", id, payload));
+}
+
+/**
+ * A decision answer as typed: `<choice> [text]` (the text is the rest of the line), or an
+ * object `{choice, text?}` as JSON. The server checks it against the declared choices.
+ */
+function decisionResponse(answer: unknown): JsonObject {
+  if (isObject(answer)) return answer as JsonObject;
+  const typed = String(answer ?? "").trim();
+  const space = typed.search(/\s/);
+  if (space < 0) return { choice: typed };
+  const text = typed.slice(space).trim();
+  return { choice: typed.slice(0, space), ...(text !== "" ? { text } : {}) };
 }
 
 /** An answered checkpoint settles its run; a continuation run goes on from it. */

@@ -13,6 +13,7 @@ import { completions, parseCommand, type Parsed, UsageError } from "./command.js
 import { turnEndFromBranch, WorkflowMessageCoordinator, type CoordinatorPi, type CoordinatorServer } from "./coordinator.js";
 import { SessionLink } from "./link.js";
 import type { PiApi, PiCommandContext, PiContext, PiToolResult } from "./pi-types.js";
+import { registerPiw } from "./piw.js";
 import { renderMessage, RENDERED_TYPES } from "./render.js";
 import { packageVersion } from "./server-process.js";
 import { parseSessionView, type SessionView } from "./session-view.js";
@@ -71,6 +72,15 @@ class Extension {
     this.widget.scrollHint = hint ? `${hint} scroll` : undefined;
     if (shortcuts.scrollUp) pi.registerShortcut(shortcuts.scrollUp, { description: "Scroll the pi-workflows widget up", handler: (ctx) => this.scroll(ctx, -1) });
     if (shortcuts.scrollDown) pi.registerShortcut(shortcuts.scrollDown, { description: "Scroll the pi-workflows widget down", handler: (ctx) => this.scroll(ctx, 1) });
+    // `/piw` and Ctrl+Shift+R (piw.ts): the session's run in a Herdr pane, else how to run piw.
+    this.widget.piwHint = registerPiw(pi, {
+      view: () => this.widget.view,
+      ready: async () => (this.link ?? failNotStarted()).ready(),
+      notify: (message, type) => this.notify(message, type),
+      setContext: (ctx) => {
+        this.ctx = ctx;
+      },
+    }).widgetHint;
 
     pi.on("session_start", (_event, ctx) => this.start(ctx));
     pi.on("session_shutdown", () => this.stop());

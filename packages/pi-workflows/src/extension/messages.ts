@@ -133,22 +133,46 @@ export function stepText(message: ViewMessage): string {
   return bounded(lines.join("\n"));
 }
 
+/** A protected decision's card: its presentation, choices (with what text each asks) and deadline. */
 function decisionText(message: ViewMessage): string {
   const content = isObject(message.content) ? message.content : {};
-  const choices = Array.isArray(content.choices) ? content.choices.filter((c): c is string => typeof c === "string") : [];
-  const question = str(content.prompt) ?? str(content.question) ?? str(content.summary) ?? "(no question)";
-  return bounded(
-    [
-      `Workflow decision for a person: ${[str(content.workflow), str(content.nodePath)].filter(Boolean).join(" › ")}`,
-      "",
-      question,
-      "",
-      choices.length > 0 ? `Choices: ${choices.join(", ")}` : "",
-      `A person answers this with /workflow answer ${message.runId} <choice>. Do not answer it yourself; the workflow tool refuses decisions.`,
-    ]
-      .filter((line, index, all) => line !== "" || (index > 0 && all[index - 1] !== ""))
-      .join("\n"),
+  const decision = isObject(content.decision) ? content.decision : {};
+  const presentation = isObject(decision.presentation) ? decision.presentation : {};
+  const choices = Array.isArray(decision.choices) ? decision.choices.filter(isObject) : [];
+  const lines = [
+    `Workflow decision for a person: ${str(decision.title) ?? "(untitled)"}`,
+    `(${[str(content.workflow), str(content.nodePath)].filter(Boolean).join(" › ")})`,
+    "",
+    str(presentation.summary) ?? "",
+    ...presentationBlocks(presentation.blocks),
+    "",
+    "Choices:",
+    ...choices.map((choice) => {
+      const input = isObject(choice.input) ? choice.input : undefined;
+      return `  ${str(choice.id) ?? "?"}: ${str(choice.label) ?? ""}${input ? ` (with text: ${str(input.label) ?? "text"})` : ""}`;
+    }),
+  ];
+  const deadline = typeof decision.deadlineAt === "number" ? new Date(decision.deadlineAt).toISOString() : undefined;
+  const fallback = isObject(decision.onTimeout) ? str(decision.onTimeout.choice) : undefined;
+  if (deadline) lines.push("", fallback ? `If nobody answers by ${deadline}, ${fallback} applies.` : `Answer by ${deadline}; after that the step times out.`);
+  lines.push(
+    "",
+    `A person answers this with /workflow answer ${message.runId} <choice> [text]. Do not answer it yourself: the workflow tool refuses decisions.`,
   );
+  return bounded(lines.filter((line, index, all) => line !== "" || (index > 0 && all[index - 1] !== "")).join("\n"));
+}
+
+/** A presentation's blocks as plain lines: text, `label: value` fields, fenced code. */
+function presentationBlocks(blocks: unknown): string[] {
+  if (!Array.isArray(blocks)) return [];
+  return blocks.filter(isObject).flatMap((block) => {
+    if (block.kind === "text") return ["", str(block.text) ?? ""];
+    if (block.kind === "code") return ["", "```" + (str(block.language) ?? ""), str(block.text) ?? "", "```"];
+    if (block.kind === "fields" && Array.isArray(block.fields)) {
+      return ["", ...block.fields.filter(isObject).map((field) => `${str(field.label) ?? ""}: ${typeof field.value === "string" ? field.value : ""}`)];
+    }
+    return [];
+  });
 }
 
 function notificationText(message: ViewMessage): string {

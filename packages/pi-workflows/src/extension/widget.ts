@@ -47,6 +47,8 @@ export interface WidgetState {
   /** A problem the user must fix (shown instead of a run). */
   problem?: string;
   scrollHint?: string;
+  /** `Ctrl+Shift+R piw`, only when Herdr is available (piw.ts). */
+  piwHint?: string;
 }
 
 function runOf(view: SessionView | undefined): { run: ViewRun; retained: boolean } | undefined {
@@ -80,6 +82,7 @@ export function widgetContent(state: WidgetState): string[] {
   }
   const controls = Array.isArray(display.controls) ? display.controls.filter((c): c is string => typeof c === "string") : [];
   if (controls.length > 0) lines.push(`  controls: ${controls.join(", ")}`);
+  if (state.piwHint) lines.push(`  ${state.piwHint}`);
   const pending = state.view?.messages.filter((m) => m.status === "pending").length ?? 0;
   if (pending > 0) lines.push(`  ${pending} workflow message${pending === 1 ? "" : "s"} to deliver`);
   if (state.problem) lines.push(`  ${state.problem}`);

@@ -67,13 +67,25 @@ export default defineWorkflow({
   );
   writeFileSync(
     deciding,
-    `import { compute, decision, decisionEdge, defineWorkflow } from "pi-workflows";
-const choices = ["ship", "fix"];
+    `import { choice, compute, defineHumanChoices, defineWorkflow, humanDecision, humanDecisionEdge, textInput } from "pi-workflows";
+const choices = defineHumanChoices({
+  ship: choice({ label: "Ship" }),
+  fix: choice({ label: "Fix first", input: textInput({ label: "What to fix", maxLength: 40 }) }),
+});
 export default defineWorkflow({
   name: "deciding",
   startAt: "pick",
-  nodes: { pick: decision({ question: "Ship it?", choices }), ship: compute({ run: () => "shipped" }), fix: compute({ run: () => "fixing" }) },
-  edges: [decisionEdge({ from: "pick", choices, cases: { ship: "ship", fix: "fix" } })],
+  nodes: {
+    pick: humanDecision({
+      audience: "operator",
+      choices,
+      request: () => ({ title: "Ship it?", subject: { commit: "abc123" },
+        presentation: { schema: "pi-workflows.decision-presentation.v1", summary: "All checks pass." } }),
+    }),
+    ship: compute({ run: ({ outputs }) => ({ shipped: outputs.pick }) }),
+    fix: compute({ run: ({ outputs }) => ({ fixing: outputs.pick.text }) }),
+  },
+  edges: [humanDecisionEdge({ from: "pick", choices, cases: { ship: "ship", fix: "fix" } })],
 });
 `,
   );
@@ -219,7 +231,7 @@ test("an assistant-message step takes the visible reply; the step's own checks j
   assert.deepEqual(status.result, { said: "Hello!" });
 });
 
-test("a person answers a decision from the CLI with a bare choice; other answers are refused with the choices", async () => {
+test("a person answers a protected decision from the CLI; the server refuses what is not a choice, and the model cannot answer", async () => {
   const runId = `run-ts-decision-${Date.now()}`;
   const payload = { workflow: deciding, projectPath: state, executionMode: "interactive", originSessionId: `session-${runId}` };
   await client.call("run.start", { runId, payload });
@@ -227,10 +239,20 @@ test("a person answers a decision from the CLI with a bare choice; other answers
   assert.deepEqual(waiting.display.controls.includes("human-answer"), true);
   const refused = spawnSync(binary, ["--state-dir", state, "decision", "answer", runId, "maybe"], { env, encoding: "utf8" });
   assert.equal(refused.status, 1, refused.stderr);
-  assert.match(refused.stderr, /one of: ship, fix/);
+  assert.match(refused.stderr, /not one of the choices: ship, fix/);
+  const noText = spawnSync(binary, ["--state-dir", state, "decision", "answer", runId, "fix"], { env, encoding: "utf8" });
+  assert.equal(noText.status, 1, noText.stderr);
+  assert.match(noText.stderr, /needs text \(What to fix\)/);
+  const sessionId = `session-${runId}`;
+  const { epoch } = await client.watchSession(sessionId, () => {}, { coordinator: true });
+  const byModel = await client.request("interaction.submit", { runId, payload: { output: "ship", coordinator: { sessionId, epoch } } });
+  assert.equal(byModel.outcome, "rejected", "the model's submission never answers a protected decision");
+  assert.match(byModel.error.message, /only a person answers it/);
   await viewUntil(runId, (view) => view.display.status === "waiting" && view.display.activity.kind === "none");
-  const out = JSON.parse(cli("decision", "answer", runId, "ship", "--follow", "--json").trim().split("\n").at(-1));
+  const out = JSON.parse(cli("decision", "answer", runId, "fix", "rename the flag", "--follow", "--json").trim().split("\n").at(-1));
   assert.equal(out.status, "completed", JSON.stringify(out));
   const status = await client.call("run.status", { runId, payload: { includeResult: true } });
-  assert.equal(status.result, "shipped");
+  assert.deepEqual(status.result, { fixing: "rename the flag" });
+  const late = spawnSync(binary, ["--state-dir", state, "decision", "answer", runId, "ship"], { env, encoding: "utf8" });
+  assert.equal(late.status, 1, "a second answer loses");
 });

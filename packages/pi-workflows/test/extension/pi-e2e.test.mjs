@@ -98,6 +98,34 @@ export default defineWorkflow({
 });
 `,
   );
+  writeFileSync(
+    path.join(root, "proj", "approval.workflow.ts"),
+    `import { choice, compute, defineHumanChoices, defineWorkflow, humanDecision, humanDecisionEdge, textInput } from "pi-workflows";
+const choices = defineHumanChoices({
+  merge: choice({ label: "Merge" }),
+  fix: choice({ label: "Fix first", input: textInput({ label: "What to fix", maxLength: 100 }) }),
+});
+export default defineWorkflow({
+  name: "approval",
+  startAt: "approve",
+  nodes: {
+    approve: humanDecision({
+      audience: "operator",
+      choices,
+      request: () => ({
+        title: "Merge branch fix-1?",
+        subject: { branch: "fix-1", commit: "abc123" },
+        presentation: { schema: "pi-workflows.decision-presentation.v1", summary: "All 12 checks pass.",
+          blocks: [{ kind: "fields", fields: [{ label: "Branch", value: "fix-1" }] }] },
+      }),
+    }),
+    merged: compute({ run: ({ outputs }) => ({ merged: true, by: outputs.approve.provenance }) }),
+    fixing: compute({ run: ({ outputs }) => ({ fix: outputs.approve.text }) }),
+  },
+  edges: [humanDecisionEdge({ from: "approve", choices, cases: { merge: "merged", fix: "fixing" } })],
+});
+`,
+  );
   env = {
     ...process.env,
     HOME: path.join(root, "home"),
@@ -183,4 +211,38 @@ test("a workflow started with /workflow runs in the session: step once, rejected
     return entries.some((e) => e.type === "custom_message" && e.customType === "pi-workflows-terminal") ? entries : undefined;
   }, "the terminal message", rpc.context, WAIT_MS);
   assert.equal(stepMessages(final).filter((e) => e.details?.content?.nodePath?.endsWith("pick")).length, 1, "still once");
+});
+
+test("a protected decision shows as a card without a model turn and a person answers it with /workflow answer", { skip: missingPi }, async () => {
+  const rpc = new Rpc(["--session-dir", path.join(root, "sessions-decision"), "-ne", "-e", path.join(packageDir, "dist/extension/index.js")], env, path.join(root, "proj"));
+  opened.push(rpc);
+  const started = await rpc.send({ type: "prompt", message: `/workflow start ${path.join(root, "proj", "approval.workflow.ts")}` });
+  assert.equal(started.success, true, JSON.stringify(started));
+  const notice = await until(() => rpc.notifications().find((m) => /started approval as run/.test(m)), "the start notice", rpc.context, WAIT_MS);
+  const runId = /run (run-[A-Za-z0-9-]+)/.exec(notice)?.[1];
+  assert.ok(runId, notice);
+  const card = await until(async () => (await rpc.entries()).find((e) => e.type === "custom_message" && e.customType === "pi-workflows-decision"), "the decision card", rpc.context, WAIT_MS);
+  const text = textOf(card);
+  assert.match(text, /Merge branch fix-1\?/);
+  assert.match(text, /All 12 checks pass\./);
+  assert.match(text, /Branch: fix-1/);
+  assert.match(text, /fix: Fix first \(with text: What to fix\)/);
+  assert.doesNotMatch(text, /abc123/, "the subject is bound by digest, never shown");
+  await until(async () => ((await rpc.send({ type: "get_state" })).data?.isStreaming === false ? true : undefined), "Pi idle", rpc.context, WAIT_MS);
+  const afterCard = (await rpc.entries()).slice((await rpc.entries()).indexOf(card));
+  assert.equal(afterCard.filter((e) => e.type === "message" && e.message.role === "assistant").length, 0, "a decision starts no model turn");
+
+  const answered = await rpc.send({ type: "prompt", message: `/workflow answer ${runId} fix rename the flag` });
+  assert.equal(answered.success, true);
+  await until(() => rpc.notifications().find((m) => /answered: fix/.test(m)), "the answer notice", rpc.context, WAIT_MS);
+  const client = await WorkflowClient.connect(path.join(env.PI_CODING_AGENT_DIR, "workflows", "server", "server.sock"), { packageVersion: version, clientId: "pi-e2e-decision" });
+  try {
+    await until(async () => ((await client.call("view.run.get", { runId })).view?.display?.status === "completed" ? true : undefined), "the run to complete", rpc.context, WAIT_MS);
+    const status = await client.call("run.status", { runId, payload: { includeResult: true } });
+    assert.deepEqual(status.result?.output ?? status.result, { fix: "rename the flag" });
+    const again = await client.request("decision.answer", { runId, payload: { answer: "merge" }, idempotencyKey: "second-person" });
+    assert.equal(again.outcome, "rejected", "the first valid answer won");
+  } finally {
+    client.close();
+  }
 });

@@ -1,0 +1,334 @@
+//! Protected human decisions in the store (docs/STATE.md "Human decisions"): the server
+//! verifies a person's answer against the declared choices and settles the decision with
+//! exactly one winner — a person, the timeout default, an explicit cancel, or an expiry with no
+//! default. A refused answer changes nothing. Real SQLite files and a manual clock.
+
+mod common;
+
+use common::sessions::*;
+use common::{open_store, snapshot};
+use pi_workflows::decision::{DecisionError, Response};
+use pi_workflows::store::decisions::{self, HumanAnswer, Resolved};
+use pi_workflows::store::interactions::{InteractionKind, Submission};
+use pi_workflows::store::{StoreError, StoreResult, deadlines, interactions, runs};
+
+const DEADLINE_MS: i64 = 60_000;
+
+fn answer(t: &common::TestStore, choice: &str, text: Option<&str>) -> StoreResult<Resolved> {
+    answer_with(t, choice, text, None)
+}
+
+fn answer_with(t: &common::TestStore, choice: &str, text: Option<&str>, digest: Option<&str>) -> StoreResult<Resolved> {
+    let response = Response {
+        choice: choice.to_string(),
+        text: text.map(str::to_string),
+    };
+    let digest = digest.map(str::to_string);
+    t.store.write(move |tx| {
+        decisions::answer(
+            tx,
+            &HumanAnswer {
+                run_id: RUN,
+                decision_id: None,
+                request_digest: digest.as_deref(),
+                response: &response,
+                expected: None,
+            },
+        )
+    })
+}
+
+/// An interactive run waiting at a protected decision, with a deadline and maybe a default.
+fn waiting_decision(t: &common::TestStore, default_choice: Option<&'static str>) {
+    queue_interactive(&t.store, RUN, SESSION);
+    let timing = Timing {
+        deadline_at: Some(t.store.now_ms() + DEADLINE_MS),
+        default_choice,
+        ..Timing::default()
+    };
+    request_timed(&t.store, RUN, REQUEST, InteractionKind::Decision, timing);
+}
+
+fn resolution(t: &common::TestStore) -> (String, String) {
+    let rows: Vec<(String, String)> = t
+        .store
+        .read(|conn| {
+            let mut statement = conn.prepare("SELECT outcome, provenance FROM human_decision_resolutions")?;
+            let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+        .expect("resolutions");
+    assert_eq!(rows.len(), 1, "exactly one resolution: {rows:?}");
+    rows.into_iter().next().expect("one")
+}
+
+fn attempt_output(t: &common::TestStore) -> serde_json::Value {
+    let hash: String = value(
+        &t.store,
+        "SELECT output_hash FROM node_attempts WHERE attempt_id = 'a-req-1' AND status = 'completed'",
+    );
+    t.store
+        .read(move |conn| pi_workflows::store::blobs::read_json(conn, &hash))
+        .expect("read")
+        .expect("stored output")
+}
+
+fn run_status(t: &common::TestStore) -> String {
+    value(&t.store, "SELECT status FROM runs WHERE run_id = 'run-1'")
+}
+
+fn decision_error(result: StoreResult<Resolved>) -> DecisionError {
+    match result {
+        Err(StoreError::Decision(err)) => err,
+        other => panic!("expected a decision refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_person_answer_settles_the_decision_completes_the_step_and_queues_the_run() {
+    let t = open_store();
+    waiting_decision(&t, None);
+    let message = only_message(&t.store);
+    let resolved = answer(&t, "ship", None).expect("answer");
+    assert_eq!(
+        (resolved.choice.as_str(), resolved.provenance.as_str()),
+        ("ship", "human")
+    );
+    assert_eq!(resolution(&t), ("accepted".to_string(), "human".to_string()));
+    assert_eq!(
+        attempt_output(&t),
+        serde_json::json!({"choice": "ship", "provenance": "human"})
+    );
+    assert_eq!(run_status(&t), "queued", "its runner replays the step and routes on it");
+    let request: String = value(&t.store, "SELECT status FROM interactive_requests");
+    assert_eq!(request, "settled");
+    let state: String = value(&t.store, "SELECT status FROM workflow_messages");
+    assert_eq!(
+        state, "cancelled",
+        "the pending decision message {message} is withdrawn"
+    );
+    assert_verified(&t.store);
+}
+
+#[test]
+fn a_choice_with_text_input_takes_its_text_within_the_limit() {
+    let t = open_store();
+    waiting_decision(&t, None);
+    let before = snapshot(&t.store);
+    for (choice, text, code) in [
+        ("fix", None, "invalidAnswer"),
+        ("fix", Some("  "), "invalidAnswer"),
+        ("fix", Some(&"x".repeat(41)[..]), "invalidAnswer"),
+        ("ship", Some("why not"), "invalidAnswer"),
+        ("maybe", None, "invalidAnswer"),
+    ] {
+        let err = decision_error(answer(&t, choice, text));
+        assert_eq!(err.code(), code, "{choice} {text:?}: {err}");
+    }
+    let unknown = decision_error(answer(&t, "maybe", None));
+    assert!(unknown.to_string().contains("ship, fix"), "{unknown}");
+    assert_eq!(snapshot(&t.store), before, "a refused answer changes nothing");
+    answer(&t, "fix", Some("rename the flag")).expect("answer with text");
+    assert_eq!(
+        attempt_output(&t),
+        serde_json::json!({"choice": "fix", "text": "rename the flag", "provenance": "human"})
+    );
+}
+
+#[test]
+fn the_first_valid_answer_wins_over_a_second_person_and_over_the_timeout() {
+    let t = open_store();
+    waiting_decision(&t, Some("ship"));
+    answer(&t, "fix", Some("tests first")).expect("first answer");
+    let after_first = snapshot(&t.store);
+    let second = decision_error(answer(&t, "ship", None));
+    assert_eq!(
+        second,
+        DecisionError::Settled {
+            provenance: "human".to_string()
+        }
+    );
+    t.clock.advance_ms(DEADLINE_MS + 1);
+    let timed_out = t.store.write(deadlines::time_out_due).expect("deadline pass");
+    assert!(timed_out.is_empty(), "the settled decision has no deadline left");
+    assert_eq!(
+        snapshot(&t.store),
+        after_first,
+        "neither the second answer nor the deadline changed anything"
+    );
+    assert_eq!(resolution(&t).1, "human");
+}
+
+#[test]
+fn the_timeout_default_wins_when_nobody_answers_and_a_later_answer_loses() {
+    let t = open_store();
+    waiting_decision(&t, Some("ship"));
+    t.clock.advance_ms(DEADLINE_MS);
+    // The deadline task has not run yet: the person is already too late.
+    let before = snapshot(&t.store);
+    let late = decision_error(answer(&t, "fix", Some("wait")));
+    assert_eq!(late, DecisionError::DeadlinePassed);
+    assert_eq!(snapshot(&t.store), before);
+    let queued = t.store.write(deadlines::time_out_due).expect("deadline pass");
+    assert_eq!(queued, vec![RUN.to_string()]);
+    assert_eq!(resolution(&t), ("accepted".to_string(), "timeout_policy".to_string()));
+    assert_eq!(
+        attempt_output(&t),
+        serde_json::json!({"choice": "ship", "provenance": "timeout_policy"})
+    );
+    assert_eq!(run_status(&t), "queued");
+    let again = decision_error(answer(&t, "fix", Some("wait")));
+    assert_eq!(
+        again,
+        DecisionError::Settled {
+            provenance: "timeout_policy".to_string()
+        }
+    );
+    assert_verified(&t.store);
+}
+
+#[test]
+fn a_deadline_with_no_default_times_the_step_out_as_expired_no_default() {
+    let t = open_store();
+    waiting_decision(&t, None);
+    t.clock.advance_ms(DEADLINE_MS);
+    assert_eq!(
+        t.store.write(deadlines::time_out_due).expect("pass"),
+        vec![RUN.to_string()]
+    );
+    assert_eq!(
+        resolution(&t),
+        ("cancelled".to_string(), "expired_no_default".to_string())
+    );
+    let attempt: String = value(
+        &t.store,
+        "SELECT status FROM node_attempts WHERE attempt_id = 'a-req-1'",
+    );
+    assert_eq!(
+        attempt, "timed_out",
+        "its runner follows the timed_out route or ends the run"
+    );
+    assert_verified(&t.store);
+}
+
+#[test]
+fn an_answer_to_a_changed_presentation_is_refused() {
+    let t = open_store();
+    waiting_decision(&t, None);
+    let digest: String = value(&t.store, "SELECT request_digest FROM human_decisions");
+    let stale = "0".repeat(64);
+    let before = snapshot(&t.store);
+    assert_eq!(
+        decision_error(answer_with(&t, "ship", None, Some(&stale))),
+        DecisionError::Changed
+    );
+    assert_eq!(snapshot(&t.store), before);
+    answer_with(&t, "ship", None, Some(&digest)).expect("the current digest is answered");
+}
+
+#[test]
+fn a_paused_run_takes_no_answer_and_keeps_its_deadline_until_resumed() {
+    let t = open_store();
+    waiting_decision(&t, Some("ship"));
+    t.store.write(|tx| runs::pause_unclaimed(tx, RUN, None)).expect("pause");
+    let paused = answer(&t, "fix", Some("x"));
+    assert!(
+        matches!(paused, Err(StoreError::InvalidTransition { paused: true, .. })),
+        "{paused:?}"
+    );
+    t.clock.advance_ms(DEADLINE_MS + 5);
+    assert!(
+        t.store.write(deadlines::time_out_due).expect("pass").is_empty(),
+        "a paused run waits"
+    );
+    t.store.write(|tx| runs::resume_run(tx, RUN, None)).expect("resume");
+    let revision: i64 = value(&t.store, "SELECT revision FROM interactive_requests");
+    assert_eq!(revision, 1, "resume keeps the answer revision");
+    assert_eq!(
+        t.store.write(deadlines::time_out_due).expect("pass"),
+        vec![RUN.to_string()]
+    );
+    assert_eq!(
+        resolution(&t).1,
+        "timeout_policy",
+        "after the deadline the default wins, not a person"
+    );
+}
+
+#[test]
+fn cancelling_the_run_settles_its_decision_as_an_explicit_cancel() {
+    let t = open_store();
+    waiting_decision(&t, Some("ship"));
+    t.store
+        .write(|tx| runs::cancel_unclaimed(tx, RUN, None))
+        .expect("cancel");
+    assert_eq!(resolution(&t), ("cancelled".to_string(), "explicit_cancel".to_string()));
+    let late = decision_error(answer(&t, "ship", None));
+    assert_eq!(
+        late,
+        DecisionError::Settled {
+            provenance: "explicit_cancel".to_string()
+        }
+    );
+    assert_verified(&t.store);
+}
+
+#[test]
+fn no_submission_path_answers_a_protected_decision() {
+    let t = open_store();
+    waiting_decision(&t, None);
+    let before = snapshot(&t.store);
+    let submitted = t.store.write(|tx| {
+        let payload_hash = pi_workflows::store::blobs::put_json(tx, &serde_json::json!("ship"), 1024)?;
+        let submission = Submission {
+            run_id: RUN,
+            request_id: REQUEST,
+            submission_id: "sub-1",
+            idempotency_key: "key-1",
+            payload_hash: &payload_hash,
+        };
+        interactions::submit(tx, &submission, None)
+    });
+    let Err(StoreError::InvalidInput { detail, .. }) = submitted else {
+        panic!("the model's submission path refuses a decision: {submitted:?}");
+    };
+    assert!(detail.contains("only a person answers it"), "{detail}");
+    assert_eq!(snapshot(&t.store), before);
+}
+
+#[test]
+fn an_invalid_or_oversized_decision_request_is_refused_and_the_run_keeps_running() {
+    let t = open_store();
+    queue_interactive(&t.store, RUN, SESSION);
+    let authority = claim(&t.store, RUN);
+    let mut contract = contract_of(InteractionKind::Decision, Timing::default());
+    contract["decision"]["presentation"]["summary"] = serde_json::json!("s".repeat(5000));
+    let parsed = pi_workflows::decision::DecisionRequest::from_contract(&contract);
+    assert_eq!(parsed.map_err(|err| err.code()).err(), Some("invalidDecision"));
+    let missing = t.store.write(move |tx| {
+        let attempt = pi_workflows::store::attempts::NewAttempt {
+            attempt_id: "a-req-1".to_string(),
+            node_id: "ask".to_string(),
+            node_path: "ask".to_string(),
+            visit: 1,
+            node_type: "humanDecision".to_string(),
+            deadline_at: None,
+            timeout_ms: None,
+            settings_change_number: None,
+        };
+        pi_workflows::store::attempts::start_attempt(tx, &authority, None, &attempt)?;
+        let interaction = interactions::NewInteraction {
+            request_id: REQUEST.to_string(),
+            attempt_id: "a-req-1".to_string(),
+            kind: InteractionKind::Decision,
+            contract_hash: pi_workflows::store::blobs::put_json(tx, &contract, 16 * 1024)?,
+            deadline_at: None,
+            decision: None,
+        };
+        interactions::request(tx, &authority, None, &interaction)
+    });
+    assert!(matches!(missing, Err(StoreError::InvalidInput { .. })), "{missing:?}");
+    assert_eq!(run_status(&t), "running", "nothing of the refused request was written");
+    let decisions: i64 = value(&t.store, "SELECT count(*) FROM human_decisions");
+    assert_eq!(decisions, 0);
+}
