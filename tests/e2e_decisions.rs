@@ -19,18 +19,7 @@ fn kill9_server(env: &Env) {
 #[test]
 fn a_person_answers_the_merge_approval_after_a_server_crash_and_the_first_answer_wins() {
     let env = Env::new();
-    let input = r#"{"branch":"fix-1","commit":"abc123def"}"#;
-    let out = env.cli(&[
-        "run",
-        "start",
-        &example("merge-approval"),
-        "--input-json",
-        input,
-        "--follow",
-        "--json",
-    ]);
-    env.expect_code(&out, 5, "run start merge-approval --follow (waits for a person)");
-    let status = json_of(&out);
+    let status = start_merge_approval(&env);
     let run_id = status["runId"].as_str().expect("runId").to_string();
     assert_eq!(status["pendingRequest"]["kind"], "decision", "{status}");
     let request = &status["request"]["decision"];

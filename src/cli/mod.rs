@@ -2,6 +2,7 @@
 //! (clap), 3 a check found problems; a followed run: 4 failed, timed out or cancelled,
 //! 5 waiting for input, 6 parked for review or paused (see `workflow`).
 
+mod channel;
 mod herdr;
 mod protocol_check;
 mod review;
@@ -74,6 +75,9 @@ pub enum Command {
     /// Answer a run's pending decision.
     #[command(subcommand)]
     Decision(DecisionCommand),
+    /// The external decision channels (Telegram): status, reload, recovery of a send.
+    #[command(subcommand)]
+    Channel(channel::ChannelCommand),
     /// Set up the Herdr plugin that opens piw in a Herdr pane (`/piw` in Pi).
     #[command(subcommand)]
     Herdr(herdr::HerdrCommand),
@@ -178,6 +182,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             follow,
             json,
         }) => workflow::decide(&resolve_state_dir(cli.state_dir)?, &run_id, &choice, text, follow, json),
+        Command::Channel(command) => channel::run(&resolve_state_dir(cli.state_dir)?, command),
         Command::Herdr(command) => herdr::run(cli.state_dir, command),
         Command::ProtocolCheck(args) => protocol_check::run(args),
     }

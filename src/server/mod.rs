@@ -12,6 +12,7 @@
 
 pub mod answers;
 pub mod blocking;
+pub mod channels;
 pub mod clients;
 pub mod config;
 pub mod coordinators;
@@ -123,15 +124,19 @@ fn tree_parts(
     );
     let resolvers = resolvers::handle::Resolvers::new(registry, Arc::clone(&shared));
     let views = views::cache::Views::new(Arc::clone(&shared.store));
+    let channel_settings = channels::ChannelSettings::from_env(config.paths.logs_dir.clone());
+    let channels = channels::Channels::new(Arc::clone(&shared), channel_settings);
     let ops = ops::context::OpsContext::new(
         Arc::clone(&shared),
         Arc::clone(&runners),
         Arc::clone(&resolvers),
         Arc::clone(&views),
+        Arc::clone(&channels),
     );
     let feeds = views::feeds::Feeds::new(Arc::clone(&shared), views);
     tree::TreeParts {
         shared,
+        channels,
         runners,
         resolvers,
         ops,

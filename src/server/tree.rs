@@ -19,7 +19,9 @@
 //! │   ├── listener worker, permanent: the socket
 //! │   └── connection-N  worker, temporary: one per client connection
 //! ├── reconciles   one_for_one: one resource-runner child per admitted reconcile (none yet)
-//! └── channels     one_for_one: one adapter per channel profile (none yet)
+//! └── channels     one_for_one, 10 / 60 s
+//!     ├── loader   task, transient: loads channels.json and starts the adapters
+//!     └── adapter-<profile>  worker, permanent: one Telegram profile and its adapter process
 //! ```
 //!
 //! Why one_for_one at the root: no child depends on a sibling's in-memory state. Everything
@@ -73,6 +75,7 @@ const FEEDS_PERIOD_MS: u64 = 10_000;
 #[derive(Clone)]
 pub struct TreeParts {
     pub shared: Arc<Shared>,
+    pub channels: Arc<super::channels::Channels>,
     pub runners: Arc<Runners>,
     pub resolvers: Arc<Resolvers>,
     pub ops: Arc<OpsContext>,
@@ -106,7 +109,7 @@ pub fn root_spec(parts: &TreeParts) -> SupervisorSpec {
         .with_child(runners(parts))
         .with_child(clients(parts))
         .with_child(empty_supervisor("reconciles"))
-        .with_child(empty_supervisor("channels"))
+        .with_child(super::channels::channels_spec(&parts.channels))
 }
 
 fn store(parts: &TreeParts) -> ChildSpec {

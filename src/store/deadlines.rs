@@ -278,9 +278,11 @@ pub fn time_out(tx: &WriteTx<'_>, step: &Expired) -> StoreResult<i64> {
     };
     let error = serde_json::json!({ "code": "timedOut", "message": message });
     let error_hash = super::blobs::put_json(tx, &error, TIMEOUT_ERROR_BYTES_MAX)?;
-    if step.kind == InteractionKind::Decision.as_str() {
-        // A protected decision's default wins at its deadline; with none it times out.
-        return super::decisions::on_deadline(tx, step, &error_hash);
+    // A protected decision's default wins at its deadline; with none it times out.
+    if step.kind == InteractionKind::Decision.as_str()
+        && let Some(revision) = super::decisions::on_deadline(tx, step)?
+    {
+        return Ok(revision);
     }
     run_waits::end_waiting_step(
         tx,

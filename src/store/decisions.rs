@@ -15,7 +15,7 @@ use super::blobs;
 use super::deadlines::Expired;
 use super::error::{StoreError, StoreResult};
 use super::events::Actor;
-use super::run_waits::{self, WaitingEnd, WaitingStep};
+use super::run_waits::{self, WaitingStep};
 use super::writer::WriteTx;
 use crate::decision::{
     DecisionError, DecisionRequest, INPUT_TEXT_CHARS_MAX, Provenance, Response, SUBJECT_BYTES_MAX, output_of,
@@ -134,23 +134,17 @@ pub fn answer(tx: &WriteTx<'_>, answer: &HumanAnswer<'_>) -> StoreResult<Resolve
 }
 
 /// The deadline of a waiting decision passed (`deadlines::time_out`): its default wins
-/// (`timeout_policy`), or, with none, it is resolved `expired_no_default` and the step times
-/// out like any other. Refused (changing nothing) when it was settled in between.
-pub(super) fn on_deadline(tx: &WriteTx<'_>, step: &Expired, error_hash: &str) -> StoreResult<i64> {
+/// (`timeout_policy`; the revision it made), or, with none, it is resolved
+/// `expired_no_default` and `None` says the step times out like any other (the caller does
+/// that in the same transaction). Refused (changing nothing) when it was settled in between.
+pub(super) fn on_deadline(tx: &WriteTx<'_>, step: &Expired) -> StoreResult<Option<i64>> {
     let pending = pending_for_answer(tx.conn(), &step.run_id, Some(&step.request_id))?;
-    if let Some(default) = pending.request.on_timeout.clone() {
-        return settle(tx, &step.run_id, &pending, &default, Provenance::TimeoutPolicy, None)
-            .map(|resolved| resolved.revision);
-    }
-    insert_resolution(tx, &pending.decision_id, Provenance::ExpiredNoDefault, None)?;
-    run_waits::end_waiting_step(
-        tx,
-        &step.run_id,
-        &step.request_id,
-        &step.attempt_id,
-        WaitingEnd::TimedOut,
-        error_hash,
-    )
+    let Some(default) = pending.request.on_timeout.clone() else {
+        insert_resolution(tx, &pending.decision_id, Provenance::ExpiredNoDefault, None)?;
+        return Ok(None);
+    };
+    settle(tx, &step.run_id, &pending, &default, Provenance::TimeoutPolicy, None)
+        .map(|resolved| Some(resolved.revision))
 }
 
 fn settle(
@@ -286,4 +280,16 @@ pub fn pending_for_answer(conn: &Connection, run_id: &str, decision_id: Option<&
         deadline_at: row.deadline_at,
         request: DecisionRequest::from_contract(&contract)?,
     })
+}
+
+/// A decision's stored request (whatever its state), e.g. to present or close it.
+pub fn request_of(conn: &Connection, decision_id: &str) -> StoreResult<DecisionRequest> {
+    let contract_hash: String = conn
+        .prepare_cached("SELECT contract_hash FROM interactive_requests WHERE request_id = ?1")?
+        .query_row([decision_id], |row| row.get(0))?;
+    let contract = blobs::read_json(conn, &contract_hash)?.ok_or_else(|| StoreError::InvalidInput {
+        what: "decision",
+        detail: "its stored request is missing".to_string(),
+    })?;
+    Ok(DecisionRequest::from_contract(&contract)?)
 }

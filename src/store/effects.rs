@@ -223,7 +223,7 @@ fn find(tx: &WriteTx<'_>, run_id: &str, request: &EffectRequest) -> StoreResult<
         .conn()
         .prepare_cached(
             "SELECT effect_id, request_fingerprint, status, recovery, attempt_count, result_hash FROM effects
-             WHERE run_id = ?1 AND effect_type = ?2 AND idempotency_key = ?3",
+             WHERE run_id = ?1 AND effect_type = ?2 AND idempotency_key = ?3 AND owner = 'runner'",
         )?
         .query_row(params![run_id, request.effect_type, request.idempotency_key], |row| {
             Ok((
@@ -305,34 +305,39 @@ pub fn interrupt_applying(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<usize> 
          SET outcome = CASE WHEN (SELECT recovery FROM effects e WHERE e.effect_id = effect_attempts.effect_id) = 'manual'
                             THEN 'ambiguous' ELSE 'interrupted' END,
              finished_at = ?1
-         WHERE outcome IS NULL AND effect_id IN (SELECT effect_id FROM effects WHERE run_id = ?2 AND status = 'applying')",
+         WHERE outcome IS NULL AND effect_id IN
+           (SELECT effect_id FROM effects WHERE run_id = ?2 AND status = 'applying' AND owner = 'runner')",
     )?
     .execute(params![tx.now_ms(), run_id])?;
     let ambiguous = conn
         .prepare_cached(
             "UPDATE effects SET status = 'ambiguous', updated_at = ?1
-             WHERE run_id = ?2 AND status = 'applying' AND recovery = 'manual'",
+             WHERE run_id = ?2 AND status = 'applying' AND recovery = 'manual' AND owner = 'runner'",
         )?
         .execute(params![tx.now_ms(), run_id])?;
     conn.prepare_cached(
-        "UPDATE effects SET status = 'pending', updated_at = ?1 WHERE run_id = ?2 AND status = 'applying'",
+        "UPDATE effects SET status = 'pending', updated_at = ?1
+         WHERE run_id = ?2 AND status = 'applying' AND owner = 'runner'",
     )?
     .execute(params![tx.now_ms(), run_id])?;
     Ok(ambiguous)
 }
 
-/// A run ends (cancellation) while effects were applying: whatever the contract, nothing
-/// will apply them again, so their outcome stays unknown — each becomes ambiguous.
+/// A run ends (cancellation) while its runner's effects were applying: whatever the
+/// contract, nothing will apply them again, so their outcome stays unknown — each becomes
+/// ambiguous. A channel adapter's in-flight send is its own to settle.
 pub fn mark_applying_ambiguous(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<usize> {
     let conn = tx.conn();
     conn.prepare_cached(
         "UPDATE effect_attempts SET outcome = 'ambiguous', finished_at = ?1
-         WHERE outcome IS NULL AND effect_id IN (SELECT effect_id FROM effects WHERE run_id = ?2 AND status = 'applying')",
+         WHERE outcome IS NULL AND effect_id IN
+           (SELECT effect_id FROM effects WHERE run_id = ?2 AND status = 'applying' AND owner = 'runner')",
     )?
     .execute(params![tx.now_ms(), run_id])?;
     let changed = conn
         .prepare_cached(
-            "UPDATE effects SET status = 'ambiguous', updated_at = ?1 WHERE run_id = ?2 AND status = 'applying'",
+            "UPDATE effects SET status = 'ambiguous', updated_at = ?1
+             WHERE run_id = ?2 AND status = 'applying' AND owner = 'runner'",
         )?
         .execute(params![tx.now_ms(), run_id])?;
     Ok(changed)
@@ -344,7 +349,8 @@ pub fn ambiguous_if_interrupted(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<i
     let count = tx
         .conn()
         .prepare_cached(
-            "SELECT count(*) FROM effects WHERE run_id = ?1 AND status = 'applying' AND recovery = 'manual'",
+            "SELECT count(*) FROM effects
+             WHERE run_id = ?1 AND status = 'applying' AND recovery = 'manual' AND owner = 'runner'",
         )?
         .query_row([run_id], |row| row.get(0))?;
     Ok(count)
@@ -353,7 +359,7 @@ pub fn ambiguous_if_interrupted(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<i
 /// How many effects of `run_id` are ambiguous.
 pub fn ambiguous_count(conn: &rusqlite::Connection, run_id: &str) -> StoreResult<i64> {
     let count = conn
-        .prepare_cached("SELECT count(*) FROM effects WHERE run_id = ?1 AND status = 'ambiguous'")?
+        .prepare_cached("SELECT count(*) FROM effects WHERE run_id = ?1 AND status = 'ambiguous' AND owner = 'runner'")?
         .query_row([run_id], |row| row.get(0))?;
     Ok(count)
 }
@@ -372,7 +378,7 @@ pub fn review(
 ) -> StoreResult<()> {
     let conn = tx.conn();
     let status: Option<String> = conn
-        .prepare_cached("SELECT status FROM effects WHERE effect_id = ?1 AND run_id = ?2")?
+        .prepare_cached("SELECT status FROM effects WHERE effect_id = ?1 AND run_id = ?2 AND owner = 'runner'")?
         .query_row(params![effect_id, run_id], |row| row.get(0))
         .optional()?;
     let Some(status) = status else {
@@ -433,7 +439,7 @@ pub fn list_for_review(conn: &rusqlite::Connection, run_id: &str) -> StoreResult
             "SELECT e.effect_id, e.effect_type, e.status, e.recovery, a.node_path, a.visit, e.attempt_count,
                     e.updated_at, e.request_summary, substr(e.request_fingerprint, 1, 12)
              FROM effects e LEFT JOIN node_attempts a ON a.attempt_id = e.attempt_id
-             WHERE e.run_id = ?1
+             WHERE e.run_id = ?1 AND e.owner = 'runner'
              ORDER BY e.status <> 'ambiguous', e.created_at, e.effect_id
              LIMIT ?2",
         )?

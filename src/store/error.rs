@@ -155,6 +155,9 @@ pub enum StoreError {
     #[error(transparent)]
     Decision(#[from] crate::decision::DecisionError),
 
+    #[error(transparent)]
+    Channel(#[from] super::channels::ChannelError),
+
     #[error(
         "the settings of run {run_id} are at change {current}, not the expected {expected}; \
          read them again (`pi-workflows run settings {run_id}`) and retry"
@@ -221,6 +224,7 @@ impl StoreError {
             StoreError::SubmissionRejected { .. } => "submissionRejected",
             StoreError::Settings(err) => err.code(),
             StoreError::Decision(err) => err.code(),
+            StoreError::Channel(err) => err.code(),
             StoreError::SettingsChanged { .. } => "settingsChanged",
             _ => return None,
         })

@@ -15,6 +15,7 @@
 
 pub mod attempts;
 pub mod blobs;
+pub mod channels;
 pub mod claims;
 pub mod clock;
 pub mod commands;

@@ -46,6 +46,9 @@ pub struct RecoveryReport {
     pub timed_out_steps: usize,
     /// Terminal messages of ended interactive runs that had none (made once).
     pub terminal_messages: usize,
+    /// Channel sends or edits in flight when the older server (and its adapters) stopped:
+    /// now ambiguous, never sent again without an operator's `channel recover`.
+    pub ambiguous_channel_attempts: usize,
 }
 
 /// How one reclaimed run continues.
@@ -85,6 +88,7 @@ pub fn recover(tx: &WriteTx<'_>, server_id: &str, stale: &[StaleWorker]) -> Stor
         closed_intervals: deadlines::close_all_open(tx)?,
         timed_out_steps: deadlines::time_out_due(tx)?.len(),
         terminal_messages: super::messages::queue_missing_terminals(tx)?,
+        ambiguous_channel_attempts: super::channels::interrupt_applying(tx, None)?,
         ..RecoveryReport::default()
     };
     for worker in stale {

@@ -100,6 +100,11 @@ const PROTECTIONS: &[(&str, &str)] = &[
          WHERE r.root_run_id = ?1 AND e.status IN ('pending', 'applying', 'ambiguous')",
     ),
     (
+        "open channel message",
+        "SELECT count(*) FROM channel_messages c JOIN runs r ON r.run_id = c.run_id
+         WHERE r.root_run_id = ?1 AND c.state IN ('pending', 'presented')",
+    ),
+    (
         "reference from another tree",
         "SELECT count(*) FROM runs outside JOIN runs inside ON outside.parent_run_id = inside.run_id
          WHERE inside.root_run_id = ?1 AND outside.root_run_id != ?1",

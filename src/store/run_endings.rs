@@ -124,7 +124,8 @@ fn close_open_work(tx: &WriteTx<'_>, run_id: &str, settled_by: Provenance) -> St
     .execute(params![now, run_id, settled_by.as_str()])?;
     effects::mark_applying_ambiguous(tx, run_id)?;
     conn.prepare_cached(
-        "UPDATE effects SET status = 'cancelled', updated_at = ?1 WHERE run_id = ?2 AND status = 'pending'",
+        "UPDATE effects SET status = 'cancelled', updated_at = ?1
+         WHERE run_id = ?2 AND status = 'pending' AND owner = 'runner'",
     )?
     .execute(params![now, run_id])?;
     Ok(())

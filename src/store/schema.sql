@@ -212,6 +212,40 @@ CREATE TABLE human_decision_resolutions (
   resolved_at INTEGER NOT NULL
 ) STRICT;
 
+-- Channels -------------------------------------------------------------------------------
+
+-- One adapter child per Telegram profile; each launch takes the next epoch, so a frame or
+-- settlement of an older launch (or an older server's) is refused.
+CREATE TABLE channel_adapters (
+  profile TEXT PRIMARY KEY CHECK (length(profile) BETWEEN 1 AND 64),
+  epoch INTEGER NOT NULL CHECK (epoch >= 1),
+  launched_at INTEGER NOT NULL
+) STRICT;
+
+-- A decision's presentation in one chat of one profile: the decision feature record for
+-- delivery and settlement. The sends and edits themselves are managed effects (owner
+-- `channel`): their attempts, ambiguity and Telegram message references live there only.
+CREATE TABLE channel_messages (
+  channel_message_id TEXT PRIMARY KEY,
+  decision_id TEXT NOT NULL REFERENCES human_decisions (decision_id) ON DELETE CASCADE,
+  run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+  profile TEXT NOT NULL,
+  chat_id INTEGER NOT NULL,
+  -- Opaque, server-made: the only thing a button's callback data names.
+  nonce TEXT NOT NULL UNIQUE,
+  -- The presented revision: 1 when sent, 2 once the closing edit applied.
+  channel_revision INTEGER NOT NULL DEFAULT 0 CHECK (channel_revision >= 0),
+  -- `pending`: to send; `presented`: sent and open; `closed`: its closing edit applied;
+  -- `failed`: the send was refused for good (the decision stays answerable elsewhere).
+  state TEXT NOT NULL CHECK (state IN ('pending', 'presented', 'closed', 'failed')),
+  created_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL,
+  UNIQUE (decision_id, profile, chat_id)
+) STRICT;
+
+CREATE INDEX channel_messages_by_profile ON channel_messages (profile, state);
+CREATE INDEX channel_messages_by_run ON channel_messages (run_id);
+
 -- Effects --------------------------------------------------------------------------------
 
 CREATE TABLE effects (
@@ -225,6 +259,12 @@ CREATE TABLE effects (
   -- idempotent effect is applied again with its key, a read-back effect is observed first,
   -- a manual one becomes ambiguous.
   recovery TEXT NOT NULL CHECK (recovery IN ('idempotent', 'readBack', 'manual')),
+  -- Who executes it: the run's runner (a workflow node), or a channel adapter presenting a
+  -- decision (docs/CHANNELS.md). A runner's lifecycle (its death, a review, resume gating)
+  -- touches only its own; a channel adapter's death only the channel's.
+  owner TEXT NOT NULL DEFAULT 'runner' CHECK (owner IN ('runner', 'channel')),
+  -- A channel effect's presentation (its profile and chat); absent for a runner's.
+  channel_message_id TEXT REFERENCES channel_messages (channel_message_id) ON DELETE CASCADE,
   -- The node attempt that reserved it (its node path and visit name it for review).
   attempt_id TEXT,
   -- A short, non-secret description for review (e.g. a command name), at most 200 bytes.
@@ -236,8 +276,11 @@ CREATE TABLE effects (
   external_ref TEXT,
   created_at INTEGER NOT NULL,
   updated_at INTEGER NOT NULL,
-  UNIQUE (run_id, effect_type, idempotency_key)
+  UNIQUE (run_id, effect_type, idempotency_key),
+  CHECK ((owner = 'channel') = (channel_message_id IS NOT NULL))
 ) STRICT;
+
+CREATE INDEX effects_by_channel_message ON effects (channel_message_id, status);
 
 CREATE TABLE effect_attempts (
   effect_id TEXT NOT NULL REFERENCES effects (effect_id) ON DELETE CASCADE,

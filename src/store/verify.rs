@@ -223,7 +223,8 @@ pub fn state_counts(conn: &Connection, now_ms: i64) -> StoreResult<StateCounts> 
 
 /// Work that needs a live server: admitted or running runs, waits with a wall-clock deadline
 /// (a checkpoint's or decision's: scheduled work the server must be up to time out),
-/// unsettled effects and validating submissions. An idle server may exit only when this is
+/// unsettled effects, decisions presented on an external channel (open, or not yet closed
+/// there) and validating submissions. An idle server may exit only when this is
 /// 0. An agent step's budget is model time, which passes only while a Pi session is
 /// connected (and a connection keeps the server up anyway), so it keeps nothing alive.
 pub fn unsettled_work(conn: &Connection) -> StoreResult<i64> {
@@ -236,6 +237,7 @@ pub fn unsettled_work(conn: &Connection) -> StoreResult<i64> {
            WHERE i.status = 'pending' AND i.kind IN ('checkpoint', 'decision')
              AND a.status = 'waiting' AND a.deadline_at IS NOT NULL AND r.paused = 0)
       + (SELECT count(*) FROM effects WHERE status IN ('pending', 'applying'))
+      + (SELECT count(*) FROM channel_messages WHERE state IN ('pending', 'presented'))
       + (SELECT count(*) FROM interactive_submissions WHERE outcome = 'validating')";
     Ok(conn.prepare_cached(sql)?.query_row([], |row| row.get(0))?)
 }

@@ -82,7 +82,9 @@ impl Env {
             .env_remove("PI_WORKFLOWS_RUNNER")
             .env_remove("PI_WORKFLOWS_TEST_SCRIPT")
             .env_remove("PI_WORKFLOWS_PACKAGE_DIR")
-            .env("PI_CODING_AGENT_DIR", self.agent_dir.path());
+            .env("PI_CODING_AGENT_DIR", self.agent_dir.path())
+            // Never the user's own channels (a real bot): a test names its configuration.
+            .env("PI_WORKFLOWS_CONFIG_DIR", self.agent_dir.path().join("config"));
         for (name, value) in &self.vars {
             command.env(name, value);
         }
@@ -270,4 +272,21 @@ pub fn stderr_of(out: &Output) -> String {
 
 pub fn run_id_of(out: &Output) -> String {
     json_of(out)["runId"].as_str().expect("runId").to_string()
+}
+
+/// Start the merge-approval example, followed until it waits for a person (exit 5); returns
+/// the followed status.
+pub fn start_merge_approval(env: &Env) -> Value {
+    let input = r#"{"branch":"fix-1","commit":"abc123def"}"#;
+    let out = env.cli(&[
+        "run",
+        "start",
+        &example("merge-approval"),
+        "--input-json",
+        input,
+        "--follow",
+        "--json",
+    ]);
+    env.expect_code(&out, 5, "run start merge-approval --follow (waits for a person)");
+    json_of(&out)
 }

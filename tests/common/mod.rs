@@ -178,7 +178,9 @@ pub fn pi_workflows_command(state_dir: &std::path::Path, args: &[&str], script: 
         .arg(state_dir)
         .args(args)
         .env("PI_WORKFLOWS_RUNNER", env!("CARGO_BIN_EXE_pi-workflows-test-runner"))
-        .env("PI_WORKFLOWS_TEST_SCRIPT", script);
+        .env("PI_WORKFLOWS_TEST_SCRIPT", script)
+        // Never the user's own channels (a real bot).
+        .env("PI_WORKFLOWS_CONFIG_DIR", state_dir.join("no-config"));
     command
 }
 

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use super::rate_limit::UpdateLimiter;
+use crate::server::channels::Channels;
 use crate::server::coordinators::Coordinators;
 use crate::server::resolvers::handle::Resolvers;
 use crate::server::runners::registry::Runners;
@@ -26,10 +27,18 @@ pub struct OpsContext {
     pub update_limiter: UpdateLimiter,
     /// Which connection coordinates each origin session (shared with `clients/`).
     pub coordinators: Arc<Coordinators>,
+    /// The channel adapters' handle (`channel.*`).
+    pub channels: Arc<Channels>,
 }
 
 impl OpsContext {
-    pub fn new(shared: Arc<Shared>, runners: Arc<Runners>, resolvers: Arc<Resolvers>, views: Arc<Views>) -> Arc<Self> {
+    pub fn new(
+        shared: Arc<Shared>,
+        runners: Arc<Runners>,
+        resolvers: Arc<Resolvers>,
+        views: Arc<Views>,
+        channels: Arc<Channels>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             store: Arc::clone(&shared.store),
             shared,
@@ -38,6 +47,7 @@ impl OpsContext {
             views,
             update_limiter: UpdateLimiter::default(),
             coordinators: Arc::new(Coordinators::default()),
+            channels,
         })
     }
 }

@@ -7,8 +7,8 @@
 use super::context::OpsContext;
 use super::run_controls::run_control;
 use super::{
-    decisions, effects, follow_ups, run_commands, sessions, settings, state, status, submissions, updates, views,
-    workflows,
+    channels, decisions, effects, follow_ups, run_commands, sessions, settings, state, status, submissions, updates,
+    views, workflows,
 };
 use crate::protocol::{Operation, Request};
 use crate::server::answers::{Handled, handled, rejected};
@@ -48,6 +48,10 @@ pub async fn handle_request(ctx: &OpsContext, request: Request) -> Handled {
         Operation::StateVerify => state::state_verify(ctx, &request).await,
         Operation::StateBackup => state::state_backup(ctx, &request).await,
         Operation::StatePrune => state::state_prune(ctx, &request).await,
+        Operation::ChannelStatus => channels::channel_status(ctx, &request).await,
+        Operation::ChannelReload => channels::channel_reload(ctx, &request).await,
+        // A recovered attempt is picked up by its adapter, which every commit wakes.
+        Operation::ChannelRecover => channels::channel_recover(ctx, &request).await,
         other => Err(rejected(
             "unsupportedOperation",
             &format!("{} is not available in this server version yet", other.as_str()),

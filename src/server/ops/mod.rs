@@ -7,6 +7,7 @@
 //! store and reaches live runners and the resolver through their subtrees' handles.
 
 pub mod authority;
+pub mod channels;
 pub mod context;
 pub mod decisions;
 pub mod dispatch;

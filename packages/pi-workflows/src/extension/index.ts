@@ -13,11 +13,12 @@ import { completions, parseCommand, type Parsed, UsageError } from "./command.js
 import { turnEndFromBranch, WorkflowMessageCoordinator, type CoordinatorPi, type CoordinatorServer } from "./coordinator.js";
 import { SessionLink } from "./link.js";
 import type { PiApi, PiCommandContext, PiContext, PiToolResult } from "./pi-types.js";
+import { registerChannelCommand } from "./channel-command.js";
 import { registerPiw } from "./piw.js";
 import { renderMessage, RENDERED_TYPES } from "./render.js";
 import { packageVersion } from "./server-process.js";
 import { parseSessionView, type SessionView } from "./session-view.js";
-import { loadShortcuts } from "./shortcuts.js";
+import { configDir, loadShortcuts } from "./shortcuts.js";
 import { idempotencyKeyOf, TOOL_DESCRIPTION, TOOL_PARAMETERS, ToolInputError, validateToolParams } from "./tool.js";
 import { clampScroll, STATUS_KEY, statusLine, WIDGET_KEY, widgetLines, type WidgetState } from "./widget.js";
 
@@ -81,6 +82,15 @@ class Extension {
         this.ctx = ctx;
       },
     }).widgetHint;
+    // `/workflow-channel` (channel-command.ts): the Telegram decision channels.
+    registerChannelCommand(pi, {
+      client: async () => (this.link ?? failNotStarted()).ready(),
+      notify: (message, type) => this.notify(message, type),
+      setContext: (ctx) => {
+        this.ctx = ctx;
+      },
+      configDir: () => configDir(),
+    });
 
     pi.on("session_start", (_event, ctx) => this.start(ctx));
     pi.on("session_shutdown", () => this.stop());

@@ -8,7 +8,7 @@
 // Also: Pi's real ExtensionAPI type is assignable to the extension's structural PiApi.
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { WorkflowClient } from "../../dist/client/index.js";
@@ -245,4 +245,29 @@ test("a protected decision shows as a card without a model turn and a person ans
   } finally {
     client.close();
   }
+});
+
+test("/workflow-channel shows the channels, refuses a configuration others can read, and checks its arguments", { skip: missingPi }, async () => {
+  const rpc = new Rpc(["--session-dir", path.join(root, "sessions-channel"), "-ne", "-e", path.join(packageDir, "dist/extension/index.js")], env, path.join(root, "proj"));
+  opened.push(rpc);
+  const seen = () => rpc.notifications().length;
+  const notice = async (message, pattern, what) => {
+    const from = seen();
+    const sent = await rpc.send({ type: "prompt", message });
+    assert.equal(sent.success, true, JSON.stringify(sent));
+    return until(() => rpc.notifications().slice(from).find((m) => pattern.test(m)), what, rpc.context, WAIT_MS);
+  };
+  await notice("/workflow-channel status", /No Telegram profiles/, "the empty status");
+  const config = env.PI_WORKFLOWS_CONFIG_DIR;
+  mkdirSync(config, { recursive: true });
+  writeFileSync(path.join(config, "channels.json"), JSON.stringify({ schema: "pi-workflows.channels.v1", audiences: { operator: { channels: ["pi"] } } }), { mode: 0o644 });
+  chmodSync(path.join(config, "channels.json"), 0o644);
+  const refused = await notice("/workflow-channel reload", /chmod 600/, "the refused reload");
+  assert.match(refused, /readable by group or others/);
+  const status = await notice("/workflow-channel status", /Configuration refused/, "the refusal in the status");
+  assert.match(status, /chmod 600/);
+  await notice("/workflow-channel recover nonsense", /usage: \/workflow-channel recover <cm-id> confirm\|retry/, "the usage");
+  const setup = await notice("/workflow-channel setup", /BotFather/, "the set-up steps");
+  assert.match(setup, /credentials\.json/);
+  rmSync(path.join(config, "channels.json"));
 });

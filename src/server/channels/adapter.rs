@@ -1,0 +1,555 @@
+//! One Telegram profile's adapter: a permanent child of `channels` that owns one
+//! `pi-workflows-telegram` process (through a linked `ProcessActor`) and the server's end of
+//! its channel (docs/CHANNEL-PROTOCOL.md).
+//!
+//! - Start: the store gives the launch the profile's next epoch (which makes any attempt an
+//!   older launch left applying ambiguous), then the process is started in its own process
+//!   group with the launch envelope, its one token file path and the channel on fd 3.
+//! - Frames: every adapter frame is fenced (epoch, profile, its sequence exactly + 1) before
+//!   its payload is read; a violation stops the process (and so fails this actor).
+//! - Work: after `channel.ready` it tracks the open messages again, then makes one present at
+//!   a time — the store records the effect attempt `applying` first — and waits for its
+//!   settle. Commits wake it; a rate limit delays it.
+//! - End: the process ending makes its in-flight attempt ambiguous. A refused credential or
+//!   launch stops the profile until `channel reload`; any other end fails this actor, and the
+//!   restart waits out a backoff that doubles with each quick death.
+//!
+//! Architecture Invariant: the adapter process is told only the presentation, the allowed
+//! identities and where its one credential is; it never sees the store, a subject or a token
+//! this process read (the server never reads one).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use channel_protocol::{ExitReason, Frame, Header, Message, Outcome, Stage};
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+use supervisors::process::{ProcessSpec, RlimitResource, spawn};
+use supervisors::{DetailsCell, ProcessActor, ProcessConfig, ProcessMsg, Readiness};
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::unix::OwnedWriteHalf;
+
+use super::present::present_frame;
+use super::registry::{AdapterState as Shown, ChannelRegistry};
+use crate::channels::config::TelegramProfile;
+use crate::server::blocking;
+use crate::server::frames::{LineRead, read_line};
+use crate::server::shared::Shared;
+use crate::store::StoreError;
+use crate::store::channels::{self as store, AdapterFence, Answered, AttemptOutcome, ChannelAnswer, ChannelError};
+
+/// How long an adapter's process may take to stop (it finishes its in-flight request).
+pub const ADAPTER_GRACE_MS: u64 = 3_000;
+/// The descriptor the adapter finds its channel on (`PI_WORKFLOWS_CHANNEL_FD`).
+const CHANNEL_FD: i32 = 3;
+/// A process that dies within this time of its start counts as a quick death.
+const QUICK_DEATH_MS: u64 = 30_000;
+/// The first and the longest wait before starting again after quick deaths.
+const BACKOFF_MS_MIN: u64 = 500;
+const BACKOFF_MS_MAX: u64 = 30_000;
+/// How often the adapter looks for work without a commit (a rate limit's end).
+const TICK_MS: u64 = 2_000;
+/// The longest wait a rate limit can impose before the next present.
+const RETRY_AFTER_MS_MAX: u64 = 300_000;
+/// Captured adapter output per stream.
+const CAPTURE_BYTES_MAX: u64 = 1024 * 1024;
+/// The variables an adapter inherits: only what reaching Telegram through the user's network
+/// needs (proxies, certificates); its configuration is the launch envelope.
+const INHERITED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+];
+/// An adapter exits 78 when its launch, token file or token was refused: a restart cannot fix it.
+const EXIT_CONFIG: i32 = 78;
+
+#[derive(Clone)]
+pub struct AdapterArgs {
+    pub shared: Arc<Shared>,
+    pub registry: Arc<ChannelRegistry>,
+    pub profile: String,
+    pub telegram: TelegramProfile,
+    /// The audiences this profile presents.
+    pub audiences: Vec<String>,
+    pub program: PathBuf,
+    pub logs_dir: PathBuf,
+    pub details: DetailsCell,
+}
+
+pub enum AdapterMsg {
+    Launch,
+    Frame(Box<Frame>),
+    /// The channel closed, or the adapter broke the framing (the reason).
+    ChannelEnded(&'static str),
+    Wake,
+}
+
+pub struct Adapter;
+
+pub struct AdapterState {
+    args: AdapterArgs,
+    serving: Option<Serving>,
+    /// The profile stopped for good (until a reload starts a new actor).
+    stopped: bool,
+}
+
+struct Serving {
+    process: ActorRef<ProcessMsg>,
+    writer: OwnedWriteHalf,
+    fence: AdapterFence,
+    /// The sequence of this server's last frame to the adapter.
+    sent: u64,
+    /// The sequence of the adapter's last frame.
+    received: u64,
+    ready: bool,
+    /// The attempt the adapter is making (one at a time).
+    in_flight: Option<String>,
+    /// No present before this (a rate limit).
+    not_before: Option<Instant>,
+    exit_reason: Option<ExitReason>,
+    /// The process's exit code, once it ended (set by the process actor's exit hook).
+    exit_code: Arc<std::sync::Mutex<Option<i32>>>,
+    started: Instant,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Actor for Adapter {
+    type Msg = AdapterMsg;
+    type State = AdapterState;
+    type Arguments = AdapterArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<AdapterMsg>,
+        args: AdapterArgs,
+    ) -> Result<AdapterState, ActorProcessingErr> {
+        match backoff(args.registry.quick_deaths(&args.profile)) {
+            Duration::ZERO => drop(myself.cast(AdapterMsg::Launch)),
+            wait => drop(myself.send_after(wait, || AdapterMsg::Launch)),
+        }
+        Ok(AdapterState {
+            args,
+            serving: None,
+            stopped: false,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<AdapterMsg>,
+        message: AdapterMsg,
+        state: &mut AdapterState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            AdapterMsg::Launch if state.serving.is_none() && !state.stopped => launch(&myself, state).await?,
+            AdapterMsg::Launch => {}
+            AdapterMsg::Frame(frame) => on_frame(state, *frame).await?,
+            AdapterMsg::ChannelEnded(why) => on_channel_ended(state, why).await,
+            AdapterMsg::Wake => work(state).await?,
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _: ActorRef<AdapterMsg>,
+        event: SupervisionEvent,
+        state: &mut AdapterState,
+    ) -> Result<(), ActorProcessingErr> {
+        let cell = match &event {
+            SupervisionEvent::ActorTerminated(cell, _, _) | SupervisionEvent::ActorFailed(cell, _) => cell,
+            _ => return Ok(()),
+        };
+        let Some(serving) = state
+            .serving
+            .take_if(|serving| serving.process.get_id() == cell.get_id())
+        else {
+            return Ok(());
+        };
+        on_process_end(state, serving).await
+    }
+
+    async fn post_stop(&self, _: ActorRef<AdapterMsg>, state: &mut AdapterState) -> Result<(), ActorProcessingErr> {
+        if let Some(serving) = state.serving.take() {
+            // Stopped by a reload or the server's stop: whatever it was sending is unknown.
+            interrupt(&state.args).await;
+            drop(serving);
+        }
+        Ok(())
+    }
+}
+
+async fn launch(myself: &ActorRef<AdapterMsg>, state: &mut AdapterState) -> Result<(), ActorProcessingErr> {
+    let args = &state.args;
+    let profile = args.profile.clone();
+    let fence = blocking::write(&args.shared.store, move |tx| store::launch(tx, &profile)).await?;
+    let (parent_end, child_end) = std::os::unix::net::UnixStream::pair()?;
+    let spec = process_spec(args, &fence, child_end.into())?;
+    let child = spawn(spec).map_err(|err| format!("the Telegram adapter could not start: {err}"))?;
+    let exit_code = Arc::new(std::sync::Mutex::new(None));
+    let recorded = Arc::clone(&exit_code);
+    let config = ProcessConfig::adopt(child, Readiness::Immediate)
+        .with_details(args.details.clone())
+        .on_exit(move |end| *crate::server::shared::lock(&recorded) = end.outcome.and_then(|outcome| outcome.code()));
+    let (process, _) = Actor::spawn_linked(None, ProcessActor, config, myself.get_cell()).await?;
+    parent_end.set_nonblocking(true)?;
+    let (read_half, writer) = tokio::net::UnixStream::from_std(parent_end)?.into_split();
+    let tasks = vec![
+        tokio::spawn(read_frames(myself.clone(), BufReader::new(read_half))),
+        tokio::spawn(wake_on_commits(myself.clone(), Arc::clone(&args.shared))),
+    ];
+    args.registry
+        .set_status(&args.profile, Shown::Starting, Some(fence.epoch));
+    tracing::info!(profile = %args.profile, epoch = fence.epoch, "channel adapter started");
+    state.serving = Some(Serving {
+        process,
+        writer,
+        fence,
+        sent: 0,
+        received: 0,
+        ready: false,
+        in_flight: None,
+        not_before: None,
+        exit_reason: None,
+        exit_code,
+        started: Instant::now(),
+        tasks,
+    });
+    Ok(())
+}
+
+fn process_spec(
+    args: &AdapterArgs,
+    fence: &AdapterFence,
+    channel: std::os::fd::OwnedFd,
+) -> Result<ProcessSpec, ActorProcessingErr> {
+    let launch = channel_protocol::ChannelLaunch {
+        schema: channel_protocol::launch::LAUNCH_SCHEMA.to_string(),
+        adapter_epoch: u64::try_from(fence.epoch)?,
+        profile: args.profile.clone(),
+        api_base_url: args.telegram.api_base_url.clone(),
+        token_file: args.telegram.token_file.display().to_string(),
+        allowed_user_ids: args.telegram.allowed_user_ids.clone(),
+        allowed_chat_ids: args.telegram.allowed_chat_ids.clone(),
+        poll_timeout_s: args.telegram.poll_timeout_s,
+    };
+    launch.check().map_err(|err| err.to_string())?;
+    let stem = format!("channel-{}-e{}", args.profile, fence.epoch);
+    let mut spec = ProcessSpec::new(&args.program)
+        .env_clear(true)
+        .stdout_to(args.logs_dir.join(format!("{stem}.out")))
+        .stderr_to(args.logs_dir.join(format!("{stem}.err")))
+        .capture_bytes_max(CAPTURE_BYTES_MAX)
+        .grace(Duration::from_millis(ADAPTER_GRACE_MS))
+        .rlimit(RlimitResource::Core, Some(0), Some(0))
+        .inherit_fd(channel, CHANNEL_FD)
+        .env(
+            channel_protocol::launch::LAUNCH_ENV,
+            launch.to_json().map_err(|err| err.to_string())?,
+        )
+        .env("PI_WORKFLOWS_CHANNEL_FD", CHANNEL_FD.to_string());
+    for name in INHERITED_ENV {
+        if let Some(value) = std::env::var_os(name) {
+            spec = spec.env(name, value);
+        }
+    }
+    Ok(spec)
+}
+
+/// Frames from the adapter, each decoded (canonical, bounded) and handed to the actor.
+async fn read_frames(myself: ActorRef<AdapterMsg>, mut reader: BufReader<tokio::net::unix::OwnedReadHalf>) {
+    let mut line = Vec::new();
+    loop {
+        let why = match read_line(&mut reader, &mut line).await {
+            Ok(LineRead::Line) => match channel_protocol::decode_line(&line) {
+                Ok(frame) => {
+                    if myself.cast(AdapterMsg::Frame(Box::new(frame))).is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                Err(_) => "malformedFrame",
+            },
+            Ok(LineRead::TooLarge) => "oversizedFrame",
+            Ok(LineRead::Closed) | Err(_) => "closed",
+        };
+        let _ = myself.cast(AdapterMsg::ChannelEnded(why));
+        return;
+    }
+}
+
+/// Commits may make work (a decision to present, or one settled to close); a tick covers a
+/// rate limit's end.
+async fn wake_on_commits(myself: ActorRef<AdapterMsg>, shared: Arc<Shared>) {
+    let mut commits = shared.store.commits();
+    loop {
+        let _ = tokio::time::timeout(Duration::from_millis(TICK_MS), commits.changed()).await;
+        commits.borrow_and_update();
+        if myself.cast(AdapterMsg::Wake).is_err() {
+            return;
+        }
+    }
+}
+
+async fn on_frame(state: &mut AdapterState, frame: Frame) -> Result<(), ActorProcessingErr> {
+    let Some(serving) = state.serving.as_mut() else {
+        return Ok(());
+    };
+    let fenced = frame.header.adapter_epoch == u64::try_from(serving.fence.epoch).unwrap_or(0)
+        && frame.header.profile == serving.fence.profile
+        && frame.header.sequence == serving.received + 1
+        && frame.kind.adapter_sends();
+    let message = match fenced {
+        true => frame.message().ok(),
+        false => None,
+    };
+    let Some(message) = message else {
+        tracing::warn!(profile = %state.args.profile, kind = frame.kind.as_str(), "the channel adapter broke the protocol; stopping it");
+        stop_process(serving);
+        return Ok(());
+    };
+    serving.received = frame.header.sequence;
+    match message {
+        Message::Ready(_) => on_ready(state).await?,
+        Message::Settle(settle) => on_settle(state, frame.header.attempt_id, settle).await?,
+        Message::Answer(answer) => on_answer(state, answer).await?,
+        Message::Exiting(exiting) => serving.exit_reason = Some(exiting.reason),
+        Message::Present(_) => {}
+    }
+    Ok(())
+}
+
+async fn on_ready(state: &mut AdapterState) -> Result<(), ActorProcessingErr> {
+    let args = &state.args;
+    args.registry.note_ready(&args.profile);
+    let profile = args.profile.clone();
+    let open = blocking::read(&args.shared.store, move |conn| store::open_messages(conn, &profile)).await?;
+    let serving = state.serving.as_mut().expect("a frame came from a serving adapter");
+    serving.ready = true;
+    for message in &open {
+        let header = next_header(serving, message.channel_revision, None);
+        send(serving, &present_frame(message, header, true)?).await?;
+    }
+    args.registry.set_status(&args.profile, Shown::Ready, None);
+    tracing::info!(profile = %args.profile, tracked = open.len(), "channel adapter ready");
+    work(state).await
+}
+
+async fn on_settle(
+    state: &mut AdapterState,
+    attempt_id: Option<String>,
+    settle: channel_protocol::Settle,
+) -> Result<(), ActorProcessingErr> {
+    let serving = state.serving.as_mut().expect("a frame came from a serving adapter");
+    let Some(attempt) = attempt_id.filter(|attempt| serving.in_flight.as_ref() == Some(attempt)) else {
+        tracing::warn!(profile = %state.args.profile, "a settle named no attempt in flight; ignored");
+        return Ok(());
+    };
+    let outcome = match (&settle.outcome, &settle.error) {
+        (Outcome::Applied, _) => {
+            let reference = settle
+                .telegram
+                .ok_or("an applied settle without its Telegram message")?;
+            AttemptOutcome::Applied {
+                chat_id: reference.chat_id,
+                message_id: reference.message_id,
+            }
+        }
+        (Outcome::Rejected, Some(error)) if error.uncertain => AttemptOutcome::Uncertain,
+        (Outcome::Rejected, error) => {
+            let retryable = error.as_ref().is_some_and(|error| error.retryable);
+            if let Some(wait) = error.as_ref().and_then(|error| error.retry_after_ms) {
+                serving.not_before = Some(Instant::now() + Duration::from_millis(wait.min(RETRY_AFTER_MS_MAX)));
+            }
+            let code = error.as_ref().map_or("unknown", |error| error.code.as_str());
+            tracing::warn!(profile = %state.args.profile, code, retryable, "a channel present was refused");
+            AttemptOutcome::Rejected { retryable }
+        }
+    };
+    serving.in_flight = None;
+    let fence = serving.fence.clone();
+    let settled = blocking::write(&state.args.shared.store, move |tx| {
+        store::settle(tx, &fence, &attempt, &outcome)
+    })
+    .await;
+    if let Err(err) = settled {
+        tracing::warn!(profile = %state.args.profile, error = %err, "a channel settle was refused");
+    }
+    work(state).await
+}
+
+async fn on_answer(state: &mut AdapterState, answer: channel_protocol::Answer) -> Result<(), ActorProcessingErr> {
+    let args = &state.args;
+    // The adapter checks the identities too; the server does not take its word for it.
+    let allowed = args.telegram.allowed_user_ids.contains(&answer.from.user_id)
+        && args.telegram.allowed_chat_ids.contains(&answer.from.chat_id);
+    if !allowed {
+        tracing::warn!(profile = %args.profile, "an answer from an identity that is not allowed was ignored");
+        return Ok(());
+    }
+    let fence = state.serving.as_ref().expect("a serving adapter").fence.clone();
+    let answered = blocking::write(&args.shared.store, move |tx| {
+        let forwarded = ChannelAnswer {
+            channel_message_id: &answer.channel_message_id,
+            choice: &answer.choice_id,
+            text: answer.text.as_deref(),
+            wants_text: answer.stage == Stage::WantsText,
+            update_id: answer.update_id,
+        };
+        store::answer(tx, &fence, &forwarded)
+    })
+    .await;
+    match answered {
+        Ok(Answered::Settled(resolved)) => {
+            tracing::info!(profile = %args.profile, run_id = %crate::printable::printable(&resolved.decision_id), "a decision was answered on Telegram");
+            args.shared.wake_scheduler();
+        }
+        Ok(Answered::Prompted | Answered::Repeated) => {}
+        // Settled already, past its deadline, not a choice: the first valid answer won.
+        Err(StoreError::Decision(err)) => {
+            tracing::info!(profile = %args.profile, code = err.code(), "a Telegram answer did not win")
+        }
+        Err(err) => tracing::warn!(profile = %args.profile, error = %err, "a Telegram answer was refused"),
+    }
+    work(state).await
+}
+
+/// Make the next present, if the adapter is ready, idle and not held back.
+async fn work(state: &mut AdapterState) -> Result<(), ActorProcessingErr> {
+    let Some(serving) = state.serving.as_mut() else {
+        return Ok(());
+    };
+    let waiting = serving.not_before.is_some_and(|until| Instant::now() < until);
+    if !serving.ready || serving.in_flight.is_some() || waiting {
+        return Ok(());
+    }
+    serving.not_before = None;
+    let (fence, audiences, chats) = (
+        serving.fence.clone(),
+        state.args.audiences.clone(),
+        state.args.telegram.allowed_chat_ids.clone(),
+    );
+    let next = blocking::write(&state.args.shared.store, move |tx| {
+        store::plan(tx, &fence, &audiences, &chats)?;
+        store::next_present(tx, &fence)
+    })
+    .await;
+    let present = match next {
+        Ok(Some(present)) => present,
+        Ok(None) => return Ok(()),
+        Err(StoreError::Channel(ChannelError::StaleAdapter { .. })) => {
+            stop_process(serving);
+            return Ok(());
+        }
+        Err(err) => return Err(err.into()),
+    };
+    let header = next_header(serving, present.channel_revision, Some(present.attempt_id.clone()));
+    serving.in_flight = Some(present.attempt_id.clone());
+    send(serving, &present_frame(&present, header, false)?).await
+}
+
+fn next_header(serving: &mut Serving, channel_revision: i64, attempt_id: Option<String>) -> Header {
+    serving.sent += 1;
+    Header {
+        adapter_epoch: u64::try_from(serving.fence.epoch).unwrap_or(0),
+        profile: serving.fence.profile.clone(),
+        sequence: serving.sent,
+        channel_revision: u64::try_from(channel_revision).unwrap_or(0),
+        attempt_id,
+    }
+}
+
+async fn send(serving: &mut Serving, frame: &Frame) -> Result<(), ActorProcessingErr> {
+    let line = channel_protocol::encode_line(frame).map_err(|err| err.to_string())?;
+    if let Err(err) = serving.writer.write_all(&line).await {
+        // The process is going; its end fails this actor.
+        tracing::debug!(error = %err, "the channel adapter's channel closed");
+    }
+    Ok(())
+}
+
+async fn on_channel_ended(state: &mut AdapterState, why: &'static str) {
+    let Some(serving) = state.serving.as_mut() else {
+        return;
+    };
+    if why != "closed" {
+        tracing::warn!(profile = %state.args.profile, why, "the channel adapter broke the framing; stopping it");
+    }
+    stop_process(serving);
+}
+
+fn stop_process(serving: &Serving) {
+    serving.process.stop(Some("channel ended".to_string()));
+}
+
+/// The process ended: its in-flight attempt is ambiguous; a refused configuration stops the
+/// profile, anything else fails this actor (restarted after a backoff).
+async fn on_process_end(state: &mut AdapterState, serving: Serving) -> Result<(), ActorProcessingErr> {
+    interrupt(&state.args).await;
+    let exit_code = exit_code_of(&serving);
+    let refused = serving.exit_reason == Some(ExitReason::CredentialRejected) || exit_code == Some(EXIT_CONFIG);
+    let why = match (serving.exit_reason, refused) {
+        (Some(reason), _) => reason.as_str(),
+        (None, true) => "launchRefused",
+        (None, false) => "exited",
+    };
+    let quickly = serving.started.elapsed() < Duration::from_millis(QUICK_DEATH_MS);
+    let args = &state.args;
+    args.registry.note_exit(&args.profile, why, quickly);
+    drop(serving);
+    if refused {
+        tracing::warn!(profile = %args.profile, why, "the channel adapter's configuration was refused; fix it and run `pi-workflows channel reload`");
+        args.registry.set_status(&args.profile, Shown::Stopped, None);
+        state.stopped = true;
+        return Ok(());
+    }
+    args.registry.set_status(&args.profile, Shown::Starting, None);
+    Err(format!("the channel adapter of profile {} ended ({why})", args.profile).into())
+}
+
+fn exit_code_of(serving: &Serving) -> Option<i32> {
+    *crate::server::shared::lock(&serving.exit_code)
+}
+
+async fn interrupt(args: &AdapterArgs) {
+    let profile = args.profile.clone();
+    match blocking::write(&args.shared.store, move |tx| {
+        store::interrupt_applying(tx, Some(&profile))
+    })
+    .await
+    {
+        Ok(0) => {}
+        Ok(count) => {
+            tracing::warn!(profile = %args.profile, count, "a channel attempt in flight is now ambiguous; check Telegram, then `pi-workflows channel recover`")
+        }
+        Err(err) => {
+            tracing::warn!(profile = %args.profile, error = %err, "in-flight channel attempts could not be marked")
+        }
+    }
+}
+
+/// The wait before a start after `quick_deaths` quick deaths in a row.
+fn backoff(quick_deaths: u32) -> Duration {
+    if quick_deaths == 0 {
+        return Duration::ZERO;
+    }
+    let doublings = quick_deaths.saturating_sub(1).min(16);
+    Duration::from_millis((BACKOFF_MS_MIN << doublings).min(BACKOFF_MS_MAX))
+}
