@@ -44,6 +44,10 @@ fn write_private(path: &Path, text: &str) {
 
 /// A server whose config directory maps audience `operator` to Pi and Telegram profile `ops`.
 fn with_channels() -> Channels {
+    with_adapter(&adapter_binary())
+}
+
+fn with_adapter(program: &Path) -> Channels {
     let fake = FakeBotApi::start(TOKEN);
     let config = short_temp_dir("piwc");
     let token = config.path().join("ops.token");
@@ -63,10 +67,7 @@ fn with_channels() -> Channels {
             "PI_WORKFLOWS_CONFIG_DIR".to_string(),
             config.path().display().to_string(),
         ),
-        (
-            "PI_WORKFLOWS_TELEGRAM_BIN".to_string(),
-            adapter_binary().display().to_string(),
-        ),
+        ("PI_WORKFLOWS_TELEGRAM_BIN".to_string(), program.display().to_string()),
     ]);
     Channels {
         env,
@@ -351,4 +352,21 @@ fn a_decision_for_an_audience_no_channel_names_is_shown_in_pi_only_and_status_sa
     );
     let answered = c.env.cli(&["decision", "answer", &run_id, "go"]);
     c.env.expect_code(&answered, 0, "the CLI answers it");
+}
+
+#[test]
+fn an_adapter_that_cannot_start_stops_its_profile_and_nothing_else() {
+    let c = with_adapter(Path::new("/nonexistent/pi-workflows-telegram"));
+    let run_id = c.start_approval();
+    c.wait("the profile to stop", || {
+        c.status()["profiles"][0]["state"] == "stopped"
+    });
+    assert_eq!(c.status()["profiles"][0]["lastExit"], "launchFailed");
+    let tree = c.env.cli(&["server", "status"]);
+    c.env.expect_code(&tree, 0, "the server is up");
+    let answered = c
+        .env
+        .cli(&["decision", "answer", &run_id, "approve", "--follow", "--json"]);
+    c.env.expect_code(&answered, 0, "the decision is answered in the CLI");
+    assert_eq!(json_of(&answered)["status"], "completed");
 }

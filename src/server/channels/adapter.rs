@@ -158,7 +158,7 @@ impl Actor for Adapter {
         state: &mut AdapterState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            AdapterMsg::Launch if state.serving.is_none() && !state.stopped => launch(&myself, state).await?,
+            AdapterMsg::Launch if state.serving.is_none() && !state.stopped => start(&myself, state).await?,
             AdapterMsg::Launch => {}
             AdapterMsg::Frame(frame) => on_frame(state, *frame).await?,
             AdapterMsg::ChannelEnded(why) => on_channel_ended(state, why).await,
@@ -196,13 +196,40 @@ impl Actor for Adapter {
     }
 }
 
+/// Launch the adapter process. A program that cannot be started (missing, not executable)
+/// will not start on a retry either: the profile stops until a reload, rather than failing in
+/// a loop. Anything else fails this actor, counted as a quick death for the backoff.
+async fn start(myself: &ActorRef<AdapterMsg>, state: &mut AdapterState) -> Result<(), ActorProcessingErr> {
+    let Err(err) = launch(myself, state).await else {
+        return Ok(());
+    };
+    let args = &state.args;
+    if let Some(LaunchError::Program(why)) = err.downcast_ref::<LaunchError>() {
+        tracing::warn!(profile = %args.profile, error = %why, "the Telegram adapter program could not be started; the profile is stopped until `pi-workflows channel reload`");
+        args.registry.note_exit(&args.profile, "launchFailed", false);
+        args.registry.set_status(&args.profile, Shown::Stopped, None);
+        state.stopped = true;
+        return Ok(());
+    }
+    args.registry.note_exit(&args.profile, "launchFailed", true);
+    Err(err)
+}
+
+/// Why a launch did not happen.
+#[derive(Debug, thiserror::Error)]
+enum LaunchError {
+    #[error("{0}")]
+    Program(String),
+}
+
 async fn launch(myself: &ActorRef<AdapterMsg>, state: &mut AdapterState) -> Result<(), ActorProcessingErr> {
     let args = &state.args;
     let profile = args.profile.clone();
     let fence = blocking::write(&args.shared.store, move |tx| store::launch(tx, &profile)).await?;
     let (parent_end, child_end) = std::os::unix::net::UnixStream::pair()?;
     let spec = process_spec(args, &fence, child_end.into())?;
-    let child = spawn(spec).map_err(|err| format!("the Telegram adapter could not start: {err}"))?;
+    let child =
+        spawn(spec).map_err(|err| LaunchError::Program(format!("the Telegram adapter could not start: {err}")))?;
     let exit_code = Arc::new(std::sync::Mutex::new(None));
     let recorded = Arc::clone(&exit_code);
     let config = ProcessConfig::adopt(child, Readiness::Immediate)
@@ -418,7 +445,7 @@ async fn on_answer(state: &mut AdapterState, answer: channel_protocol::Answer) -
     .await;
     match answered {
         Ok(Answered::Settled(resolved)) => {
-            tracing::info!(profile = %args.profile, run_id = %crate::printable::printable(&resolved.decision_id), "a decision was answered on Telegram");
+            tracing::info!(profile = %args.profile, decision_id = %crate::printable::printable(&resolved.decision_id), "a decision was answered on Telegram");
             args.shared.wake_scheduler();
         }
         Ok(Answered::Prompted | Answered::Repeated) => {}
