@@ -1,0 +1,441 @@
+//! Benchmark: the cost of a whole run, on the peers' workload (issue 14) — one workflow of 10
+//! sequential trivial durable steps; a client starts it over the socket and waits for its end.
+//!
+//! `cargo build --release --locked && npm --prefix packages/pi-workflows run build &&
+//!  cargo run --release --locked --example bench_e2e [-- --sequential 200 --seconds 10 --json]`
+//!
+//! Figures (each with both ways a client learns of the end: polling `run.status` every 2 ms,
+//! and a `view.run.watch` subscription):
+//! - sequential: p50 / p99 wall per workflow, one client, one run at a time;
+//! - 4 clients for `--seconds`: workflows per second and p50 / p99 per workflow;
+//! - server CPU per workflow (the server process's utime + stime from /proc, over each phase);
+//! - runner process start: from the runner epoch's record to its `runner.ready` (wall), from
+//!   the `run_workers` rows; and the same-run baseline `node -e 0` (wall, and its CPU from the
+//!   children's rusage);
+//! - `run.start` → first node committed (p50), from the run's events.
+//!
+//! Nothing here is asserted: it prints a table, and JSON with `--json`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use pi_workflows::client::Client;
+use pi_workflows::protocol::{EventKind, JsonObject, Operation, Outcome};
+use rusqlite::{Connection, OpenFlags};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+const POLL_MS: u64 = 2;
+const BASELINE_STARTS: usize = 20;
+const CLIENTS: usize = 4;
+const WARMUP_RUNS: usize = 5;
+
+struct Options {
+    sequential: usize,
+    seconds: u64,
+    json: bool,
+}
+
+fn options() -> anyhow::Result<Options> {
+    let mut options = Options {
+        sequential: 200,
+        seconds: 10,
+        json: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--sequential" => options.sequential = args.next().context("--sequential N")?.parse()?,
+            "--seconds" => options.seconds = args.next().context("--seconds N")?.parse()?,
+            "--json" => options.json = true,
+            other => bail!("unknown argument {other}; use --sequential N, --seconds N, --json"),
+        }
+    }
+    Ok(options)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Detect {
+    Poll,
+    Watch,
+}
+
+impl Detect {
+    fn name(self) -> &'static str {
+        match self {
+            Detect::Poll => "poll",
+            Detect::Watch => "watch",
+        }
+    }
+}
+
+struct Bench {
+    exe: PathBuf,
+    state: PathBuf,
+    workflow: String,
+    project: String,
+    socket: PathBuf,
+}
+
+fn main() -> anyhow::Result<()> {
+    let options = options()?;
+    let exe = locate_binary()?;
+    let dir = tempfile::Builder::new().prefix("piwbe").tempdir_in("/tmp")?;
+    let state = dir.path().join("state");
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(&project)?;
+    let workflow = write_workflow(&project)?;
+    let bench = Bench {
+        socket: state.join("server").join("server.sock"),
+        exe,
+        state,
+        workflow: workflow.display().to_string(),
+        project: project.display().to_string(),
+    };
+    let baseline = node_baseline()?;
+    cli(&bench, &["server", "start"])?;
+    let server_pid = server_pid(&bench.state)?;
+    let mut client = Client::connect(&bench.socket)?;
+    for _ in 0..WARMUP_RUNS {
+        run_once(&bench, &mut client, Detect::Poll)?;
+    }
+    let mut figures = json!({"baseline": baseline});
+    for detect in [Detect::Poll, Detect::Watch] {
+        let cpu_before = server_cpu_ms(server_pid)?;
+        let mut walls = Vec::with_capacity(options.sequential);
+        for _ in 0..options.sequential {
+            walls.push(run_once(&bench, &mut client, detect)?);
+        }
+        let cpu = server_cpu_ms(server_pid)? - cpu_before;
+        figures[format!("sequential_{}", detect.name())] = json!({
+            "runs": options.sequential,
+            "p50_ms": percentile(&walls, 0.50),
+            "p99_ms": percentile(&walls, 0.99),
+            "server_cpu_ms_per_run": cpu / options.sequential as f64,
+        });
+        figures[format!("clients4_{}", detect.name())] = concurrent(&bench, server_pid, detect, options.seconds)?;
+    }
+    figures["runner_start"] = runner_starts(&bench.state)?;
+    figures["start_to_first_node"] = start_to_first_node(&bench.state)?;
+    figures["server_rss_kib"] = json!(rss_kib(server_pid)?);
+    cli(&bench, &["server", "stop"])?;
+    if options.json {
+        println!("{figures}");
+    } else {
+        print_table(&figures);
+    }
+    Ok(())
+}
+
+/// One run: start it, wait for its end the chosen way; the wall time in ms.
+fn run_once(bench: &Bench, client: &mut Client, detect: Detect) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let run_id = start(bench, client)?;
+    match detect {
+        Detect::Poll => poll_end(client, &run_id)?,
+        Detect::Watch => watch_end(client, &run_id)?,
+    }
+    Ok(started.elapsed().as_secs_f64() * 1e3)
+}
+
+fn start(bench: &Bench, client: &mut Client) -> anyhow::Result<String> {
+    let mut payload = JsonObject::new();
+    payload.insert("workflow".into(), json!(bench.workflow));
+    payload.insert("projectPath".into(), json!(bench.project));
+    payload.insert("executionMode".into(), json!("headless"));
+    let run_id = format!(
+        "run-bench-{}",
+        pi_workflows::digest::random_hex(8).context("random run ID")?
+    );
+    let response = client.request_for(Operation::RunStart, Some(&run_id), payload)?;
+    if response.outcome != Outcome::Accepted {
+        bail!("run.start refused: {:?}", response.error);
+    }
+    Ok(run_id)
+}
+
+fn poll_end(client: &mut Client, run_id: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let response = client.request_for(Operation::RunStatus, Some(run_id), JsonObject::new())?;
+        let status = response
+            .receipt
+            .as_ref()
+            .and_then(|receipt| receipt.get("status"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        match status.as_str() {
+            "completed" => return Ok(()),
+            "failed" | "cancelled" | "timed_out" => bail!("run {run_id} ended {status}"),
+            _ if Instant::now() > deadline => bail!("run {run_id} did not complete"),
+            _ => std::thread::sleep(Duration::from_millis(POLL_MS)),
+        }
+    }
+}
+
+/// Watch the run's view until it shows the end (snapshot, then merge patches).
+fn watch_end(client: &mut Client, run_id: &str) -> anyhow::Result<()> {
+    let response = client.request_for(Operation::ViewRunWatch, Some(run_id), JsonObject::new())?;
+    if response.outcome != Outcome::Accepted {
+        bail!("view.run.watch refused: {:?}", response.error);
+    }
+    let subscription = response
+        .receipt
+        .as_ref()
+        .and_then(|receipt| receipt.get("subscriptionId"))
+        .cloned();
+    let deadline = Instant::now() + WAIT;
+    let mut document = Value::Null;
+    loop {
+        if Instant::now() > deadline {
+            bail!("run {run_id} did not complete");
+        }
+        let Some(event) = client.next_event(Duration::from_millis(500))? else {
+            continue;
+        };
+        match event.event {
+            EventKind::RunSnapshot => document = event.payload.get("view").cloned().unwrap_or_default(),
+            EventKind::RunPatch => pi_workflows::view::patch::apply(&mut document, &event.payload["patch"]),
+            _ => continue,
+        }
+        match document["display"]["status"].as_str().unwrap_or_default() {
+            "completed" => break,
+            "failed" | "cancelled" | "timed_out" => bail!("run {run_id} ended"),
+            _ => {}
+        }
+    }
+    let mut payload = JsonObject::new();
+    if let Some(id) = subscription {
+        payload.insert("subscriptionId".into(), id);
+    }
+    let _ = client.request(Operation::ViewUnwatch, payload)?;
+    Ok(())
+}
+
+/// `CLIENTS` clients, each starting runs one after another for `seconds`.
+fn concurrent(bench: &Bench, server_pid: i32, detect: Detect, seconds: u64) -> anyhow::Result<Value> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let cpu_before = server_cpu_ms(server_pid)?;
+    let started = Instant::now();
+    let workers: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            let (socket, workflow, project) = (bench.socket.clone(), bench.workflow.clone(), bench.project.clone());
+            std::thread::spawn(move || -> anyhow::Result<Vec<f64>> {
+                let bench = Bench {
+                    exe: PathBuf::new(),
+                    state: PathBuf::new(),
+                    workflow,
+                    project,
+                    socket,
+                };
+                let mut client = Client::connect(&bench.socket)?;
+                let mut walls = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    walls.push(run_once(&bench, &mut client, detect)?);
+                }
+                Ok(walls)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(seconds));
+    stop.store(true, Ordering::Relaxed);
+    let mut walls = Vec::new();
+    for worker in workers {
+        walls.extend(
+            worker
+                .join()
+                .map_err(|_| anyhow::anyhow!("a client thread panicked"))??,
+        );
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu = server_cpu_ms(server_pid)? - cpu_before;
+    Ok(json!({
+        "clients": CLIENTS,
+        "runs": walls.len(),
+        "workflows_per_s": walls.len() as f64 / elapsed,
+        "p50_ms": percentile(&walls, 0.50),
+        "p99_ms": percentile(&walls, 0.99),
+        "server_cpu_ms_per_run": cpu / walls.len().max(1) as f64,
+    }))
+}
+
+/// Runner processes: record → `runner.ready`, from `run_workers` (ms).
+fn runner_starts(state: &Path) -> anyhow::Result<Value> {
+    let db = Connection::open_with_flags(state.join("state.sqlite"), OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    let mut statement =
+        db.prepare("SELECT ready_at - started_at FROM run_workers WHERE ready_at IS NOT NULL ORDER BY started_at")?;
+    let starts: Vec<f64> = statement
+        .query_map([], |row| row.get::<_, i64>(0))?
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .map(|ms| ms as f64)
+        .collect();
+    Ok(json!({"epochs": starts.len(), "p50_ms": percentile(&starts, 0.5), "p99_ms": percentile(&starts, 0.99)}))
+}
+
+/// `run.start` accepted (the run's creation) → its first node committed (ms).
+fn start_to_first_node(state: &Path) -> anyhow::Result<Value> {
+    let db = Connection::open_with_flags(state.join("state.sqlite"), OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    let mut statement = db.prepare(
+        "SELECT (SELECT min(e.created_at) FROM events e WHERE e.run_id = r.run_id AND e.event_type = 'node.finished')
+                - r.created_at
+         FROM runs r",
+    )?;
+    let samples: Vec<f64> = statement
+        .query_map([], |row| row.get::<_, Option<i64>>(0))?
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+        .map(|ms| ms as f64)
+        .collect();
+    Ok(json!({"runs": samples.len(), "p50_ms": percentile(&samples, 0.5), "p99_ms": percentile(&samples, 0.99)}))
+}
+
+/// `node -e 0`: wall per start, and CPU per start from the children's rusage.
+fn node_baseline() -> anyhow::Result<Value> {
+    let node = std::env::var("PI_WORKFLOWS_NODE").unwrap_or_else(|_| "node".to_string());
+    let cpu_before = children_cpu_ms();
+    let mut walls = Vec::new();
+    for _ in 0..BASELINE_STARTS {
+        let started = Instant::now();
+        let status = Command::new(&node)
+            .args(["-e", "0"])
+            .status()
+            .context("run node -e 0")?;
+        if !status.success() {
+            bail!("node -e 0 failed");
+        }
+        walls.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    let cpu = (children_cpu_ms() - cpu_before) / BASELINE_STARTS as f64;
+    Ok(json!({"node_e_0_wall_p50_ms": percentile(&walls, 0.5), "node_e_0_cpu_ms": cpu}))
+}
+
+/// CPU of this process's waited-for children (ms): cutime + cstime of /proc/self/stat.
+fn children_cpu_ms() -> f64 {
+    proc_stat_ms("self", 13, 14).unwrap_or(f64::NAN)
+}
+
+/// The server's utime + stime (ms), from /proc/<pid>/stat.
+fn server_cpu_ms(pid: i32) -> anyhow::Result<f64> {
+    proc_stat_ms(&pid.to_string(), 11, 12)
+}
+
+/// Two tick counters of /proc/<pid>/stat, counted from the field after the command's `)`
+/// (0 is the state), summed in ms. /proc reports in USER_HZ, 100 on Linux.
+fn proc_stat_ms(pid: &str, first: usize, second: usize) -> anyhow::Result<f64> {
+    const USER_HZ: f64 = 100.0;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let fields: Vec<&str> = stat.rsplit_once(')').context("stat")?.1.split_whitespace().collect();
+    let ticks = fields[first].parse::<f64>()? + fields[second].parse::<f64>()?;
+    Ok(ticks * 1e3 / USER_HZ)
+}
+
+fn rss_kib(pid: i32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find(|line| line.starts_with("VmRSS:"))
+        .context("VmRSS")?;
+    Ok(line.split_whitespace().nth(1).context("VmRSS value")?.parse()?)
+}
+
+fn server_pid(state: &Path) -> anyhow::Result<i32> {
+    let text = std::fs::read_to_string(state.join("server").join("server.lock"))?;
+    Ok(text.split_whitespace().next().context("pid")?.parse()?)
+}
+
+fn write_workflow(dir: &Path) -> anyhow::Result<PathBuf> {
+    let nodes: Vec<String> = (1..=10)
+        .map(|step| format!("    s{step}: compute({{ run: () => {step} }}),"))
+        .collect();
+    let edges: Vec<String> = (1..10)
+        .map(|step| format!("{{ from: \"s{step}\", to: \"s{}\" }}", step + 1))
+        .collect();
+    let source = format!(
+        "import {{ compute, defineWorkflow }} from \"pi-workflows\";\nexport default defineWorkflow({{\n  name: \"ten\",\n  startAt: \"s1\",\n  nodes: {{\n{}\n  }},\n  edges: [{}],\n}});\n",
+        nodes.join("\n"),
+        edges.join(", ")
+    );
+    let path = dir.join("ten.workflow.ts");
+    std::fs::write(&path, source)?;
+    Ok(path)
+}
+
+fn cli(bench: &Bench, args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new(&bench.exe)
+        .arg("--state-dir")
+        .arg(&bench.state)
+        .args(args)
+        .env_remove("PI_WORKFLOWS_RUNNER")
+        .output()?;
+    if !out.status.success() {
+        bail!("pi-workflows {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
+fn locate_binary() -> anyhow::Result<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for profile in ["release", "debug"] {
+        let path = root.join("target").join(profile).join("pi-workflows");
+        if path.exists() {
+            return Ok(path);
+        }
+    }
+    bail!("build the server first: cargo build --release --locked")
+}
+
+fn percentile(samples: &[f64], p: f64) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn print_table(figures: &Value) {
+    let f = |value: &Value| value.as_f64().map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
+    let baseline = &figures["baseline"];
+    println!(
+        "baseline node -e 0: wall p50 {} ms, CPU {} ms",
+        f(&baseline["node_e_0_wall_p50_ms"]),
+        f(&baseline["node_e_0_cpu_ms"])
+    );
+    println!(
+        "{:<22} {:>8} {:>10} {:>10} {:>12} {:>16}",
+        "phase", "runs", "p50 ms", "p99 ms", "runs/s", "server CPU ms/run"
+    );
+    for key in ["sequential_poll", "sequential_watch", "clients4_poll", "clients4_watch"] {
+        let row = &figures[key];
+        println!(
+            "{key:<22} {:>8} {:>10} {:>10} {:>12} {:>16}",
+            row["runs"],
+            f(&row["p50_ms"]),
+            f(&row["p99_ms"]),
+            f(&row["workflows_per_s"]),
+            f(&row["server_cpu_ms_per_run"])
+        );
+    }
+    let runner = &figures["runner_start"];
+    println!(
+        "runner start (epoch recorded → ready): p50 {} ms, p99 {} ms over {} epochs",
+        f(&runner["p50_ms"]),
+        f(&runner["p99_ms"]),
+        runner["epochs"]
+    );
+    let first = &figures["start_to_first_node"];
+    println!(
+        "run.start → first node: p50 {} ms, p99 {} ms",
+        f(&first["p50_ms"]),
+        f(&first["p99_ms"])
+    );
+    println!("server RSS after the load: {} KiB", figures["server_rss_kib"]);
+}
