@@ -133,6 +133,29 @@ fn a_checkpoint_is_answered_from_the_tui_after_confirmation() {
 }
 
 #[test]
+fn a_protected_decision_is_answered_from_the_tui_with_its_text() {
+    let env = Env::new();
+    let run = env.start(
+        &common::example("merge-approval"),
+        Some(r#"{"branch":"fix-1","commit":"abc123def"}"#),
+    );
+    let tmux = Tmux::start("decide", env.piw().arg(&run));
+    tmux.wait_for("the run waits for a person", |s| s.contains("[a] human-answer"));
+    tmux.keys(&["a"]);
+    tmux.wait_for("the answer input", |s| s.contains("answer the decision"));
+    tmux.keys(&["-l", "changes split the migration"]);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the answer is confirmed first", |s| {
+        s.contains(r#"Answer the decision with {"choice":"changes","text":"split the migration"}?"#)
+    });
+    tmux.keys(&["y"]);
+    let screen = tmux.wait_for("the run completes", |s| {
+        s.lines().next().unwrap_or_default().contains("· COMPLETED")
+    });
+    assert!(screen.contains("decision.answer: accepted"), "{screen}");
+}
+
+#[test]
 fn a_relay_that_never_answers_is_one_clear_unavailable_error() {
     let env = Env::new();
     let port = std::net::TcpListener::bind("127.0.0.1:0")

@@ -211,6 +211,15 @@ fn draw_overlay(frame: &mut Frame<'_>, app: &App) {
                 Line::raw("y / Enter: yes    n / Esc: no"),
             ],
         ),
+        Overlay::Answer { input } if app.view().is_some_and(|view| view.offers("human-answer")) => (
+            "answer the decision",
+            vec![
+                Line::raw("Type a choice, then the text if it takes one (`pi-workflows run status` lists them):"),
+                Line::styled(format!("> {input}▏"), app.theme.highlight),
+                Line::raw(""),
+                Line::raw("Enter: review and confirm    Esc: cancel"),
+            ],
+        ),
         Overlay::Answer { input } => (
             "answer the checkpoint",
             vec![

@@ -19,7 +19,8 @@ pub fn control_key(control: &str) -> Option<char> {
         "pause" => Some('p'),
         "resume" => Some('r'),
         "cancel" => Some('c'),
-        "answer" => Some('a'),
+        // A checkpoint's answer or a protected decision's: a view offers one or the other.
+        "answer" | "human-answer" => Some('a'),
         "restart" => Some('R'),
         _ => None,
     }
@@ -68,9 +69,14 @@ fn on_answer(app: &mut App, mut input: String, code: KeyCode) -> Vec<Command> {
     match code {
         KeyCode::Esc => return Vec::new(),
         KeyCode::Enter => {
-            let answer = serde_json::from_str::<Value>(&input).unwrap_or(Value::String(input.clone()));
+            let decision = app.view().is_some_and(|view| view.offers("human-answer"));
+            let answer = match decision {
+                true => decision_response(&input),
+                false => serde_json::from_str::<Value>(&input).unwrap_or(Value::String(input.clone())),
+            };
             if let Some(request) = answer_request(app, answer.clone()) {
-                let question = format!("Answer the checkpoint with {answer}?");
+                let what = if decision { "decision" } else { "checkpoint" };
+                let question = format!("Answer the {what} with {answer}?");
                 app.overlay = Some(Overlay::Confirm(Confirm { question, request }));
             }
             return Vec::new();
@@ -99,7 +105,7 @@ fn on_plain_key(app: &mut App, code: KeyCode) -> Vec<Command> {
         KeyCode::Char(']') => return step_timeline(app, 1),
         KeyCode::Home => return timeline_start(app),
         KeyCode::End => timeline_live(app),
-        KeyCode::Char(c) if control_of(c).is_some() => ask_control(app, c),
+        KeyCode::Char(c) if control_of(app, c).is_some() => ask_control(app, c),
         KeyCode::Enter => return enter(app),
         _ => return move_in_pane(app, code),
     }
@@ -267,15 +273,34 @@ fn timeline_live(app: &mut App) {
     }
 }
 
-fn control_of(key: char) -> Option<&'static str> {
-    ["pause", "resume", "cancel", "answer", "restart"]
+/// The control a key asks for: of those sharing the key, the one the view offers.
+fn control_of(app: &App, key: char) -> Option<&'static str> {
+    let offered = |control: &str| app.view().is_some_and(|view| view.offers(control));
+    let mut matching = ["pause", "resume", "cancel", "answer", "human-answer", "restart"]
         .into_iter()
-        .find(|control| control_key(control) == Some(key))
+        .filter(|control| control_key(control) == Some(key));
+    let first = matching.next()?;
+    Some(
+        std::iter::once(first)
+            .chain(matching)
+            .find(|control| offered(control))
+            .unwrap_or(first),
+    )
+}
+
+/// A decision answer as typed: `<choice> [text]` (the rest of the line is the text).
+fn decision_response(input: &str) -> Value {
+    let typed = input.trim();
+    match typed.split_once(char::is_whitespace) {
+        Some((choice, text)) if !text.trim().is_empty() => json!({"choice": choice, "text": text.trim()}),
+        Some((choice, _)) => json!({"choice": choice}),
+        None => json!({"choice": typed}),
+    }
 }
 
 /// Open the confirmation (or the answer input) for a control the server offers.
 fn ask_control(app: &mut App, key: char) {
-    let Some(control) = control_of(key) else { return };
+    let Some(control) = control_of(app, key) else { return };
     let Some(view) = app.view() else { return };
     if !app.live() {
         app.notice = Some(format!("{control}: not connected; a stale view grants no controls"));
@@ -287,7 +312,7 @@ fn ask_control(app: &mut App, key: char) {
     }
     let run_id = view.run_id.clone();
     let (operation, payload) = match control {
-        "answer" => {
+        "answer" | "human-answer" => {
             app.overlay = Some(Overlay::Answer { input: String::new() });
             return;
         }
@@ -318,8 +343,12 @@ fn answer_request(app: &App, answer: Value) -> Option<ControlRequest> {
         // Binds the answer to the request the user saw.
         payload.insert("requestId".into(), json!(request.request_id));
     }
+    let operation = match view.offers("human-answer") {
+        true => Operation::DecisionAnswer,
+        false => Operation::CheckpointAnswer,
+    };
     Some(ControlRequest {
-        operation: Operation::CheckpointAnswer,
+        operation,
         run_id: view.run_id.clone(),
         payload,
         key: new_id("piw-key"),
