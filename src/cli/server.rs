@@ -92,7 +92,11 @@ pub(super) fn ensure_started(paths: &ServerPaths, state_dir: &Path) -> anyhow::R
                 return Ok(None);
             }
             let _ = child.try_wait();
-            let detail = read_bounded(&start_errors);
+            let mut detail = read_bounded(&start_errors);
+            if detail.trim().is_empty() {
+                // Nothing could be written there: a full disk would say so nowhere else.
+                detail = disk_full_hint(state_dir);
+            }
             let what = match failed {
                 Ready::TimedOut => format!("did not become ready within {} s", START_TIMEOUT_MS / 1_000),
                 _ => "exited before it was ready".to_string(),
@@ -107,6 +111,22 @@ pub(super) fn ensure_started(paths: &ServerPaths, state_dir: &Path) -> anyhow::R
                 paths.logs_dir.join("server.log").display()
             )
         }
+    }
+}
+
+/// Free space below which an empty start-errors file is explained by a full disk.
+const DISK_FULL_BYTES_MAX: u64 = 1024 * 1024;
+
+/// What to say when the server left no error behind: the disk holding the state directory
+/// is full (it could not even write its error), or nothing.
+fn disk_full_hint(state_dir: &Path) -> String {
+    match rustix::fs::statvfs(state_dir) {
+        Ok(fs) if fs.f_bavail.saturating_mul(fs.f_frsize) < DISK_FULL_BYTES_MAX => format!(
+            "the disk holding the state directory {} is full ({} bytes free); free space on it and start again",
+            state_dir.display(),
+            fs.f_bavail.saturating_mul(fs.f_frsize)
+        ),
+        _ => String::new(),
     }
 }
 

@@ -88,7 +88,9 @@ pub fn command_request(request: &Request) -> Result<CommandRequest, (Outcome, Re
 
 /// The client answer of a stored command receipt.
 pub fn answer_of(stored: StoreResult<CommandReceipt>) -> Answer {
-    let stored = stored.map_err(|err| rejected("unavailable", &format!("the command could not be recorded: {err}")))?;
+    // `diskFull` while the disk is full, else `unavailable`: either way a retry may pass.
+    let stored =
+        stored.map_err(|err| rejected(err.failure_code(), &format!("the command could not be recorded: {err}")))?;
     let receipt = match stored.receipt {
         Some(Value::Object(receipt)) => receipt,
         _ => JsonObject::new(),
@@ -159,7 +161,7 @@ pub async fn stored_answer(
         Ok(None) => Ok(None),
         Ok(Some(receipt)) => answer_of(Ok(receipt)).map(Some),
         Err(err) => Err(rejected(
-            "unavailable",
+            err.failure_code(),
             &format!("the command could not be checked: {err}"),
         )),
     }

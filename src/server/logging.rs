@@ -21,6 +21,8 @@ struct LogFile {
     path: PathBuf,
     file: File,
     bytes: u64,
+    /// Records that could not be written (a full disk) since the last one that could.
+    dropped: u64,
 }
 
 fn open_append(path: &Path) -> std::io::Result<File> {
@@ -40,12 +42,22 @@ impl BoundedLog {
                 path: path.to_path_buf(),
                 file,
                 bytes,
+                dropped: 0,
             })),
         })
     }
 }
 
 impl LogFile {
+    fn append(&mut self, line: &[u8]) -> std::io::Result<()> {
+        if self.bytes + line.len() as u64 > LOG_FILE_BYTES_MAX {
+            self.rotate()?;
+        }
+        self.file.write_all(line)?;
+        self.bytes += line.len() as u64;
+        Ok(())
+    }
+
     fn rotate(&mut self) -> std::io::Result<()> {
         let previous = self.path.with_extension("log.1");
         std::fs::rename(&self.path, previous)?;
@@ -58,14 +70,28 @@ impl LogFile {
 impl Write for BoundedLog {
     /// One call per record (the formatter writes a whole line at once): its interior control
     /// characters are escaped, so a value in a record can never forge another line.
+    ///
+    /// A record that cannot be written (the disk is full) is dropped, never an error: the
+    /// formatter would report it on stderr, which a full disk also refuses, and a failed
+    /// print panics the logging thread (the store's writer among them). The next record
+    /// that fits says how many were lost.
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let line = crate::printable::log_line(buf);
         let mut log = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if log.bytes + line.len() as u64 > LOG_FILE_BYTES_MAX {
-            log.rotate()?;
+        if log.dropped > 0 {
+            let note = format!(
+                "({} log records were lost: the log could not be written)\n",
+                log.dropped
+            );
+            if log.append(note.as_bytes()).is_err() {
+                log.dropped += 1;
+                return Ok(buf.len());
+            }
+            log.dropped = 0;
         }
-        log.file.write_all(&line)?;
-        log.bytes += line.len() as u64;
+        if log.append(&line).is_err() {
+            log.dropped += 1;
+        }
         Ok(buf.len())
     }
 
@@ -83,6 +109,8 @@ pub fn install(path: &Path, json: bool) -> anyhow::Result<()> {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(false)
+        // Never print to stderr from a log call: see `BoundedLog::write`.
+        .log_internal_errors(false)
         .with_writer(move || log.clone());
     let installed = if json {
         builder.json().try_init()

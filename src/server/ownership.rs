@@ -106,10 +106,32 @@ impl ServerPaths {
     }
 
     pub fn create_dirs(&self) -> anyhow::Result<()> {
+        self.check_writable()?;
         for dir in [&self.state_dir, &self.server_dir, &self.logs_dir] {
             ensure_private_dir(dir)?;
         }
         Ok(())
+    }
+
+    /// Refuse, before any file is touched, a state directory the server could not write:
+    /// on a read-only file system (root included) or not writable by this user.
+    fn check_writable(&self) -> anyhow::Result<()> {
+        use rustix::fs::{Access, access};
+        let dir = self.state_dir.display();
+        match access(&self.state_dir, Access::WRITE_OK) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+            Err(rustix::io::Errno::ROFS) => bail!(
+                "the state directory {dir} is on a read-only file system; the server must write there, so nothing was \
+                 started or changed. Remount it read-write, or use a writable directory (--state-dir or \
+                 PI_CODING_AGENT_DIR), and start again"
+            ),
+            Err(rustix::io::Errno::ACCESS | rustix::io::Errno::PERM) => bail!(
+                "the state directory {dir} is not writable by this user; the server must write there, so nothing was \
+                 started or changed. Give it back to this user (mode 0700), or use another directory (--state-dir or \
+                 PI_CODING_AGENT_DIR), and start again"
+            ),
+            Err(_) => Ok(()),
+        }
     }
 }
 

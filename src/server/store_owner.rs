@@ -2,9 +2,12 @@
 //! other child can still commit while it stops) and watches the writer thread. A store
 //! cannot be restarted in place (the writer owns the one write connection), so a dead writer
 //! stops the server with `storeFailed` instead: nothing durable could happen any more, and a
-//! fresh server start recovers from the file. It also watches the files the server holds
-//! (state directory, lock, database): one removed or replaced stops the server with
-//! `stateRemoved`, so a server never runs on deleted files next to a new one.
+//! fresh server start recovers from the file. A full disk is not a dead writer: the writer
+//! rolls back what the disk refused, answers `diskFull` and keeps serving, and the first
+//! write after space returns commits (`store/writer.rs`), so nothing here stops the server
+//! for it. It also watches the files the server holds (state directory, lock, database):
+//! one removed or replaced stops the server with `stateRemoved`, so a server never runs on
+//! deleted files next to a new one.
 
 use std::sync::Arc;
 use std::time::Duration;

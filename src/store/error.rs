@@ -181,6 +181,24 @@ pub enum StoreError {
     #[error("could not commit to the state database: {0}; the change was not applied, retry")]
     CommitFailed(String),
 
+    /// The disk holding the database refused a write for space (`SQLITE_FULL`, a quota,
+    /// a failed write): the transaction was rolled back. Not a refusal: the same write
+    /// succeeds once space returns, without a restart.
+    #[error(
+        "the disk holding the state directory {dir} is full (or refuses writes); nothing was changed. \
+         Free space on it and retry"
+    )]
+    DiskFull { dir: PathBuf },
+
+    /// The database file cannot be opened for writing (a read-only file system, or a file
+    /// that is not the user's to write); found when the server starts, before any change.
+    #[error(
+        "the state database {path} cannot be written (its file system is read-only, or the file is not writable by \
+         this user); nothing was changed. Make it writable (remount the file system read-write, or give the file \
+         back to this user with mode 0600) and start again"
+    )]
+    ReadOnly { path: PathBuf },
+
     #[error("the state store writer has stopped; restart the pi-workflows server")]
     WriterStopped,
 
@@ -189,6 +207,34 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// The error code a client or runner gets for a failure that is not a refusal
+    /// (`refusal_code` is `None`): `diskFull` while the disk is full, else `unavailable`.
+    pub fn failure_code(&self) -> &'static str {
+        match self {
+            StoreError::DiskFull { .. } => "diskFull",
+            StoreError::ReadOnly { .. } => "readOnly",
+            _ => "unavailable",
+        }
+    }
+
+    /// Whether this is the disk refusing a write for space (`DiskFull`).
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, StoreError::DiskFull { .. })
+    }
+
+    /// `DiskFull` for an SQLite or file error that says the disk refused a write for space in
+    /// `dir` (`ENOSPC`, `EDQUOT`); any other error unchanged.
+    pub(crate) fn with_disk_full_in(self, dir: &std::path::Path) -> StoreError {
+        use std::io::ErrorKind;
+        match self {
+            StoreError::Sqlite(err) if sqlite_disk_full(&err) => StoreError::DiskFull { dir: dir.to_path_buf() },
+            StoreError::Io(err) if matches!(err.kind(), ErrorKind::StorageFull | ErrorKind::QuotaExceeded) => {
+                StoreError::DiskFull { dir: dir.to_path_buf() }
+            }
+            other => other,
+        }
+    }
+
     /// The claim-loss reason when this error is a claim loss.
     pub fn claim_lost_reason(&self) -> Option<ClaimLostReason> {
         match self {
@@ -199,6 +245,22 @@ impl StoreError {
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Whether SQLite failed a write for lack of space: `SQLITE_FULL` (its Unix VFS reports
+/// `ENOSPC` so), a write error (`SQLITE_IOERR_WRITE`: a quota, or a device that refuses the
+/// write) or a shared-memory file it could not grow (`SQLITE_IOERR_SHMSIZE`).
+pub(crate) fn sqlite_disk_full(err: &rusqlite::Error) -> bool {
+    match err {
+        rusqlite::Error::SqliteFailure(failure, _) => {
+            failure.code == rusqlite::ErrorCode::DiskFull
+                || matches!(
+                    failure.extended_code,
+                    rusqlite::ffi::SQLITE_IOERR_WRITE | rusqlite::ffi::SQLITE_IOERR_SHMSIZE
+                )
+        }
+        _ => false,
+    }
+}
 
 impl StoreError {
     /// The code of a domain refusal (the request itself cannot be applied; a retry gets the

@@ -41,7 +41,11 @@ enum Existing {
 pub fn prepare_database(path: &Path, now_ms: i64) -> StoreResult<()> {
     match inspect_read_only(path)? {
         Existing::Current => Ok(()),
-        Existing::Fresh => create_database(path, now_ms),
+        // A disk too full for the new file says so; the empty or partial file it leaves is
+        // created fresh by the next start (it has no schema objects).
+        Existing::Fresh => {
+            create_database(path, now_ms).map_err(|err| err.with_disk_full_in(path.parent().unwrap_or(Path::new("."))))
+        }
     }
 }
 
@@ -122,7 +126,13 @@ fn read_stored_digest(conn: &Connection) -> rusqlite::Result<Option<String>> {
     }))
 }
 
+/// A file SQLite could not read as ours. An I/O error says nothing about the file (a full
+/// disk fails the read-only look too, when the shared-memory file must be made): it stays
+/// an I/O error, or `DiskFull`, never "move the file aside".
 fn not_ours(path: &Path, err: rusqlite::Error) -> StoreError {
+    if err.sqlite_error_code() == Some(rusqlite::ErrorCode::SystemIoFailure) || super::error::sqlite_disk_full(&err) {
+        return StoreError::Sqlite(err).with_disk_full_in(path.parent().unwrap_or(Path::new(".")));
+    }
     StoreError::NotStateDatabase {
         path: path.to_path_buf(),
         detail: bounded_detail(&err.to_string()),
@@ -192,11 +202,17 @@ pub fn configure_writer(conn: &Connection) -> StoreResult<()> {
     Ok(())
 }
 
-/// Open the writer connection of an already prepared database.
+/// Open the writer connection of an already prepared database. SQLite opens a file it may
+/// not write read-only without a word; that is refused here (`ReadOnly`), before any write.
 pub fn open_writer(path: &Path) -> StoreResult<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags)?;
-    configure_writer(&conn)?;
+    if conn.is_readonly(rusqlite::MAIN_DB)? {
+        return Err(StoreError::ReadOnly {
+            path: path.to_path_buf(),
+        });
+    }
+    configure_writer(&conn).map_err(|err| err.with_disk_full_in(path.parent().unwrap_or(Path::new("."))))?;
     Ok(conn)
 }
 

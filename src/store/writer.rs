@@ -4,9 +4,14 @@
 //! share the next transaction (group commit), each inside its own savepoint, so a failing
 //! job rolls back alone; every caller gets its answer only after the shared COMMIT. This is
 //! how protected writes keep pace with raw commits under `synchronous = FULL`.
+//!
+//! A full disk is not fatal: a transaction that SQLite cannot write for space is rolled back
+//! whole, each of its callers gets `StoreError::DiskFull`, and the writer goes on serving
+//! (reads never needed it); the first write after space returns commits, with no restart.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::thread::JoinHandle;
@@ -46,10 +51,47 @@ impl<'c> WriteTx<'c> {
 
 /// One queued write: runs once inside its savepoint, then learns the shared commit result.
 trait WriteJob: Send {
-    /// Run the change; true when its savepoint may be kept.
-    fn run(&mut self, tx: &WriteTx<'_>) -> bool;
+    /// Run the change (a disk that refused it for space is reported as `DiskFull` in
+    /// `dir`, the state directory).
+    fn run(&mut self, tx: &WriteTx<'_>, dir: &Path) -> Ran;
     /// Answer the caller. `commit` is the shared transaction's outcome.
-    fn deliver(self: Box<Self>, commit: Result<(), String>);
+    fn deliver(self: Box<Self>, commit: Result<(), BatchFailure>);
+}
+
+/// How one job's change ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ran {
+    /// It succeeded: its savepoint may be kept.
+    Kept,
+    /// It failed (or panicked): its savepoint is rolled back, the batch goes on.
+    RolledBack,
+    /// The disk refused it for space: the whole transaction is rolled back.
+    DiskFull,
+}
+
+/// Why a shared transaction did not commit.
+#[derive(Debug, Clone)]
+enum BatchFailure {
+    /// The disk holding the state directory refused the write for space.
+    DiskFull(PathBuf),
+    Failed(String),
+}
+
+impl BatchFailure {
+    fn of(err: rusqlite::Error, dir: &Path) -> Self {
+        if super::error::sqlite_disk_full(&err) {
+            BatchFailure::DiskFull(dir.to_path_buf())
+        } else {
+            BatchFailure::Failed(err.to_string())
+        }
+    }
+
+    fn error(self) -> StoreError {
+        match self {
+            BatchFailure::DiskFull(dir) => StoreError::DiskFull { dir },
+            BatchFailure::Failed(message) => StoreError::CommitFailed(message),
+        }
+    }
 }
 
 struct PendingWrite<T, F> {
@@ -69,18 +111,24 @@ where
     T: Send,
     F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send,
 {
-    fn run(&mut self, tx: &WriteTx<'_>) -> bool {
-        let Some(change) = self.change.take() else { return false };
-        let result = change(tx);
-        let succeeded = result.is_ok();
+    fn run(&mut self, tx: &WriteTx<'_>, dir: &Path) -> Ran {
+        let Some(change) = self.change.take() else {
+            return Ran::RolledBack;
+        };
+        let result = change(tx).map_err(|err| err.with_disk_full_in(dir));
+        let ran = match &result {
+            Ok(_) => Ran::Kept,
+            Err(err) if err.is_disk_full() => Ran::DiskFull,
+            Err(_) => Ran::RolledBack,
+        };
         self.result = Some(result);
-        succeeded
+        ran
     }
 
-    fn deliver(self: Box<Self>, commit: Result<(), String>) {
+    fn deliver(self: Box<Self>, commit: Result<(), BatchFailure>) {
         let answer = match (commit, self.result) {
             (Ok(()), Some(result)) => result,
-            (Err(message), Some(Ok(_))) | (Err(message), None) => Err(StoreError::CommitFailed(message)),
+            (Err(failure), Some(Ok(_))) | (Err(failure), None) => Err(failure.error()),
             // A rolled-back change reports its own error, whatever happened to the batch.
             (Err(_), Some(Err(err))) => Err(err),
             (Ok(()), None) => Err(StoreError::CommitFailed(
@@ -236,6 +284,14 @@ fn run_writer(
     receiver: Receiver<WriterMessage>,
     committed: tokio::sync::watch::Sender<u64>,
 ) {
+    // The state directory, named in `DiskFull` (the user's own directory, not a secret).
+    let dir = conn
+        .path()
+        .map(Path::new)
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let mut disk_full = false;
     while let Some(WriterMessage::Write(first)) = next_message(&receiver) {
         let mut pending = VecDeque::from([first]);
         while pending.len() < GROUP_COMMIT_JOBS_MAX {
@@ -245,57 +301,99 @@ fn run_writer(
             }
         }
         while !pending.is_empty() {
-            if commit_batch(&conn, clock.as_ref(), &mut pending) {
+            let batch = commit_batch(&conn, clock.as_ref(), &dir, &mut pending);
+            note_disk(&mut disk_full, &batch, &dir);
+            if batch.is_ok() {
                 committed.send_modify(|count| *count += 1);
             }
         }
     }
 }
 
+/// Log when the disk fills and when space returns, once each (not once per refused write).
+/// Space is back only when a transaction that changed rows committed: one that changed
+/// nothing writes nothing, and commits on a full disk too.
+fn note_disk(disk_full: &mut bool, batch: &Result<bool, BatchFailure>, dir: &Path) {
+    match batch {
+        Err(BatchFailure::DiskFull(_)) if !*disk_full => {
+            *disk_full = true;
+            tracing::error!(
+                dir = %dir.display(),
+                "the disk holding the state directory is full: writes are refused (diskFull) and rolled back until \
+                 space returns; reads go on"
+            );
+        }
+        Err(BatchFailure::DiskFull(_)) => tracing::debug!("store write refused: the disk is still full"),
+        Ok(true) if *disk_full => {
+            *disk_full = false;
+            tracing::info!("space returned on the disk of the state directory: writes commit again");
+        }
+        Ok(_) | Err(BatchFailure::Failed(_)) => {}
+    }
+}
+
 /// Run jobs from the front of `pending` in one transaction, then answer each of them.
 ///
-/// SQLite may roll back a whole transaction on its own (disk full, I/O error). The writer
-/// notices after each job; the jobs that ran are answered with the failure and the rest stay
-/// in `pending` for a fresh transaction, so no job ever runs outside `BEGIN IMMEDIATE`.
-/// True when the transaction committed.
-fn commit_batch(conn: &Connection, clock: &dyn Clock, pending: &mut VecDeque<Box<dyn WriteJob>>) -> bool {
+/// SQLite may roll back a whole transaction on its own (an I/O error). The writer notices
+/// after each job; the jobs that ran are answered with the failure and the rest stay in
+/// `pending` for a fresh transaction, so no job ever runs outside `BEGIN IMMEDIATE`. A job
+/// the disk refused for space ends the transaction the same way, rolled back whole (SQLite's
+/// advice after `SQLITE_FULL`: its pager may be unusable until then). `Ok` when it committed,
+/// with whether it changed any row.
+fn commit_batch(
+    conn: &Connection,
+    clock: &dyn Clock,
+    dir: &Path,
+    pending: &mut VecDeque<Box<dyn WriteJob>>,
+) -> Result<bool, BatchFailure> {
     if !conn.is_autocommit() {
         // Never expected: a transaction left open by an earlier failure.
         let _ = control(conn, "ROLLBACK");
     }
     if let Err(err) = control(conn, "BEGIN IMMEDIATE") {
-        tracing::error!(error = %err, jobs = pending.len(), "store writer could not begin a transaction");
-        for job in pending.drain(..) {
-            job.deliver(Err(err.to_string()));
+        let failure = BatchFailure::of(err, dir);
+        if let BatchFailure::Failed(message) = &failure {
+            tracing::error!(error = %message, jobs = pending.len(), "store writer could not begin a transaction");
         }
-        return false;
+        for job in pending.drain(..) {
+            job.deliver(Err(failure.clone()));
+        }
+        return Err(failure);
     }
+    let changes_before = conn.total_changes();
     let mut ran = Vec::with_capacity(pending.len());
-    let mut aborted = false;
+    let mut aborted = None;
     while let Some(mut job) = pending.pop_front() {
-        run_in_savepoint(conn, clock, job.as_mut());
+        let outcome = run_in_savepoint(conn, clock, dir, job.as_mut());
         ran.push(job);
-        if conn.is_autocommit() {
-            aborted = true;
+        if conn.is_autocommit() || outcome == Ran::DiskFull {
+            aborted = Some(outcome);
             break;
         }
     }
-    let commit = if aborted {
-        Err("SQLite rolled back the transaction (disk full or I/O error)".to_string())
-    } else {
-        control(conn, "COMMIT").map_err(|err| {
+    let commit = match aborted {
+        Some(outcome) => {
+            if !conn.is_autocommit() {
+                let _ = control(conn, "ROLLBACK");
+            }
+            Err(match outcome {
+                Ran::DiskFull => BatchFailure::DiskFull(dir.to_path_buf()),
+                _ => BatchFailure::Failed("SQLite rolled back the transaction (an I/O error)".to_string()),
+            })
+        }
+        None => control(conn, "COMMIT").map_err(|err| {
             let _ = control(conn, "ROLLBACK");
-            err.to_string()
-        })
+            BatchFailure::of(err, dir)
+        }),
     };
-    if let Err(message) = &commit {
+    if let Err(BatchFailure::Failed(message)) = &commit {
         tracing::error!(error = %message, jobs = ran.len(), "store write batch was not committed");
     }
-    let committed = commit.is_ok();
+    let wrote = conn.total_changes() != changes_before;
     for job in ran {
         job.deliver(commit.clone());
     }
-    committed
+    commit.map(|()| wrote)
 }
 
 /// Transaction-control statements, prepared once.
@@ -305,14 +403,18 @@ fn control(conn: &Connection, statement: &str) -> rusqlite::Result<()> {
 }
 
 /// Run one job inside its own savepoint; a failed or panicking job rolls back alone.
-fn run_in_savepoint(conn: &Connection, clock: &dyn Clock, job: &mut dyn WriteJob) {
+fn run_in_savepoint(conn: &Connection, clock: &dyn Clock, dir: &Path, job: &mut dyn WriteJob) -> Ran {
     if let Err(err) = control(conn, "SAVEPOINT job") {
         tracing::error!(error = %err, "store job skipped: no savepoint");
-        return;
+        return Ran::RolledBack;
     }
     let tx = WriteTx::new(conn, clock.now_ms());
-    let succeeded = catch_unwind(AssertUnwindSafe(|| job.run(&tx))).unwrap_or(false);
-    let closed = if succeeded {
+    let ran = catch_unwind(AssertUnwindSafe(|| job.run(&tx, dir))).unwrap_or(Ran::RolledBack);
+    if ran == Ran::DiskFull || conn.is_autocommit() {
+        // The whole transaction is rolled back next (or already was).
+        return ran;
+    }
+    let closed = if ran == Ran::Kept {
         control(conn, "RELEASE job")
     } else {
         control(conn, "ROLLBACK TO job").and_then(|()| control(conn, "RELEASE job"))
@@ -320,4 +422,5 @@ fn run_in_savepoint(conn: &Connection, clock: &dyn Clock, job: &mut dyn WriteJob
     if let Err(err) = closed {
         tracing::error!(error = %err, "store job savepoint could not be closed");
     }
+    ran
 }

@@ -57,7 +57,8 @@ pub async fn on_frames(state: &mut RunnerState, lines: Vec<Vec<u8>>) -> bool {
             return false;
         }
     }
-    flush(state, &mut pipelined).await
+    // A full disk refused a proposal: the runner is stopped after its answers (`disk_full`).
+    flush(state, &mut pipelined).await && !state.disk_full
 }
 
 /// Proposals a runner may send without waiting for the previous answer: nothing it does
@@ -91,7 +92,7 @@ async fn flush(state: &mut RunnerState, pipelined: &mut Vec<(Message, Submitted)
         }
     }
     let written = state.writer.write_all(&answers).await.is_ok();
-    keep_reading && written
+    keep_reading && written && !state.disk_full
 }
 
 /// A frame after decoding and fencing.
@@ -157,7 +158,7 @@ async fn handle(state: &mut RunnerState, message: Message) -> bool {
     if written && message.kind == MessageKind::RunnerReady && state.ready {
         return send_first_command(state).await;
     }
-    written && !claim_lost
+    written && !claim_lost && !state.disk_full
 }
 
 /// After `runner.ready`: the one explicit command, with the narrow run state.
@@ -371,9 +372,13 @@ async fn respond(state: &mut RunnerState, message: &Message, applied: StoreResul
         }
         Err(err) if err.refusal_code().is_none() => {
             // Not an answer to this message (the store failed): nothing is stored, so the
-            // runner's retry or a resumed runner gets a real answer later.
+            // runner's retry or a resumed runner gets a real answer later. A full disk
+            // (`diskFull`) also stops the runner after this answer: nothing it proposes can
+            // commit until space returns, and its run resumes from what is durable.
+            state.disk_full |= err.is_disk_full();
             tracing::warn!(run_id = %state.args.run.run_id, error = %err, "runner message not applied");
-            Response::new(&message.message_id, ResponseOutcome::Rejected).with_error("unavailable", &err.to_string())
+            Response::new(&message.message_id, ResponseOutcome::Rejected)
+                .with_error(err.failure_code(), &err.to_string())
         }
         Err(err) => {
             let (epoch, id, kind) = (

@@ -117,6 +117,7 @@ impl Actor for Runner {
             timed_out: false,
             stalled: false,
             out_of_memory: false,
+            disk_full: false,
             memory_bytes_max,
             finished: false,
             advertised: Vec::new(),
@@ -152,8 +153,10 @@ impl Actor for Runner {
                 let keep_reading = messages::on_frames(state, lines).await;
                 let _ = reply.send(keep_reading);
                 if !keep_reading {
-                    // A protocol violation or a stale runner: stop its whole group now.
-                    stop_after_end(&myself, state, None).await;
+                    // A protocol violation, a stale runner, or a full disk (stopped by the
+                    // server: recorded `cancelled`): stop its whole group now.
+                    let forced = state.disk_full.then_some(WorkerOutcome::Cancelled);
+                    stop_after_end(&myself, state, forced).await;
                 }
             }
             RunnerMsg::Control(control, command, expected, reply) => {

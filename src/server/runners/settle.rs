@@ -1,9 +1,11 @@
 //! How a runner's end is settled: its one recorded outcome, the park of a run it left
 //! running (`runnerNoProgress` when the revision never advanced after ready, else
 //! `workerCrashed`; `effectAmbiguous` over both when an effect was applying), and the stop
-//! of the process groups it registered and left behind. A stalled runner (`liveness.rs`)
-//! parks nothing: once its groups are stopped its claim is given up (`claims::expire_now`)
-//! and the reclaimer recovers the run as startup recovery would (`recovery::reclaim_run`).
+//! of the process groups it registered and left behind. A stalled runner (`liveness.rs`), or
+//! one stopped because the disk is full, parks nothing: once its groups are stopped its claim
+//! is given up (`claims::expire_now`; on a disk still full the claim simply expires) and the
+//! reclaimer recovers the run as startup recovery would (`recovery::reclaim_run`), at its own
+//! pace, so a disk that stays full is not a relaunch loop.
 //!
 //! Architecture Invariant: a runner exit is not a run failure by itself, and a lost claim
 //! changes nothing: another owner has the run.
@@ -36,8 +38,9 @@ pub async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: 
     } else {
         WorkerOutcome::Crashed
     });
-    // A stalled runner's run is the reclaimer's: its claim is given up below instead.
-    let give_up = state.stalled && !state.claim_lost && !state.finished;
+    // A stalled runner's run is the reclaimer's: its claim is given up below instead. So is
+    // the run of a runner stopped for a full disk: not the workflow's fault, nothing to review.
+    let give_up = (state.stalled || state.disk_full) && !state.claim_lost && !state.finished;
     let leave_alone = state.claim_lost || state.finished || give_up;
     let park = match state.revision_at_ready {
         _ if leave_alone => None,

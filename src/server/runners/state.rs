@@ -56,6 +56,10 @@ pub struct RunnerState {
     pub stalled: bool,
     /// Stopped by the server for using more memory than its bound.
     pub out_of_memory: bool,
+    /// A proposal of this runner could not be stored because the disk is full: it is
+    /// stopped after that answer and its run left to the reclaimer (a disk error is not the
+    /// workflow's fault, so the run resumes from its last durable boundary, unreviewed).
+    pub disk_full: bool,
     /// The runner process's resident-memory bound (`memory.rs`); `None`: none.
     pub memory_bytes_max: Option<u64>,
     pub finished: bool,
