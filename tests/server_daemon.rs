@@ -146,6 +146,47 @@ fn a_second_live_server_refuses_with_a_clear_message() {
     );
 }
 
+/// Found by `examples/torture.rs`: of two CLI commands that start the server on demand at
+/// once, the one whose server lost the lock used to fail ("another pi-workflows server is
+/// already running") while the winner was still starting; both must succeed on one server.
+#[test]
+fn concurrent_starts_on_demand_all_succeed_on_one_server() {
+    let state = StateDir::new();
+    state.start();
+    state.run(&["server", "stop"]);
+    for round in 0..5 {
+        let commands: Vec<_> = [
+            &["server", "start"][..],
+            &["runs", "--json"][..],
+            &["server", "start"][..],
+        ]
+        .iter()
+        .map(|args| {
+            state
+                .command(args)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+        for child in commands {
+            let out = child.wait_with_output().expect("wait");
+            assert!(
+                out.status.success(),
+                "round {round}: a concurrent start failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert_eq!(
+            state.status_json()["epoch"],
+            round + 2,
+            "round {round}: exactly one new server (epoch)"
+        );
+        state.run(&["server", "stop"]);
+    }
+}
+
 #[test]
 fn after_sigkill_a_new_server_takes_over_with_the_next_epoch() {
     let state = StateDir::new();

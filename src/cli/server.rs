@@ -87,8 +87,13 @@ pub(super) fn ensure_started(paths: &ServerPaths, state_dir: &Path) -> anyhow::R
     match wait_ready(ready_read, Duration::from_millis(START_TIMEOUT_MS)) {
         Ready::Epoch(epoch) => Ok(Some(epoch)),
         failed => {
-            // Another `server start` may have won the race: that is success too.
-            if Client::connect(&paths.socket).is_ok() {
+            // Another start may have won the race: that is success too, once its server
+            // answers (it holds the lock and may still be opening the store or recovering).
+            let wait = match failed {
+                Ready::Exited => Duration::from_millis(START_TIMEOUT_MS),
+                _ => Duration::ZERO,
+            };
+            if answers_after_start(paths, wait) {
                 return Ok(None);
             }
             let _ = child.try_wait();
@@ -165,6 +170,21 @@ fn spawn_detached(state_dir: &Path, ready: &OwnedFd, errors: std::fs::File) -> a
         });
     }
     command.spawn().context("could not start the server process")
+}
+
+/// Whether a server answers within `wait`, waiting only while another process holds the
+/// server lock (a concurrent start's server, not ready yet).
+fn answers_after_start(paths: &ServerPaths, wait: Duration) -> bool {
+    let deadline = Instant::now() + wait;
+    loop {
+        if Client::connect(&paths.socket).is_ok() {
+            return true;
+        }
+        if crate::server::ownership::lock_is_free(paths) || Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 enum Ready {
