@@ -340,10 +340,10 @@ impl Lab {
         format!("{}:{pid}:{start}", self.boot_id)
     }
 
-    fn tail_log(&self) -> String {
+    fn tail_log(&self, lines: usize) -> String {
         let text = std::fs::read_to_string(self.state.join("logs/server.log")).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
     }
 }
 
@@ -1310,6 +1310,8 @@ struct Killer {
     runner_kills: Vec<RunnerKill>,
     restart_ms: Vec<f64>,
     missed_early: u64,
+    /// `server start` calls that failed (each retried).
+    restart_failures: u64,
     aimed: u64,
     fallbacks: u64,
 }
@@ -1327,8 +1329,21 @@ impl Killer {
                 self.restart_ms.push(killed.elapsed().as_secs_f64() * 1e3);
                 return true;
             }
-            eprintln!("torture: server start failed ({:?}): {}", out.code, out.stderr.trim());
-            std::thread::sleep(Duration::from_millis(200));
+            let servers: Vec<String> = scan(&self.lab().mark)
+                .into_iter()
+                .filter(|proc| proc.cmdline.contains("server run"))
+                .map(|proc| format!("{} (parent {})", proc.pid, proc.ppid))
+                .collect();
+            let started = Instant::now();
+            eprintln!(
+                "torture: server start failed ({:?}, {} failed restarts so far): {}; servers now: {servers:?}; log tail:\n{}",
+                out.code,
+                self.restart_failures + 1,
+                out.stderr.trim(),
+                self.lab().tail_log(8)
+            );
+            self.restart_failures += 1;
+            std::thread::sleep(Duration::from_millis(200).saturating_sub(started.elapsed()));
         }
         false
     }
@@ -1444,6 +1459,14 @@ impl Killer {
         if early_exit || !held {
             // Another server held the lock (a CLI call started one): nothing was killed while starting.
             self.missed_early += 1;
+            let servers: Vec<String> = scan(&self.lab().mark)
+                .into_iter()
+                .filter(|proc| proc.cmdline.contains("server run"))
+                .map(|proc| format!("{} (parent {})", proc.pid, proc.ppid))
+                .collect();
+            eprintln!(
+                "torture: early kill missed (gate held: {held}, exited early: {early_exit}); servers now: {servers:?}"
+            );
         } else {
             let phase = if self.lab().socket_inode() != socket && self.lab().socket_inode().is_some() {
                 if self.applying(None) {
@@ -2274,7 +2297,7 @@ fn torture(args: Args) -> anyhow::Result<bool> {
         bail!(
             "the first server start failed: {}\n{}",
             out.stderr.trim(),
-            lab.tail_log()
+            lab.tail_log(20)
         );
     }
     let shared = Arc::new(Shared {
@@ -2316,6 +2339,7 @@ fn torture(args: Args) -> anyhow::Result<bool> {
         runner_kills: Vec::new(),
         restart_ms: Vec::new(),
         missed_early: 0,
+        restart_failures: 0,
         aimed: 0,
         fallbacks: 0,
     };
@@ -2634,6 +2658,7 @@ impl Report {
                 "byTarget": by_target,
                 "aimedAtAnApplyingEffect": killer.aimed,
                 "earlyKillsMissed": killer.missed_early,
+                "serverStartFailures": killer.restart_failures,
                 "fallbacksToTheServer": killer.fallbacks,
             },
             "runs": runs.iter().map(|((kind, outcome), n)| json!({"kind": kind, "outcome": outcome, "runs": n})).collect::<Vec<_>>(),
@@ -2683,11 +2708,12 @@ impl Report {
         );
         let _ = writeln!(
             t,
-            "\n{} crashes ({} aimed at an applying effect; {} early kills missed, {} fallbacks to the server)",
+            "\n{} crashes ({} aimed at an applying effect; {} early kills missed, {} fallbacks to the server; {} failed server starts, retried)",
             killer.crashes.len(),
             killer.aimed,
             killer.missed_early,
-            killer.fallbacks
+            killer.fallbacks,
+            killer.restart_failures
         );
         let phases = [Phase::StoreOpen, Phase::Recovery, Phase::Serving, Phase::MidEffect];
         let _ = writeln!(

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::task::JoinHandle;
 
-use ractor::rpc::CallResult;
 use supervisors::{ChildSpec, Restart, Shutdown, SupervisorMsg};
 
 use super::blocking;
@@ -208,20 +207,9 @@ async fn admit(state: &mut SchedulerState) -> Admission {
         })
         .with_details(details)
         .with_shutdown(Shutdown::Timeout(shutdown));
-        match supervisor
-            .call(|reply| SupervisorMsg::StartChild(spec, reply), None)
-            .await
-        {
-            Ok(CallResult::Success(Ok(()))) => {}
-            other => {
-                let why = match other {
-                    Ok(CallResult::Success(Err(err))) => err.to_string(),
-                    Ok(_) => "the runners supervisor did not answer".to_string(),
-                    Err(err) => err.to_string(),
-                };
-                tracing::warn!(run_id = %authority.resource_id, error = %why, "runner launch failed; parking the run");
-                abandon_launch(&shared.store, authority, runner_epoch).await;
-            }
+        if let Err(why) = super::shared::start_child(&supervisor, spec).await {
+            tracing::warn!(run_id = %authority.resource_id, error = %why, "runner launch failed; parking the run");
+            abandon_launch(&shared.store, authority, runner_epoch).await;
         }
     }
     Admission::Done

@@ -52,6 +52,20 @@ impl StopReason {
     }
 }
 
+/// Start `spec` as a dynamic child of `supervisor`; why it did not start, otherwise (the
+/// supervisor's refusal, or its silence).
+pub async fn start_child(supervisor: &ActorRef<SupervisorMsg>, spec: supervisors::ChildSpec) -> Result<(), String> {
+    match supervisor
+        .call(|reply| SupervisorMsg::StartChild(spec, reply), None)
+        .await
+    {
+        Ok(CallResult::Success(Ok(()))) => Ok(()),
+        Ok(CallResult::Success(Err(err))) => Err(err.to_string()),
+        Ok(_) => Err("the supervisor did not answer".to_string()),
+        Err(err) => Err(err.to_string()),
+    }
+}
+
 /// Lock `mutex`, taking over a poisoned one: every value the server guards this way stays
 /// consistent at each step (a panicking holder cannot leave it half-changed).
 pub fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

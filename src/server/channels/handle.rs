@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ractor::rpc::CallResult;
 use serde::Serialize;
 use supervisors::{ChildSpec, Restart, Shutdown, SupervisorMsg};
 
@@ -176,18 +175,8 @@ impl Channels {
         let spec = ChildSpec::worker(child_id(profile), Restart::Permanent, move || (Adapter, args.clone()))
             .with_details(details)
             .with_shutdown(Shutdown::Timeout(shutdown));
-        match supervisor
-            .call(|reply| SupervisorMsg::StartChild(spec, reply), None)
-            .await
-        {
-            Ok(CallResult::Success(Ok(()))) => {}
-            other => {
-                let why = match other {
-                    Ok(CallResult::Success(Err(err))) => err.to_string(),
-                    _ => "the channels supervisor did not answer".to_string(),
-                };
-                tracing::warn!(profile, error = %why, "a channel adapter did not start");
-            }
+        if let Err(why) = crate::server::shared::start_child(supervisor, spec).await {
+            tracing::warn!(profile, error = %why, "a channel adapter did not start");
         }
     }
 
