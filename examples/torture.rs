@@ -401,9 +401,25 @@ fn uptime_ticks() -> f64 {
         .map_or(0.0, |seconds| seconds * 100.0)
 }
 
+/// Some thread of the process still runs. A SIGKILLed server's leader shows as a zombie
+/// while its other threads still exit (for some 10 ms), holding its files and so its lock.
+fn any_thread_alive(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            stat.rfind(')')
+                .and_then(|end| stat[end + 1..].split_whitespace().next())
+                .is_some_and(|state| !matches!(state, "Z" | "X"))
+        })
+    })
+}
+
+/// Wait until every thread of `pid` is gone (its descriptors closed, its locks released).
 fn wait_dead(pid: i32, within: Duration) -> bool {
     let deadline = Instant::now() + within;
-    while alive(pid) {
+    while alive(pid) || any_thread_alive(pid) {
         if Instant::now() > deadline {
             return false;
         }

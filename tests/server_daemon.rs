@@ -187,6 +187,57 @@ fn concurrent_starts_on_demand_all_succeed_on_one_server() {
     }
 }
 
+/// What the two cases above come down to: this start's server exits because another process
+/// holds the lock (here the test, as a killed server's exiting threads would); the start waits
+/// while it is held and starts a server once it is free, instead of failing at once.
+#[test]
+fn a_start_waits_while_the_lock_is_held_and_starts_once_it_is_free() {
+    let state = StateDir::new();
+    state.start();
+    state.run(&["server", "stop"]);
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(state.path().join("server/server.lock"))
+        .expect("lock file");
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).expect("hold the lock");
+    let start = state
+        .command(&["server", "start"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(500));
+    drop(lock);
+    let out = start.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "the start gave up while the lock was held: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(state.status_json()["epoch"], 2);
+}
+
+/// Also found by `examples/torture.rs`: a SIGKILLed server's main thread is a zombie at
+/// once, but its other threads hold its files, the lock among them, for a few more ms. A
+/// start in that window used to fail ("already running"); it must wait for the lock instead.
+#[test]
+fn a_start_right_after_a_sigkill_succeeds() {
+    let state = StateDir::new();
+    for round in 0..10 {
+        state.start();
+        let pid = state.server_pid();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).expect("kill -9");
+        let out = state.run(&["server", "start"]);
+        assert!(
+            out.status.success(),
+            "round {round}: a start right after the SIGKILL failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        wait_until("the killed server is gone", || !alive(pid));
+    }
+}
+
 #[test]
 fn after_sigkill_a_new_server_takes_over_with_the_next_epoch() {
     let state = StateDir::new();

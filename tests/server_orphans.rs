@@ -68,3 +68,49 @@ fn zombie_children_of(parent: i32) -> Vec<i32> {
         })
         .collect()
 }
+
+/// Found by `examples/torture.rs` (seed 23, point 802): a shell step's command that its runner
+/// had started but not yet registered when the server was SIGKILLed outlived startup
+/// recovery, which stops only the stale runner's own group and the registered groups. Its
+/// manual effect was then `ambiguous` while the command still ran: it applied after an
+/// operator's review had found nothing and chosen a retry, so the effect applied twice.
+/// Recovery now also stops the groups of the stale runner's children.
+#[test]
+fn an_unregistered_child_of_a_runner_is_stopped_by_startup_recovery() {
+    let env = Env::new();
+    let pid_file = env.dir().join("child.pid");
+    let input = serde_json::json!({ "pidFile": pid_file }).to_string();
+    let run_id = env.start_fixture("unregistered-child", Some(&input));
+    env.wait_until("the runner started its child", || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|text| !text.trim().is_empty())
+    });
+    let child: i64 = std::fs::read_to_string(&pid_file)
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("pid");
+    let server = env.server_pid();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(server), nix::sys::signal::Signal::SIGKILL).expect("kill -9");
+    env.wait_until("the killed server is gone", || {
+        reaped(i64::from(server)) || zombie(i64::from(server))
+    });
+    // The child still runs: nothing but the runner knows it.
+    assert!(!reaped(child) && !zombie(child), "the child died with the server");
+    let start = env.cli(&["server", "start"]);
+    env.expect_code(&start, 0, "server start");
+    env.wait_until("startup recovery stopped the stale runner's unregistered child", || {
+        reaped(child) || zombie(child)
+    });
+    env.expect_code(&env.cli(&["run", "cancel", &run_id]), 0, "run cancel");
+}
+
+/// A process that exited and waits for its parent to reap it.
+fn zombie(pid: i64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+        })
+        .unwrap_or(false)
+}

@@ -18,6 +18,8 @@ use crate::server::{self, READY_FD_ENV, ServerConfig};
 
 /// How long `server start` waits for the ready handshake.
 pub const START_TIMEOUT_MS: u64 = 10_000;
+/// Servers one start spawns at most, when each exits and the lock came free meanwhile.
+const START_ATTEMPTS: u32 = 3;
 /// How long `server stop` waits for the process to be gone.
 pub const STOP_WAIT_MS: u64 = 35_000;
 const START_ERROR_BYTES_MAX: u64 = 4 * 1024;
@@ -79,44 +81,66 @@ pub(super) fn ensure_started(paths: &ServerPaths, state_dir: &Path) -> anyhow::R
         return Ok(None);
     }
     paths.create_dirs()?;
-    let (ready_read, ready_write) = nix::unistd::pipe().context("could not create the ready pipe")?;
-    let start_errors = paths.logs_dir.join("server-start.err");
-    let errors_file = private_file(&start_errors)?;
-    let mut child = spawn_detached(state_dir, &ready_write, errors_file)?;
-    drop(ready_write);
-    match wait_ready(ready_read, Duration::from_millis(START_TIMEOUT_MS)) {
-        Ready::Epoch(epoch) => Ok(Some(epoch)),
-        failed => {
-            // Another start may have won the race: that is success too, once its server
-            // answers (it holds the lock and may still be opening the store or recovering).
-            let wait = match failed {
-                Ready::Exited => Duration::from_millis(START_TIMEOUT_MS),
-                _ => Duration::ZERO,
-            };
-            if answers_after_start(paths, wait) {
-                return Ok(None);
-            }
-            let _ = child.try_wait();
-            let mut detail = read_bounded(&start_errors);
-            if detail.trim().is_empty() {
-                // Nothing could be written there: a full disk would say so nowhere else.
-                detail = disk_full_hint(state_dir);
-            }
-            let what = match failed {
-                Ready::TimedOut => format!("did not become ready within {} s", START_TIMEOUT_MS / 1_000),
-                _ => "exited before it was ready".to_string(),
-            };
-            bail!(
-                "the server {what}{}; see {}",
-                if detail.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", detail.trim())
-                },
-                paths.logs_dir.join("server.log").display()
-            )
+    let mut attempt = 1;
+    loop {
+        let (ready_read, ready_write) = nix::unistd::pipe().context("could not create the ready pipe")?;
+        let start_errors = paths.logs_dir.join("server-start.err");
+        let errors_file = private_file(&start_errors)?;
+        let mut child = spawn_detached(state_dir, &ready_write, errors_file)?;
+        drop(ready_write);
+        let failed = match wait_ready(ready_read, Duration::from_millis(START_TIMEOUT_MS)) {
+            Ready::Epoch(epoch) => return Ok(Some(epoch)),
+            failed => failed,
+        };
+        // Another start may have won the race: that is success too, once its server
+        // answers (it holds the lock and may still be opening the store or recovering).
+        let exited = matches!(failed, Ready::Exited);
+        let wait = if exited {
+            Duration::from_millis(START_TIMEOUT_MS)
+        } else {
+            Duration::ZERO
+        };
+        if answers_after_start(paths, wait) {
+            return Ok(None);
         }
+        let _ = child.try_wait();
+        // The lock is free again and nothing answers: its holder exited meanwhile (a killed
+        // server's last threads release it a few ms after it shows as a zombie, or another
+        // start's server failed). Try again.
+        if exited && attempt < START_ATTEMPTS && crate::server::ownership::lock_is_free(paths) {
+            attempt += 1;
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        break start_failure(paths, state_dir, &start_errors, &failed);
     }
+}
+
+/// Why a start failed: what its server wrote before exiting, or a full disk.
+fn start_failure(
+    paths: &ServerPaths,
+    state_dir: &Path,
+    start_errors: &Path,
+    failed: &Ready,
+) -> anyhow::Result<Option<i64>> {
+    let mut detail = read_bounded(start_errors);
+    if detail.trim().is_empty() {
+        // Nothing could be written there: a full disk would say so nowhere else.
+        detail = disk_full_hint(state_dir);
+    }
+    let what = match failed {
+        Ready::TimedOut => format!("did not become ready within {} s", START_TIMEOUT_MS / 1_000),
+        _ => "exited before it was ready".to_string(),
+    };
+    bail!(
+        "the server {what}{}; see {}",
+        if detail.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", detail.trim())
+        },
+        paths.logs_dir.join("server.log").display()
+    )
 }
 
 /// Free space below which an empty start-errors file is explained by a full disk.

@@ -134,7 +134,8 @@ pub async fn reap_registered(store: &Arc<Store>, runner_epoch: Option<String>) {
 /// Stop (SIGKILL, whole group) the processes of runner epochs no actor of this server owns
 /// any more — an older server's at startup, or one whose runner actor ended without
 /// settling —, each only while its recorded start identity still matches (a reused PID is
-/// never touched); then reap what became this server's to reap.
+/// never touched), with the groups its children lead; then reap what became this server's
+/// to reap.
 pub async fn stop_stale_runners(stale: &[StaleWorker]) {
     use supervisors::process::{ProcessSignal, SignalOutcome, StartIdentity, signal_group_if_identity_matches};
     for worker in stale {
@@ -145,9 +146,19 @@ pub async fn stop_stale_runners(stale: &[StaleWorker]) {
         else {
             continue;
         };
+        // A shell step's command runs in a group of its own, and the runner registers it only
+        // after its spawn: one started just before an older server died is in no registered
+        // group. Found while the runner still lives, it is stopped with it (else it would run
+        // on while recovery calls its effect ambiguous).
+        let children = child_identities(&identity);
         match signal_group_if_identity_matches(&identity, ProcessSignal::Kill) {
             Ok(outcome) => {
                 tracing::info!(pid = identity.pid, ?outcome, "stopped a stale runner");
+                for child in &children {
+                    if let Ok(SignalOutcome::Signaled) = signal_group_if_identity_matches(child, ProcessSignal::Kill) {
+                        tracing::info!(pid = child.pid, "stopped the group of a stale runner's child");
+                    }
+                }
                 if outcome == SignalOutcome::Signaled {
                     supervisors::process::reap_group(identity.pid).await;
                 }
@@ -155,6 +166,27 @@ pub async fn stop_stale_runners(stale: &[StaleWorker]) {
             Err(err) => tracing::warn!(pid = identity.pid, error = %err, "could not check a stale runner"),
         }
     }
+}
+
+/// The start identities of the live process's direct children (every thread's), if the
+/// process is still the one `identity` names.
+fn child_identities(identity: &supervisors::process::StartIdentity) -> Vec<supervisors::process::StartIdentity> {
+    if supervisors::process::identity_of(identity.pid).as_ref() != Some(identity) {
+        return Vec::new();
+    }
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", identity.pid)) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|text| {
+            text.split_ascii_whitespace()
+                .filter_map(|pid| pid.parse::<i32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .filter_map(supervisors::process::identity_of)
+        .collect()
 }
 
 /// A launch that failed before its runner could run (e.g. the program is missing): the run
