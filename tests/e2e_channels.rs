@@ -17,6 +17,8 @@ use serde_json::{Value, json};
 
 const TOKEN: &str = "123456789:CANARY-e2e-token-never-logged";
 const ALLOWED_USER: i64 = 70_001;
+/// A second person allowed to answer, in the same chat.
+const SECOND_USER: i64 = 70_002;
 const CHAT: i64 = 70_001;
 const STRANGER: i64 = 99_999;
 const WAIT: Duration = Duration::from_secs(60);
@@ -47,6 +49,35 @@ fn with_channels() -> Channels {
     with_adapter(&adapter_binary())
 }
 
+/// The edit that closed the decision's message (its buttons removed), once it came.
+fn closing_edit(c: &Channels) -> channel_telegram::fake_api::Edit {
+    c.wait("the closing edit", || {
+        c.fake.edits().iter().any(|edit| !edit.has_keyboard)
+    });
+    c.fake
+        .edits()
+        .into_iter()
+        .find(|edit| !edit.has_keyboard)
+        .expect("closing edit")
+}
+
+/// A decision whose first send reached Telegram, but whose adapter was SIGKILLed before the
+/// answer came back: the attempt is ambiguous and a new adapter epoch is ready. The run's ID.
+fn start_with_an_ambiguous_send(c: &Channels) -> String {
+    c.fake.fail_next("sendMessage", FakeFailure::Hang(60_000));
+    let run_id = c.start_approval();
+    assert!(c.fake.wait_for_requests("sendMessage", 1, WAIT), "the send was made");
+    let pids = adapter_pids(c.env.server_pid());
+    assert_eq!(pids.len(), 1, "one adapter per profile: {pids:?}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pids[0]), nix::sys::signal::Signal::SIGKILL).expect("SIGKILL");
+    c.wait("the attempt to become ambiguous", || c.status()["ambiguous"] == 1);
+    c.wait("a new adapter epoch ready", || {
+        let status = c.status();
+        status["profiles"][0]["state"] == "ready" && status["profiles"][0]["epoch"].as_i64() >= Some(2)
+    });
+    run_id
+}
+
 fn with_adapter(program: &Path) -> Channels {
     let fake = FakeBotApi::start(TOKEN);
     let config = short_temp_dir("piwc");
@@ -58,7 +89,7 @@ fn with_adapter(program: &Path) -> Channels {
     let channels = json!({
         "schema": "pi-workflows.channels.v1",
         "audiences": {"operator": {"channels": ["pi", "telegram:ops"], "accept": "first-valid-answer"}},
-        "telegram": {"ops": {"credential": "ops-bot", "allowedUserIds": [ALLOWED_USER], "allowedChatIds": [CHAT],
+        "telegram": {"ops": {"credential": "ops-bot", "allowedUserIds": [ALLOWED_USER, SECOND_USER], "allowedChatIds": [CHAT],
                              "apiBaseUrl": fake.base_url(), "pollTimeoutS": 1}},
     });
     write_private(&config.path().join("channels.json"), &channels.to_string());
@@ -108,11 +139,18 @@ impl Channels {
             .text(&format!("SELECT status FROM runs WHERE run_id = '{run_id}'"))
     }
 
-    /// Every log file of the state directory, the status and `extra` hold no token.
+    /// Every log file of the state directory, the status, every run's view and `extra` hold
+    /// no token.
     fn assert_no_token(&self, extra: &[&str]) {
         let secret = TOKEN.split(':').nth(1).expect("secret part");
         let mut texts: Vec<String> = extra.iter().map(|text| text.to_string()).collect();
         texts.push(self.status().to_string());
+        for run_id in self.env.texts("SELECT run_id FROM runs") {
+            let view = self.env.cli(&["view", &run_id, "--once", "--json"]);
+            self.env.expect_code(&view, 0, "view --once --json");
+            assert!(!view.stdout.is_empty(), "the view of {run_id}");
+            texts.push(String::from_utf8_lossy(&view.stdout).into_owned());
+        }
         for entry in walk(&self.env.dir().join("logs"))
             .into_iter()
             .chain(walk(&self.env.dir().join("server")))
@@ -208,15 +246,7 @@ fn a_button_press_answers_the_decision_and_the_message_is_closed() {
         c.env.node_output(&run_id, "approve"),
         json!({"choice": "approve", "provenance": "human"})
     );
-    c.wait("the closing edit", || {
-        c.fake.edits().iter().any(|edit| !edit.has_keyboard)
-    });
-    let closed = c
-        .fake
-        .edits()
-        .into_iter()
-        .find(|edit| !edit.has_keyboard)
-        .expect("closing edit");
+    let closed = closing_edit(&c);
     assert!(
         closed.visible_text.contains("Decided: Approve the merge"),
         "{}",
@@ -267,19 +297,7 @@ fn a_text_choice_is_asked_with_force_reply_and_the_reply_is_the_answer() {
 #[test]
 fn a_sigkilled_adapter_leaves_only_its_in_flight_send_ambiguous_until_recovered() {
     let c = with_channels();
-    // The first send reaches Telegram but its answer never comes back.
-    c.fake.fail_next("sendMessage", FakeFailure::Hang(60_000));
-    let run_id = c.start_approval();
-    assert!(c.fake.wait_for_requests("sendMessage", 1, WAIT), "the send was made");
-    let pids = adapter_pids(c.env.server_pid());
-    assert_eq!(pids.len(), 1, "one adapter per profile: {pids:?}");
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pids[0]), nix::sys::signal::Signal::SIGKILL).expect("SIGKILL");
-
-    c.wait("the attempt to become ambiguous", || c.status()["ambiguous"] == 1);
-    c.wait("a new adapter epoch ready", || {
-        let status = c.status();
-        status["profiles"][0]["state"] == "ready" && status["profiles"][0]["epoch"].as_i64() >= Some(2)
-    });
+    let run_id = start_with_an_ambiguous_send(&c);
     // Ready and idle: it tracked what is open and made no second send by itself.
     std::thread::sleep(Duration::from_millis(500));
     let sends = c
@@ -369,4 +387,176 @@ fn an_adapter_that_cannot_start_stops_its_profile_and_nothing_else() {
         .cli(&["decision", "answer", &run_id, "approve", "--follow", "--json"]);
     c.env.expect_code(&answered, 0, "the decision is answered in the CLI");
     assert_eq!(json_of(&answered)["status"], "completed");
+}
+
+/// An adapter that says `channel.ready` and dies at once, every time (a crash right after
+/// ready): the stand-in for a bug that only shows once the adapter runs.
+fn crash_after_ready_adapter(dir: &Path) -> PathBuf {
+    let path = dir.join("crash-after-ready.sh");
+    let script = r#"#!/bin/sh
+epoch=$(printf '%s' "$PI_WORKFLOWS_CHANNEL_LAUNCH" | sed 's/.*"adapterEpoch":\([0-9]*\).*/\1/')
+printf '{"adapterEpoch":%s,"attemptId":null,"channelRevision":0,"kind":"channel.ready","payload":{"bot":{"id":1,"username":"crash_bot"}},"profile":"ops","protocol":"pi-workflows.channel.v1","sequence":1}\n' "$epoch" >&3
+exit 1
+"#;
+    std::fs::write(&path, script).expect("write the adapter");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    path
+}
+
+#[test]
+fn an_adapter_that_crashes_right_after_ready_backs_off_and_the_server_keeps_serving() {
+    let programs = short_temp_dir("piwp");
+    let c = with_adapter(&crash_after_ready_adapter(programs.path()));
+    let run_id = c.start_approval();
+    c.wait("the adapter to have been ready and died", || {
+        c.status()["profiles"][0]["lastExit"] == "exited"
+    });
+    // Ready is not stability: the waits double (0.5, 1, 2, 4 s …) instead of restarting every
+    // 0.5 s, which would exhaust the `channels` supervisor and then the root within seconds.
+    std::thread::sleep(Duration::from_secs(8));
+    // The epoch counts every launch durably (a restarted subtree would reset `launches`).
+    let launches = c.status()["profiles"][0]["epoch"].as_i64().expect("epoch");
+    assert!(
+        (3..=6).contains(&launches),
+        "a crash loop backs off: {launches} launches in about 8 s\n{}",
+        c.env.diagnostics()
+    );
+    let tree = c.env.cli(&["server", "status", "--tree"]);
+    c.env.expect_code(&tree, 0, "the server is up");
+    let tree = String::from_utf8_lossy(&tree.stdout).into_owned();
+    assert!(tree.contains("adapter-ops"), "the profile is still supervised: {tree}");
+    assert_eq!(c.run_status(&run_id), "waiting", "the run is not affected");
+    // Each crash may leave a send ambiguous: the channel's to recover, never the run's.
+    let view = json_of(&c.env.cli(&["view", &run_id, "--once", "--json"]));
+    assert_eq!(view["display"]["status"], "waiting", "{view}");
+    let answered = c
+        .env
+        .cli(&["decision", "answer", &run_id, "approve", "--follow", "--json"]);
+    c.env.expect_code(&answered, 0, "the decision is answered in the CLI");
+    assert_eq!(json_of(&answered)["status"], "completed");
+    c.assert_no_token(&[]);
+}
+
+#[test]
+fn the_first_press_wins_over_a_second_person_and_over_the_deadline() {
+    let c = with_channels();
+    let run_id = c.env.start_fixture("channel-decision-deadline", None);
+    c.wait("the decision message", || !c.fake.sent_messages().is_empty());
+    let sent = c.fake.sent_messages()[0].clone();
+    assert_eq!(sent.button_labels, ["Go", "Hold"]);
+    c.fake
+        .push_callback(ALLOWED_USER, CHAT, sent.message_id, &sent.callback_data[0]);
+    c.fake
+        .push_callback(SECOND_USER, CHAT, sent.message_id, &sent.callback_data[1]);
+    c.wait("the run to complete", || c.run_status(&run_id) == "completed");
+    assert_eq!(
+        c.env.node_output(&run_id, "ask"),
+        json!({"choice": "go", "provenance": "human"})
+    );
+    assert!(c.fake.wait_for_callback_answers(2, WAIT), "both presses were answered");
+    // Past the deadline (10 s): the default does not replace the answer.
+    std::thread::sleep(Duration::from_secs(10));
+    assert_eq!(c.env.count("SELECT count(*) FROM human_decision_resolutions"), 1);
+    assert_eq!(c.env.text("SELECT provenance FROM human_decision_resolutions"), "human");
+    assert_eq!(
+        c.env.count(&format!(
+            "SELECT count(*) FROM node_attempts WHERE run_id = '{run_id}' AND node_path = 'hold'"
+        )),
+        0
+    );
+    let closing: Vec<_> = c.fake.edits().into_iter().filter(|edit| !edit.has_keyboard).collect();
+    assert_eq!(closing.len(), 1, "closed once: {closing:?}");
+    assert!(
+        closing[0].visible_text.contains("Decided: Go"),
+        "{}",
+        closing[0].visible_text
+    );
+    c.assert_no_token(&[]);
+}
+
+#[test]
+fn the_deadline_default_wins_when_nobody_answers_and_the_message_says_so() {
+    let c = with_channels();
+    let run_id = c.env.start_fixture("decision-timeout", None);
+    c.wait("the decision message", || !c.fake.sent_messages().is_empty());
+    let sent = c.fake.sent_messages()[0].clone();
+    c.wait("the run to complete", || c.run_status(&run_id) == "completed");
+    assert_eq!(
+        c.env.node_output(&run_id, "hold"),
+        json!({"held": true, "by": "timeout_policy"})
+    );
+    let closed = closing_edit(&c);
+    assert_eq!(closed.message_id, sent.message_id);
+    assert!(
+        closed.visible_text.contains("No answer in time: Hold applied"),
+        "{}",
+        closed.visible_text
+    );
+    // A press after the deadline finds the decision closed and changes nothing.
+    c.fake
+        .push_callback(ALLOWED_USER, CHAT, sent.message_id, &sent.callback_data[0]);
+    assert!(c.fake.wait_for_callback_answers(1, WAIT));
+    assert_eq!(
+        c.fake.callback_answers()[0].text.as_deref(),
+        Some("This decision is closed")
+    );
+    assert_eq!(
+        c.env.text("SELECT provenance FROM human_decision_resolutions"),
+        "timeout_policy"
+    );
+    c.assert_no_token(&[]);
+}
+
+#[test]
+fn recover_confirm_makes_the_buttons_of_the_confirmed_message_work_and_its_closing_edit_happen() {
+    let c = with_channels();
+    let run_id = start_with_an_ambiguous_send(&c);
+    // The operator finds the message in the chat.
+    let sent = c.fake.sent_messages()[0].clone();
+    let message_id = c.status()["messages"][0]["channelMessageId"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let confirm = c.env.cli(&["channel", "recover", &message_id, "confirm"]);
+    c.env.expect_code(&confirm, 0, "channel recover confirm");
+    c.wait("the confirmed message presented", || {
+        c.status()["messages"][0]["state"] == "presented"
+    });
+    // Its buttons work in the running adapter (no restart): the press answers the decision.
+    let deadline = Instant::now() + WAIT;
+    let mut presses = 0;
+    loop {
+        c.fake
+            .push_callback(ALLOWED_USER, CHAT, sent.message_id, &sent.callback_data[2]);
+        presses += 1;
+        assert!(
+            c.fake.wait_for_callback_answers(presses, WAIT),
+            "every press is answered"
+        );
+        let answer = c.fake.callback_answers()[presses - 1].text.clone();
+        if answer.as_deref() == Some("Received") {
+            break;
+        }
+        // Only until the adapter was told to track it (a commit away).
+        assert_eq!(answer.as_deref(), Some("This decision is closed"));
+        assert!(Instant::now() < deadline, "the confirmed message never took a press");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    c.wait("the run to complete", || c.run_status(&run_id) == "completed");
+    assert_eq!(
+        c.env.node_output(&run_id, "approve"),
+        json!({"choice": "hold", "provenance": "human"})
+    );
+    // The press told the server which message it is: the closing edit names it.
+    let closed = closing_edit(&c);
+    assert_eq!(closed.message_id, sent.message_id);
+    assert!(closed.visible_text.contains("Decided: Hold"), "{}", closed.visible_text);
+    let sends = c
+        .fake
+        .requests()
+        .iter()
+        .filter(|method| *method == "sendMessage")
+        .count();
+    assert_eq!(sends, 1, "a confirmed send is never sent again");
+    c.assert_no_token(&[&stderr_of(&confirm)]);
 }

@@ -10,7 +10,7 @@ use common::open_store;
 use common::sessions::*;
 use pi_workflows::store::channels::{
     self, AdapterFence, Answered, AttemptOutcome, ChannelAnswer, ChannelError, ChannelOperation, ChannelRecovery,
-    Present,
+    Present, SettleClaim,
 };
 use pi_workflows::store::interactions::InteractionKind;
 use pi_workflows::store::{StoreError, StoreResult};
@@ -51,10 +51,27 @@ fn next(t: &common::TestStore, fence: &AdapterFence) -> Option<Present> {
         .expect("next present")
 }
 
-fn settle(t: &common::TestStore, fence: &AdapterFence, attempt: &str, outcome: AttemptOutcome) -> StoreResult<()> {
-    let (fence, attempt) = (fence.clone(), attempt.to_string());
-    t.store
-        .write(move |tx| channels::settle(tx, &fence, &attempt, &outcome))
+/// The adapter's settle of `present`, as its frame claims it.
+fn settle(t: &common::TestStore, fence: &AdapterFence, present: &Present, outcome: AttemptOutcome) -> StoreResult<()> {
+    settle_claiming(t, fence, present, present.channel_revision, outcome)
+}
+
+/// A settle of `present` whose frame carries `channel_revision`.
+fn settle_claiming(
+    t: &common::TestStore,
+    fence: &AdapterFence,
+    present: &Present,
+    channel_revision: i64,
+    outcome: AttemptOutcome,
+) -> StoreResult<()> {
+    let (fence, present) = (fence.clone(), present.clone());
+    t.store.write(move |tx| {
+        let claim = SettleClaim {
+            channel_revision,
+            ..present.claim()
+        };
+        channels::settle(tx, &fence, &claim, &outcome)
+    })
 }
 
 fn press(
@@ -82,6 +99,8 @@ fn press(
                 text: text.as_deref(),
                 wants_text,
                 update_id: update,
+                channel_revision: 1,
+                telegram_message_id: None,
             },
         )
     })
@@ -110,7 +129,7 @@ fn sent(t: &common::TestStore, fence: &AdapterFence) -> String {
     assert_eq!(plan(t, fence), 1);
     let send = next(t, fence).expect("a send is due");
     assert_eq!(send.operation, ChannelOperation::Send);
-    settle(t, fence, &send.attempt_id, applied(42)).expect("settle");
+    settle(t, fence, &send, applied(42)).expect("settle");
     send.channel_message_id
 }
 
@@ -125,7 +144,7 @@ fn a_send_is_recorded_applying_before_it_is_made_and_one_is_in_flight_at_a_time(
     assert_eq!(send.request.title, "Ship it?");
     assert_eq!(effect_statuses(&t), ["channel.telegram.send applying"]);
     assert!(next(&t, &fence).is_none(), "nothing else while the send is in flight");
-    settle(&t, &fence, &send.attempt_id, applied(42)).expect("settle");
+    settle(&t, &fence, &send, applied(42)).expect("settle");
     assert_eq!(effect_statuses(&t), ["channel.telegram.send applied"]);
     let state: String = value(&t.store, "SELECT state FROM channel_messages");
     assert_eq!(state, "presented");
@@ -155,7 +174,7 @@ fn a_press_settles_the_decision_and_the_message_is_closed_by_a_recorded_edit() {
         channels::closed_text(&close.request, close.resolution.as_ref().expect("resolution")),
         "Decided: Ship"
     );
-    settle(&t, &fence, &close.attempt_id, applied(42)).expect("settle close");
+    settle(&t, &fence, &close, applied(42)).expect("settle close");
     let state: String = value(&t.store, "SELECT state FROM channel_messages");
     assert_eq!(state, "closed");
     assert_eq!(
@@ -189,7 +208,7 @@ fn a_text_choice_asks_for_its_text_once_per_press_and_the_reply_answers() {
         ),
         (ChannelOperation::Prompt, Some("fix"), Some(42))
     );
-    settle(&t, &fence, &prompt.attempt_id, applied(43)).expect("settle prompt");
+    settle(&t, &fence, &prompt, applied(43)).expect("settle prompt");
     let answered = press(&t, &fence, &message, "fix", Some("rename it"), false, 902).expect("reply");
     assert!(matches!(answered, Answered::Settled(_)), "{answered:?}");
 }
@@ -204,12 +223,12 @@ fn a_stale_adapter_epoch_or_attempt_cannot_settle_newer_work() {
     let new = launch(&t);
     assert_eq!(new.epoch, old.epoch + 1);
     assert_eq!(effect_statuses(&t), ["channel.telegram.send ambiguous"]);
-    let stale = settle(&t, &old, &send.attempt_id, applied(42));
+    let stale = settle(&t, &old, &send, applied(42));
     assert!(
         matches!(stale, Err(StoreError::Channel(ChannelError::StaleAdapter { .. }))),
         "{stale:?}"
     );
-    let forged = settle(&t, &new, &send.attempt_id, applied(42));
+    let forged = settle(&t, &new, &send, applied(42));
     assert!(
         matches!(forged, Err(StoreError::Channel(ChannelError::StaleAttempt { .. }))),
         "{forged:?}"
@@ -259,22 +278,10 @@ fn a_rate_limited_send_is_tried_again_and_a_refused_one_fails_without_blocking_t
     let fence = presented_setup(&t);
     plan(&t, &fence);
     let send = next(&t, &fence).expect("send");
-    settle(
-        &t,
-        &fence,
-        &send.attempt_id,
-        AttemptOutcome::Rejected { retryable: true },
-    )
-    .expect("rate limited");
+    settle(&t, &fence, &send, AttemptOutcome::Rejected { retryable: true }).expect("rate limited");
     let again = next(&t, &fence).expect("again");
     assert!(again.attempt_id.ends_with(".send.2"));
-    settle(
-        &t,
-        &fence,
-        &again.attempt_id,
-        AttemptOutcome::Rejected { retryable: false },
-    )
-    .expect("forbidden");
+    settle(&t, &fence, &again, AttemptOutcome::Rejected { retryable: false }).expect("forbidden");
     let state: String = value(&t.store, "SELECT state FROM channel_messages");
     assert_eq!(state, "failed");
     let run: String = value(&t.store, "SELECT status FROM runs");
@@ -303,4 +310,128 @@ fn startup_recovery_makes_an_in_flight_attempt_ambiguous_and_the_run_never_sees_
         .read(pi_workflows::store::verify::unsettled_work)
         .expect("unsettled");
     assert!(unsettled > 0, "a pending channel decision keeps the server up");
+}
+
+#[test]
+fn a_settle_with_a_stale_channel_revision_settles_nothing() {
+    let t = open_store();
+    let fence = presented_setup(&t);
+    let message = sent(&t, &fence);
+    press(&t, &fence, &message, "ship", None, false, 900).expect("press");
+    let close = next(&t, &fence).expect("the closing edit");
+    assert_eq!(close.channel_revision, 2);
+    // A frame that expects the send's revision (1) cannot settle the closing edit (2), nor
+    // can one from the future.
+    for stale in [1, 3] {
+        let refused = settle_claiming(&t, &fence, &close, stale, applied(42));
+        assert!(
+            matches!(refused, Err(StoreError::Channel(ChannelError::StaleRevision { revision, .. })) if revision == stale),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(
+        effect_statuses(&t),
+        ["channel.telegram.send applied", "channel.telegram.close applying"],
+        "nothing was settled"
+    );
+    let state: String = value(&t.store, "SELECT state FROM channel_messages");
+    assert_eq!(state, "presented");
+    let attempts = t.store.read(|conn| {
+        Ok(conn.query_row(
+            "SELECT count(*) FROM effect_attempts WHERE outcome IS NULL",
+            [],
+            |row| row.get::<_, i64>(0),
+        )?)
+    });
+    assert_eq!(attempts.expect("attempts"), 1, "the closing attempt is still applying");
+    // The adapter's own settle still works.
+    settle(&t, &fence, &close, applied(42)).expect("the closing edit's own settle");
+    let state: String = value(&t.store, "SELECT state FROM channel_messages");
+    assert_eq!(state, "closed");
+}
+
+#[test]
+fn an_answer_with_a_stale_channel_revision_changes_nothing() {
+    let t = open_store();
+    let fence = presented_setup(&t);
+    let message = sent(&t, &fence);
+    let (fence2, message2) = (fence.clone(), message.clone());
+    let stale = t.store.write(move |tx| {
+        channels::answer(
+            tx,
+            &fence2,
+            &ChannelAnswer {
+                channel_message_id: &message2,
+                choice: "ship",
+                text: None,
+                wants_text: false,
+                update_id: 900,
+                channel_revision: 0,
+                telegram_message_id: None,
+            },
+        )
+    });
+    assert!(
+        matches!(stale, Err(StoreError::Channel(ChannelError::StaleRevision { .. }))),
+        "{stale:?}"
+    );
+    assert_eq!(
+        t.store
+            .read(|conn| Ok(
+                conn.query_row("SELECT count(*) FROM human_decision_resolutions", [], |row| row
+                    .get::<_, i64>(0))?
+            ))
+            .expect("count"),
+        0
+    );
+    press(&t, &fence, &message, "ship", None, false, 901).expect("the current revision answers");
+}
+
+#[test]
+fn a_confirmed_send_learns_its_telegram_message_from_the_first_press() {
+    let t = open_store();
+    let fence = presented_setup(&t);
+    plan(&t, &fence);
+    let send = next(&t, &fence).expect("send");
+    let fence = launch(&t);
+    let id = send.channel_message_id.clone();
+    t.store
+        .write(move |tx| channels::recover(tx, &id, ChannelRecovery::Confirm))
+        .expect("confirm");
+    // The adapter is told to track it, without a Telegram message.
+    let open = t
+        .store
+        .read(|conn| channels::open_messages(conn, PROFILE, &[]))
+        .expect("open");
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].telegram_message_id, None);
+    let tracked = vec![send.channel_message_id.clone()];
+    let none = t
+        .store
+        .read(move |conn| channels::open_messages(conn, PROFILE, &tracked))
+        .expect("open");
+    assert!(none.is_empty(), "a tracked message is not tracked again");
+    // The first press tells which message it is; the closing edit can then name it.
+    let (fence2, message) = (fence.clone(), send.channel_message_id.clone());
+    let answered = t
+        .store
+        .write(move |tx| {
+            channels::answer(
+                tx,
+                &fence2,
+                &ChannelAnswer {
+                    channel_message_id: &message,
+                    choice: "ship",
+                    text: None,
+                    wants_text: false,
+                    update_id: 900,
+                    channel_revision: 1,
+                    telegram_message_id: Some(77),
+                },
+            )
+        })
+        .expect("press");
+    assert!(matches!(answered, Answered::Settled(_)), "{answered:?}");
+    let close = next(&t, &fence).expect("the closing edit");
+    assert_eq!(close.telegram_message_id, Some(77));
 }

@@ -139,8 +139,14 @@ fn a_spent_budget_times_the_step_out_once_for_its_outcome_route() {
     run_for(&t, 1000, true);
     assert_eq!(expired(&t.store).len(), 1);
     let revision_before = revision(&t.store);
+    let (generation, _) = common::run_lease(&t.store, "run-1");
     assert_eq!(time_out_due(&t.store), vec![RUN.to_string()]);
     assert_eq!(revision(&t.store), revision_before + 1, "one transition");
+    assert_eq!(
+        common::run_lease(&t.store, "run-1"),
+        (generation + 1, None),
+        "made under a control claim of the next generation, released with it"
+    );
     let row = |sql: &'static str| -> String { value(&t.store, sql) };
     assert_eq!(
         row("SELECT status FROM interactive_requests WHERE request_id = 'req-1'"),
@@ -223,6 +229,8 @@ fn a_checkpoint_deadline_is_wall_clock_and_keeps_an_idle_server_up_until_it_fire
     t.clock.advance_ms(59_999);
     assert!(time_out_due(&t.store).is_empty());
     t.clock.advance_ms(1);
+    let (generation, holder) = common::run_lease(&t.store, "run-1");
+    assert_eq!(holder, None, "a waiting run has no holder");
     assert_eq!(time_out_due(&t.store), vec![RUN.to_string()]);
     assert_eq!(
         value::<String>(
@@ -230,6 +238,11 @@ fn a_checkpoint_deadline_is_wall_clock_and_keeps_an_idle_server_up_until_it_fire
             "SELECT status FROM node_attempts WHERE attempt_id = 'a-req-1'"
         ),
         "timed_out"
+    );
+    assert_eq!(
+        common::run_lease(&t.store, "run-1"),
+        (generation + 1, None),
+        "the deadline's control claim took the next generation and released it"
     );
     // Queued for its runner now (that is work too), but the wait itself is over.
     let waits: i64 = value(

@@ -7,10 +7,14 @@ mod common;
 
 use common::sessions::*;
 use common::{open_store, snapshot};
-use pi_workflows::decision::{DecisionError, Response};
-use pi_workflows::store::decisions::{self, HumanAnswer, Resolved};
+use pi_workflows::decision::{
+    Block, CODE_TEXT_CHARS_MAX, DecisionError, DecisionRequest, PRESENTATION_BYTES_MAX, Response,
+};
+use pi_workflows::store::claims::{self, ClaimAuthority, OwnerType, ResourceType};
+use pi_workflows::store::decisions::{self, HumanAnswer, NewDecision, Resolved};
 use pi_workflows::store::interactions::{InteractionKind, Submission};
-use pi_workflows::store::{StoreError, StoreResult, deadlines, interactions, runs};
+use pi_workflows::store::runs::FailureClass;
+use pi_workflows::store::{StoreError, StoreResult, attempts, deadlines, interactions, run_waits, runs};
 
 const DEADLINE_MS: i64 = 60_000;
 
@@ -296,17 +300,15 @@ fn no_submission_path_answers_a_protected_decision() {
     assert_eq!(snapshot(&t.store), before);
 }
 
-#[test]
-fn an_invalid_or_oversized_decision_request_is_refused_and_the_run_keeps_running() {
-    let t = open_store();
-    queue_interactive(&t.store, RUN, SESSION);
-    let authority = claim(&t.store, RUN);
-    let mut contract = contract_of(InteractionKind::Decision, Timing::default());
-    contract["decision"]["presentation"]["summary"] = serde_json::json!("s".repeat(5000));
-    let parsed = pi_workflows::decision::DecisionRequest::from_contract(&contract);
-    assert_eq!(parsed.map_err(|err| err.code()).err(), Some("invalidDecision"));
-    let missing = t.store.write(move |tx| {
-        let attempt = pi_workflows::store::attempts::NewAttempt {
+/// Start the decision's attempt under `authority` and request it with `decision`, in one write.
+fn request_decision(
+    t: &common::TestStore,
+    authority: ClaimAuthority,
+    decision: Option<NewDecision>,
+) -> StoreResult<i64> {
+    let contract = contract_of(InteractionKind::Decision, Timing::default());
+    t.store.write(move |tx| {
+        let attempt = attempts::NewAttempt {
             attempt_id: "a-req-1".to_string(),
             node_id: "ask".to_string(),
             node_path: "ask".to_string(),
@@ -316,19 +318,184 @@ fn an_invalid_or_oversized_decision_request_is_refused_and_the_run_keeps_running
             timeout_ms: None,
             settings_change_number: None,
         };
-        pi_workflows::store::attempts::start_attempt(tx, &authority, None, &attempt)?;
+        attempts::start_attempt(tx, &authority, None, &attempt)?;
         let interaction = interactions::NewInteraction {
             request_id: REQUEST.to_string(),
             attempt_id: "a-req-1".to_string(),
             kind: InteractionKind::Decision,
             contract_hash: pi_workflows::store::blobs::put_json(tx, &contract, 16 * 1024)?,
             deadline_at: None,
-            decision: None,
+            decision,
         };
         interactions::request(tx, &authority, None, &interaction)
-    });
+    })
+}
+
+/// The valid request of `contract_of` with a presentation above `PRESENTATION_BYTES_MAX`
+/// (every block within its own limit, so only the whole-presentation bound refuses it).
+fn oversized_decision() -> NewDecision {
+    let contract = contract_of(InteractionKind::Decision, Timing::default());
+    let mut request = DecisionRequest::from_contract(&contract).expect("a valid request");
+    let block = Block::Code {
+        text: "y".repeat(CODE_TEXT_CHARS_MAX),
+        language: None,
+    };
+    let blocks = PRESENTATION_BYTES_MAX / CODE_TEXT_CHARS_MAX + 1;
+    request.presentation.blocks = vec![block; blocks];
+    NewDecision {
+        request,
+        subject: serde_json::json!({"commit": "abc123"}),
+    }
+}
+
+#[test]
+fn an_oversized_decision_presentation_is_refused_and_nothing_is_written() {
+    let t = open_store();
+    queue_interactive(&t.store, RUN, SESSION);
+    let authority = claim(&t.store, RUN);
+    let before = snapshot(&t.store);
+    let refused = request_decision(&t, authority, Some(oversized_decision()));
+    let Err(StoreError::Decision(err)) = refused else {
+        panic!("an oversized presentation is refused: {refused:?}");
+    };
+    assert_eq!(err.code(), "invalidDecision");
+    assert!(err.to_string().contains("bytes"), "{err}");
+    assert_eq!(snapshot(&t.store), before, "nothing of the refused request was written");
+    assert_eq!(run_status(&t), "running", "the run keeps running");
+}
+
+#[test]
+fn a_decision_request_without_its_decision_is_refused_and_nothing_is_written() {
+    let t = open_store();
+    queue_interactive(&t.store, RUN, SESSION);
+    let authority = claim(&t.store, RUN);
+    let mut contract = contract_of(InteractionKind::Decision, Timing::default());
+    contract["decision"]["presentation"]["summary"] = serde_json::json!("s".repeat(5000));
+    let parsed = DecisionRequest::from_contract(&contract);
+    assert_eq!(parsed.map_err(|err| err.code()).err(), Some("invalidDecision"));
+    let before = snapshot(&t.store);
+    let missing = request_decision(&t, authority, None);
     assert!(matches!(missing, Err(StoreError::InvalidInput { .. })), "{missing:?}");
-    assert_eq!(run_status(&t), "running", "nothing of the refused request was written");
-    let decisions: i64 = value(&t.store, "SELECT count(*) FROM human_decisions");
-    assert_eq!(decisions, 0);
+    assert_eq!(snapshot(&t.store), before, "nothing of the refused request was written");
+    assert_eq!(run_status(&t), "running");
+}
+
+#[test]
+fn a_run_that_ends_another_way_settles_its_pending_decision_as_run_ended_once() {
+    let t = open_store();
+    waiting_decision(&t, Some("ship"));
+    // No ordinary transition lets a runner hold a run whose decision is pending; put it there
+    // (queued without an answer, then started) to prove the ending still settles the decision.
+    t.store
+        .write(|tx| run_waits::continue_waiting(tx, RUN, None, |_| Ok(())))
+        .expect("queue without an answer");
+    let authority = claim(&t.store, RUN);
+    t.store
+        .write(move |tx| runs::fail_run(tx, &authority, None, FailureClass::NodeFailed, None))
+        .expect("fail");
+    assert_eq!(resolution(&t), ("cancelled".to_string(), "run_ended".to_string()));
+    let request: String = value(&t.store, "SELECT status FROM interactive_requests");
+    assert_eq!(request, "cancelled");
+    let after = snapshot(&t.store);
+    let late = decision_error(answer(&t, "ship", None));
+    assert_eq!(
+        late,
+        DecisionError::Settled {
+            provenance: "run_ended".to_string()
+        }
+    );
+    t.clock.advance_ms(DEADLINE_MS);
+    assert!(
+        t.store.write(deadlines::time_out_due).expect("pass").is_empty(),
+        "an ended run has no deadline left"
+    );
+    assert_eq!(
+        snapshot(&t.store),
+        after,
+        "the late answer and the deadline changed nothing"
+    );
+    assert_verified(&t.store);
+}
+
+// The deadline's control claim -------------------------------------------------------------
+
+#[test]
+fn the_deadline_default_is_recorded_under_a_control_claim_of_the_next_generation() {
+    let t = open_store();
+    waiting_decision(&t, Some("ship"));
+    let (generation, holder) = common::run_lease(&t.store, "run-1");
+    assert_eq!(holder, None, "a waiting run has no holder");
+    t.clock.advance_ms(DEADLINE_MS);
+    assert_eq!(
+        t.store.write(deadlines::time_out_due).expect("pass"),
+        vec![RUN.to_string()]
+    );
+    assert_eq!(resolution(&t).1, "timeout_policy");
+    assert_eq!(
+        common::run_lease(&t.store, "run-1"),
+        (generation + 1, None),
+        "the deadline took the next generation and released it"
+    );
+    let fenced: i64 = value(
+        &t.store,
+        "SELECT lease_generation FROM events WHERE event_type = 'decision.resolved'",
+    );
+    assert_eq!(
+        fenced,
+        generation + 1,
+        "the resolution is written under the control claim"
+    );
+    assert_eq!(run_status(&t), "queued");
+    assert_verified(&t.store);
+}
+
+/// Someone other than the deadline takes a live claim on the waiting run.
+fn hold(t: &common::TestStore) {
+    t.store
+        .write(|tx| {
+            claims::acquire(
+                tx,
+                ResourceType::Run,
+                RUN,
+                OwnerType::Host,
+                "someone",
+                claims::RUN_CLAIM_LEASE_MS,
+            )
+        })
+        .expect("a live claim");
+}
+
+#[test]
+fn a_live_claim_makes_the_deadline_wait_and_changes_nothing() {
+    for default_choice in [Some("ship"), None] {
+        let t = open_store();
+        waiting_decision(&t, default_choice);
+        // Someone holds the run when its deadline comes.
+        t.clock.advance_ms(DEADLINE_MS);
+        hold(&t);
+        let (generation, _) = common::run_lease(&t.store, "run-1");
+        let before = snapshot(&t.store);
+        assert!(
+            t.store.write(deadlines::time_out_due).expect("pass").is_empty(),
+            "{default_choice:?}: a live claim is never overridden"
+        );
+        assert_eq!(
+            snapshot(&t.store),
+            before,
+            "{default_choice:?}: the refused deadline wrote nothing (no resolution)"
+        );
+        // Once that claim has expired, the deadline proves it and takes the next generation.
+        t.clock.advance_ms(claims::RUN_CLAIM_LEASE_MS);
+        assert_eq!(
+            t.store.write(deadlines::time_out_due).expect("pass"),
+            vec![RUN.to_string()]
+        );
+        assert_eq!(common::run_lease(&t.store, "run-1"), (generation + 1, None));
+        let expected = if default_choice.is_some() {
+            "timeout_policy"
+        } else {
+            "expired_no_default"
+        };
+        assert_eq!(resolution(&t).1, expected);
+    }
 }

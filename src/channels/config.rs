@@ -196,6 +196,7 @@ fn resolve(
         let profile = resolve_profile(path, &name, entry, credentials)?;
         telegram.insert(name, profile);
     }
+    check_one_profile_per_bot(path, &telegram)?;
     let mut audiences = BTreeMap::new();
     for (name, entry) in file.audiences {
         check_name(path, "an audience name", &name)?;
@@ -287,6 +288,31 @@ fn resolve_profile(
         api_base_url,
         poll_timeout_s,
     })
+}
+
+/// One bot serves one profile: two adapters on one bot would run two long-poll consumers, and
+/// Telegram answers the second with 409 Conflict for as long as both run. Two profiles naming
+/// the same credential, the same token file, or one file by two paths (a symlink or a hard
+/// link: the same device and inode) are refused. The token itself is never read here; two
+/// files holding the same token are caught when the second adapter reports its bot.
+fn check_one_profile_per_bot(path: &Path, telegram: &BTreeMap<String, TelegramProfile>) -> Result<(), ConfigError> {
+    let mut seen: BTreeMap<(u64, u64), &str> = BTreeMap::new();
+    for (name, profile) in telegram {
+        let metadata = fs::metadata(&profile.token_file).map_err(|err| ConfigError::Unreadable {
+            file: profile.token_file.display().to_string(),
+            detail: err.to_string(),
+        })?;
+        if let Some(first) = seen.insert((metadata.dev(), metadata.ino()), name) {
+            return Err(invalid(
+                path,
+                format!(
+                    "Telegram profiles {first} and {name} use the same bot token file; a bot serves one profile \
+                     (two would both poll it): create another bot with @BotFather, or let one profile serve both audiences"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A token must never cross the network in clear text: https, except a loopback test server.

@@ -100,6 +100,9 @@ fn an_oversized_presentation_is_refused() {
     assert!(err.to_string().contains("bytes"), "{err}");
 }
 
+/// One change to one bound part of a request, named for the assertion that catches it.
+type Change = (&'static str, fn(&mut DecisionRequest));
+
 #[test]
 fn the_digest_binds_every_part_of_the_request() {
     let request = request();
@@ -107,18 +110,27 @@ fn the_digest_binds_every_part_of_the_request() {
     assert_eq!(base, request.digest("subject-a", 0), "stable");
     assert_ne!(base, request.digest("subject-b", 0), "subject");
     assert_ne!(base, request.digest("subject-a", 1), "revision");
-    let mut changed = request.clone();
-    changed.presentation.summary.push('!');
-    assert_ne!(base, changed.digest("subject-a", 0), "presentation");
-    let mut changed = request.clone();
-    changed.deadline_at = Some(2_000);
-    assert_ne!(base, changed.digest("subject-a", 0), "deadline");
-    let mut changed = request.clone();
-    changed.on_timeout = None;
-    assert_ne!(base, changed.digest("subject-a", 0), "default");
-    let mut changed = request;
-    changed.choices[1].input.as_mut().expect("input").label.push('?');
-    assert_ne!(base, changed.digest("subject-a", 0), "prompts");
+    let changes: [Change; 9] = [
+        ("audience", |r| r.audience.push('s')),
+        ("title", |r| r.title.push('!')),
+        ("presentation", |r| r.presentation.summary.push('!')),
+        ("choice id", |r| r.choices[0].id.push('d')),
+        ("choice label", |r| r.choices[0].label.push('!')),
+        ("prompt (text input)", |r| {
+            r.choices[1].input.as_mut().expect("input").label.push('?');
+        }),
+        ("prompt limit", |r| {
+            r.choices[1].input.as_mut().expect("input").max_length += 1
+        }),
+        ("deadline", |r| r.deadline_at = Some(2_000)),
+        ("default", |r| r.on_timeout = None),
+    ];
+    for (part, change) in changes {
+        let mut changed = request.clone();
+        change(&mut changed);
+        assert_ne!(changed, request, "{part}: the change must change the request");
+        assert_ne!(base, changed.digest("subject-a", 0), "{part} is bound");
+    }
 }
 
 #[test]

@@ -31,6 +31,10 @@ pub const PLAN_BATCH_MAX: i64 = 64;
 pub const PROMPTS_PER_MESSAGE_MAX: i64 = 8;
 /// Channel messages one status or recovery listing shows.
 pub const LISTING_MAX: i64 = 100;
+/// A channel message's revision once its send applied (its buttons are live).
+const REVISION_SENT: i64 = 1;
+/// A channel message's revision once its closing edit applied.
+const REVISION_CLOSED: i64 = 2;
 
 wire_enum! {
     /// What a channel effect does on the external channel.
@@ -71,6 +75,10 @@ pub enum ChannelError {
     StaleAdapter { profile: String, epoch: i64 },
     #[error("attempt {attempt_id} is not an applying attempt of this adapter; nothing was settled")]
     StaleAttempt { attempt_id: String },
+    #[error(
+        "channel revision {revision} of {channel_message_id} is not the one its attempt presents; nothing was changed"
+    )]
+    StaleRevision { channel_message_id: String, revision: i64 },
     #[error("no channel message {channel_message_id}; list them with `pi-workflows channel status`")]
     UnknownMessage { channel_message_id: String },
     #[error("channel message {channel_message_id} has no ambiguous attempt to recover; nothing was changed")]
@@ -83,6 +91,7 @@ impl ChannelError {
         match self {
             ChannelError::StaleAdapter { .. } => "staleAdapter",
             ChannelError::StaleAttempt { .. } => "staleAttempt",
+            ChannelError::StaleRevision { .. } => "staleRevision",
             ChannelError::UnknownMessage { .. } => "notFound",
             ChannelError::NothingToRecover { .. } => "nothingToRecover",
         }
@@ -453,11 +462,7 @@ fn present_of(
     resolution: Option<(String, Option<String>)>,
 ) -> StoreResult<Present> {
     let pending = decisions::request_of(tx.conn(), &message.decision_id)?;
-    let channel_revision = match operation {
-        ChannelOperation::Send => 1,
-        ChannelOperation::Prompt => message.channel_revision.max(1),
-        ChannelOperation::Close => 2,
-    };
+    let channel_revision = revision_of(operation, message.channel_revision);
     Ok(Present {
         attempt_id: attempt_id_of(&message.channel_message_id, operation, attempt),
         operation,
@@ -470,6 +475,16 @@ fn present_of(
         resolution,
         for_choice_id: None,
     })
+}
+
+/// The channel revision a present of `operation` makes (its frame's `channelRevision`), given
+/// the message's current one: a send makes 1, a closing edit 2, a prompt changes nothing.
+fn revision_of(operation: ChannelOperation, current: i64) -> i64 {
+    match operation {
+        ChannelOperation::Send => REVISION_SENT,
+        ChannelOperation::Prompt => current.max(REVISION_SENT),
+        ChannelOperation::Close => REVISION_CLOSED,
+    }
 }
 
 fn attempt_id_of(channel_message_id: &str, operation: ChannelOperation, attempt: i64) -> String {
@@ -495,18 +510,58 @@ pub enum AttemptOutcome {
     Uncertain,
 }
 
-/// Settle the applying attempt `attempt_id` of this adapter epoch. A stale epoch, another
-/// adapter's attempt, or one that is not applying (interrupted and made ambiguous in
-/// between) is refused and changes nothing.
-pub fn settle(tx: &WriteTx<'_>, fence: &AdapterFence, attempt_id: &str, outcome: &AttemptOutcome) -> StoreResult<()> {
+/// What a `channel.settle` frame claims: its header's attempt and channel revision, and the
+/// channel message its payload names. All must be the applying attempt's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SettleClaim<'a> {
+    pub attempt_id: &'a str,
+    pub channel_message_id: &'a str,
+    pub channel_revision: i64,
+}
+
+impl Present {
+    /// The claim of this present's own settle.
+    #[must_use]
+    pub fn claim(&self) -> SettleClaim<'_> {
+        SettleClaim {
+            attempt_id: &self.attempt_id,
+            channel_message_id: &self.channel_message_id,
+            channel_revision: self.channel_revision,
+        }
+    }
+}
+
+/// Settle the applying attempt `claim` names, of this adapter epoch. A stale epoch, another
+/// adapter's attempt, one that is not applying (interrupted and made ambiguous in between), a
+/// payload naming another message, or a channel revision other than the one the attempt
+/// presents (a stale frame) is refused and changes nothing.
+pub fn settle(
+    tx: &WriteTx<'_>,
+    fence: &AdapterFence,
+    claim: &SettleClaim<'_>,
+    outcome: &AttemptOutcome,
+) -> StoreResult<()> {
     require_current(tx.conn(), fence)?;
+    let attempt_id = claim.attempt_id;
     let stale = || {
         StoreError::Channel(ChannelError::StaleAttempt {
             attempt_id: crate::protocol::bounded_text(attempt_id, 128),
         })
     };
-    let (channel_message_id, operation, number) = parse_attempt_id(attempt_id).ok_or_else(stale)?;
+    let (channel_message_id, operation, number) = parse_attempt_id(attempt_id)
+        .filter(|(id, _, _)| *id == claim.channel_message_id)
+        .ok_or_else(stale)?;
     let effect = applying_effect(tx.conn(), fence, channel_message_id, operation, number)?.ok_or_else(stale)?;
+    let current: i64 = tx
+        .conn()
+        .prepare_cached("SELECT channel_revision FROM channel_messages WHERE channel_message_id = ?1")?
+        .query_row([channel_message_id], |row| row.get(0))?;
+    if claim.channel_revision != revision_of(operation, current) {
+        return Err(StoreError::Channel(ChannelError::StaleRevision {
+            channel_message_id: crate::protocol::bounded_text(channel_message_id, 64),
+            revision: claim.channel_revision,
+        }));
+    }
     let (status, attempt_outcome, result) = match outcome {
         AttemptOutcome::Applied { chat_id, message_id } => (
             "applied",
@@ -531,9 +586,11 @@ pub fn settle(tx: &WriteTx<'_>, fence: &AdapterFence, attempt_id: &str, outcome:
         .prepare_cached("UPDATE effects SET status = ?1, result_hash = ?2, updated_at = ?3 WHERE effect_id = ?4")?
         .execute(params![status, result_hash, now, effect])?;
     match (operation, status) {
-        (ChannelOperation::Send, "applied") => set_state(tx, channel_message_id, "presented", Some(1)),
+        (ChannelOperation::Send, "applied") => set_state(tx, channel_message_id, "presented", Some(REVISION_SENT)),
         (ChannelOperation::Send, "rejected") => set_state(tx, channel_message_id, "failed", None),
-        (ChannelOperation::Close, "applied" | "rejected") => set_state(tx, channel_message_id, "closed", Some(2)),
+        (ChannelOperation::Close, "applied" | "rejected") => {
+            set_state(tx, channel_message_id, "closed", Some(REVISION_CLOSED))
+        }
         _ => Ok(()),
     }
 }
@@ -624,6 +681,11 @@ pub struct ChannelAnswer<'a> {
     /// A press on a choice that takes text: ask for it.
     pub wants_text: bool,
     pub update_id: i64,
+    /// The revision the adapter last applied for the message (its frame's `channelRevision`).
+    pub channel_revision: i64,
+    /// The Telegram message pressed, when the adapter learned it from the press (a send an
+    /// operator confirmed without its reference).
+    pub telegram_message_id: Option<i64>,
 }
 
 /// What a forwarded answer did.
@@ -641,21 +703,31 @@ pub enum Answered {
 /// (`decisions::answer`, refused as there when it is settled, expired or not a choice).
 pub fn answer(tx: &WriteTx<'_>, fence: &AdapterFence, answer: &ChannelAnswer<'_>) -> StoreResult<Answered> {
     require_current(tx.conn(), fence)?;
-    let found: Option<(String, String)> = tx
+    let found: Option<(String, String, i64)> = tx
         .conn()
         .prepare_cached(
-            "SELECT run_id, decision_id FROM channel_messages
+            "SELECT run_id, decision_id, channel_revision FROM channel_messages
              WHERE channel_message_id = ?1 AND profile = ?2 AND state = 'presented'",
         )?
         .query_row(params![answer.channel_message_id, fence.profile], |row| {
-            Ok((row.get(0)?, row.get(1)?))
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
         })
         .optional()?;
-    let Some((run_id, decision_id)) = found else {
+    let Some((run_id, decision_id, revision)) = found else {
         return Err(StoreError::Channel(ChannelError::UnknownMessage {
             channel_message_id: crate::protocol::bounded_text(answer.channel_message_id, 64),
         }));
     };
+    // An answer from a copy the adapter presented at another revision is not this message's.
+    if answer.channel_revision != revision {
+        return Err(StoreError::Channel(ChannelError::StaleRevision {
+            channel_message_id: crate::protocol::bounded_text(answer.channel_message_id, 64),
+            revision: answer.channel_revision,
+        }));
+    }
+    if let Some(message_id) = answer.telegram_message_id {
+        learn_reference(tx, answer.channel_message_id, message_id)?;
+    }
     if answer.wants_text {
         return queue_prompt(tx, answer, &run_id, &decision_id);
     }
@@ -674,6 +746,28 @@ pub fn answer(tx: &WriteTx<'_>, fence: &AdapterFence, answer: &ChannelAnswer<'_>
         },
     )?;
     Ok(Answered::Settled(resolved))
+}
+
+/// A send an operator confirmed has no Telegram reference; the first press on it tells which
+/// message it is, kept as the send's result (so its prompts and closing edit can name it). A
+/// known reference is never replaced.
+fn learn_reference(tx: &WriteTx<'_>, channel_message_id: &str, message_id: i64) -> StoreResult<()> {
+    if sent_message_id(tx.conn(), channel_message_id)?.is_some() {
+        return Ok(());
+    }
+    let chat_id: i64 = tx
+        .conn()
+        .prepare_cached("SELECT chat_id FROM channel_messages WHERE channel_message_id = ?1")?
+        .query_row([channel_message_id], |row| row.get(0))?;
+    let result = blobs::put_json(tx, &json!({"chatId": chat_id, "messageId": message_id}), 1024)?;
+    tx.conn()
+        .prepare_cached(
+            "UPDATE effects SET result_hash = ?1, updated_at = ?2
+             WHERE channel_message_id = ?3 AND effect_type = 'channel.telegram.send' AND status = 'applied'
+               AND result_hash IS NULL",
+        )?
+        .execute(params![result, tx.now_ms(), channel_message_id])?;
+    Ok(())
 }
 
 fn queue_prompt(
@@ -765,8 +859,8 @@ pub fn recover(tx: &WriteTx<'_>, channel_message_id: &str, recovery: ChannelReco
         .execute(params![review, effect_id])?;
     if recovery == ChannelRecovery::Confirm {
         let state = match effect_type.as_str() {
-            "channel.telegram.send" => Some(("presented", 1)),
-            "channel.telegram.close" => Some(("closed", 2)),
+            "channel.telegram.send" => Some(("presented", REVISION_SENT)),
+            "channel.telegram.close" => Some(("closed", REVISION_CLOSED)),
             _ => None,
         };
         if let Some((state, revision)) = state {
@@ -776,9 +870,11 @@ pub fn recover(tx: &WriteTx<'_>, channel_message_id: &str, recovery: ChannelReco
     Ok(effect_type)
 }
 
-/// Presented messages this adapter should track again after a restart (its buttons and
-/// prompts work only for messages it tracks): open, with a known Telegram message.
-pub fn open_messages(conn: &Connection, profile: &str) -> StoreResult<Vec<Present>> {
+/// Presented, open messages the adapter should track (its buttons and prompts work only for
+/// messages it tracks) and does not yet: after a restart all of them, later the ones an
+/// operator's `recover confirm` opened. A confirmed send has no Telegram reference
+/// (`telegram_message_id` is `None`) until its first press tells it.
+pub fn open_messages(conn: &Connection, profile: &str, tracked: &[String]) -> StoreResult<Vec<Present>> {
     let rows: Vec<MessageRow> = conn
         .prepare_cached(&format!(
             "SELECT {MESSAGE_COLUMNS} FROM channel_messages c
@@ -790,9 +886,10 @@ pub fn open_messages(conn: &Connection, profile: &str) -> StoreResult<Vec<Presen
         .collect::<Result<_, _>>()?;
     let mut open = Vec::with_capacity(rows.len());
     for message in rows {
-        let Some(telegram_message_id) = sent_message_id(conn, &message.channel_message_id)? else {
+        if tracked.contains(&message.channel_message_id) {
             continue;
-        };
+        }
+        let telegram_message_id = sent_message_id(conn, &message.channel_message_id)?;
         let request = decisions::request_of(conn, &message.decision_id)?;
         open.push(Present {
             attempt_id: String::new(),
@@ -800,7 +897,7 @@ pub fn open_messages(conn: &Connection, profile: &str) -> StoreResult<Vec<Presen
             channel_message_id: message.channel_message_id,
             chat_id: message.chat_id,
             nonce: message.nonce,
-            telegram_message_id: Some(telegram_message_id),
+            telegram_message_id,
             channel_revision: message.channel_revision,
             request,
             resolution: None,

@@ -12,7 +12,7 @@
 //! Architecture Invariant: an interval grows only while its request is pending, its turn is
 //! open and its session has a coordinator; the deadline task closes it as soon as one of
 //! those stops holding. A timed-out step is ended by `run_waits::end_waiting_step`, the one path
-//! that closes a waiting step without an answer.
+//! that closes a waiting step without an answer, under the server's control claim.
 
 use rusqlite::{Connection, params};
 
@@ -266,9 +266,28 @@ pub fn expired(conn: &Connection, now_ms: i64, limit: usize) -> StoreResult<Vec<
 
 /// Time the step out: its attempt and request become `timed_out` with a `timedOut` error
 /// and the run is queued for the runner that follows its `$result.outcome` route (or ends
-/// the run `timed_out`). Refused (changing nothing) when the step is no longer what
-/// `expired` read — answered, paused or claimed in between.
+/// the run `timed_out`); a protected decision's default wins instead when it has one. The
+/// server does this under a control claim of its own (generation + 1), taken and released in
+/// the same transaction (`run_waits::Fence::Control`). Refused, changing nothing, when the
+/// step is no longer what `expired` read — answered, paused — or a live claim is held.
 pub fn time_out(tx: &WriteTx<'_>, step: &Expired) -> StoreResult<i64> {
+    // A refusal can come after a write (the error blob, a decision's `expired_no_default`
+    // resolution), and `time_out_due` goes on in the same transaction: roll the step back alone.
+    tx.conn().execute_batch("SAVEPOINT step_timeout")?;
+    match time_out_step(tx, step) {
+        Ok(revision) => {
+            tx.conn().execute_batch("RELEASE step_timeout")?;
+            Ok(revision)
+        }
+        Err(err) => {
+            tx.conn()
+                .execute_batch("ROLLBACK TO step_timeout; RELEASE step_timeout")?;
+            Err(err)
+        }
+    }
+}
+
+fn time_out_step(tx: &WriteTx<'_>, step: &Expired) -> StoreResult<i64> {
     let message = match (step.kind.as_str(), step.timeout_ms) {
         ("agent" | "assistant", Some(ms)) => format!(
             "the step used its {} s of model time (reported Pi turns in a connected session) without an accepted result",
@@ -295,14 +314,15 @@ pub fn time_out(tx: &WriteTx<'_>, step: &Expired) -> StoreResult<i64> {
 }
 
 /// Time out every step whose time is up now (at most `EXPIRED_BATCH_MAX`), in the caller's
-/// transaction; a step that changed since the read (answered, paused, claimed) is left
-/// alone. Returns the runs queued to record their timeouts.
+/// transaction; a step that changed since the read (answered, paused) or whose run a live
+/// claim holds is left alone, unchanged, for a later pass. Returns the runs queued to record
+/// their timeouts.
 pub fn time_out_due(tx: &WriteTx<'_>) -> StoreResult<Vec<String>> {
     let mut queued = Vec::new();
     for step in expired(tx.conn(), tx.now_ms(), EXPIRED_BATCH_MAX)? {
         match time_out(tx, &step) {
             Ok(_) => queued.push(step.run_id),
-            // Answered, paused or claimed since the read: its own transition wins.
+            // Answered or paused since the read, or claimed: its own transition wins.
             Err(
                 StoreError::InvalidTransition { .. }
                 | StoreError::ClaimHeld { .. }

@@ -15,7 +15,7 @@ use super::blobs;
 use super::deadlines::Expired;
 use super::error::{StoreError, StoreResult};
 use super::events::Actor;
-use super::run_waits::{self, WaitingStep};
+use super::run_waits::{self, Fence, WaitingStep};
 use super::writer::WriteTx;
 use crate::decision::{
     DecisionError, DecisionRequest, INPUT_TEXT_CHARS_MAX, Provenance, Response, SUBJECT_BYTES_MAX, output_of,
@@ -134,9 +134,11 @@ pub fn answer(tx: &WriteTx<'_>, answer: &HumanAnswer<'_>) -> StoreResult<Resolve
 }
 
 /// The deadline of a waiting decision passed (`deadlines::time_out`): its default wins
-/// (`timeout_policy`; the revision it made), or, with none, it is resolved
-/// `expired_no_default` and `None` says the step times out like any other (the caller does
-/// that in the same transaction). Refused (changing nothing) when it was settled in between.
+/// (`timeout_policy`; the revision it made), recorded under a control claim taken and
+/// released in this transaction, or, with none, it is resolved `expired_no_default` and
+/// `None` says the step times out like any other (the caller does that, under the same kind of
+/// claim, in the same savepoint). Refused when it was settled in between or a live claim is
+/// held; the caller's savepoint then rolls back whatever was written.
 pub(super) fn on_deadline(tx: &WriteTx<'_>, step: &Expired) -> StoreResult<Option<i64>> {
     let pending = pending_for_answer(tx.conn(), &step.run_id, Some(&step.request_id))?;
     let Some(default) = pending.request.on_timeout.clone() else {
@@ -158,9 +160,11 @@ fn settle(
     let response_hash = put_response(tx, response)?;
     let output = output_of(response, provenance);
     let output_hash = blobs::put_json(tx, &output, RESPONSE_BYTES_MAX)?;
-    let actor = match provenance {
-        Provenance::Human => Actor::Client,
-        _ => Actor::System,
+    // A person answers a run nobody holds; the deadline's default is recorded under the
+    // server's own control claim, which fences anything an older generation still holds.
+    let (actor, fence) = match provenance {
+        Provenance::Human => (Actor::Client, Fence::Unclaimed),
+        _ => (Actor::System, Fence::Control),
     };
     let step = WaitingStep {
         run_id,
@@ -168,6 +172,7 @@ fn settle(
         attempt_id: &pending.attempt_id,
         expected,
         actor,
+        fence,
     };
     let revision = run_waits::complete_waiting_step(tx, &step, &output_hash, |tx| {
         insert_resolution(tx, &pending.decision_id, provenance, Some(&response_hash))

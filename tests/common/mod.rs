@@ -199,3 +199,16 @@ pub fn wait_for_db(state_dir: &std::path::Path, what: &str, sql: &str) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// A run's lease: its generation and its holder's owner type (none when released).
+pub fn run_lease(store: &Store, run_id: &str) -> (i64, Option<String>) {
+    store
+        .read(|conn| {
+            Ok(conn.query_row(
+                "SELECT generation, owner_type FROM leases WHERE resource_type = 'run' AND resource_id = ?1",
+                [run_id],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )?)
+        })
+        .expect("lease")
+}

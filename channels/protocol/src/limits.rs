@@ -153,7 +153,13 @@ fn check_operation(present: &Present) -> Checked {
             require(input_choice, "forChoiceId", "the id of a choice with input")
         }
         Operation::Track => {
-            require(message_id_ok, "telegramMessageId", "a positive safe integer for track")?;
+            // Without one: a send an operator confirmed; the first press tells which message.
+            let absent_or_ok = present.telegram_message_id.is_none() || message_id_ok;
+            require(
+                absent_or_ok,
+                "telegramMessageId",
+                "absent or a positive safe integer for track",
+            )?;
             require(present.closed.is_none(), "closed", "only for edit")?;
             require(present.for_choice_id.is_none(), "forChoiceId", "only for prompt")
         }
@@ -326,6 +332,11 @@ pub fn check_answer(answer: &Answer) -> Checked {
         valid_id(answer.update_id) && answer.update_id >= 0,
         "updateId",
         "a safe integer ≥ 0",
+    )?;
+    require(
+        answer.telegram_message_id.is_none_or(|id| valid_id(id) && id > 0),
+        "telegramMessageId",
+        "a positive safe integer",
     )
 }
 
@@ -515,6 +526,10 @@ mod tests {
         let mut track = present(Operation::Track);
         track.telegram_message_id = Some(7);
         check_present(&track).expect("track");
+        track.telegram_message_id = None;
+        check_present(&track).expect("a track without its message (a confirmed send)");
+        track.telegram_message_id = Some(0);
+        assert_eq!(field_of(check_present(&track)), "telegramMessageId");
     }
 
     #[test]
@@ -628,6 +643,7 @@ mod tests {
             stage: Stage::Final,
             from: AnswerFrom { user_id: 1, chat_id: 1 },
             update_id: 10,
+            telegram_message_id: None,
         };
         check_answer(&answer).expect("final");
         answer.stage = Stage::WantsText;

@@ -300,6 +300,10 @@ pub struct Answer {
     pub from: AnswerFrom,
     /// Telegram's update id (a repeat after an adapter restart has the same one).
     pub update_id: i64,
+    /// The Telegram message pressed, only when the adapter tracked the channel message without
+    /// one (a send an operator confirmed): the server keeps it as the send's reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telegram_message_id: Option<i64>,
 }
 
 /// Who answered, and where.
@@ -545,6 +549,7 @@ mod tests {
                 chat_id: -1,
             },
             update_id: 99,
+            telegram_message_id: None,
         });
         assert_eq!(
             answer.payload_value().expect("value"),

@@ -118,7 +118,7 @@ impl<W: Write> Adapter<W> {
         });
         match self.api.send_message(&body) {
             Ok(sent) => {
-                self.remember(present, revision, sent.chat.id, sent.message_id);
+                self.remember(present, revision, sent.chat.id, Some(sent.message_id));
                 applied(id, sent.chat.id, sent.message_id)
             }
             Err(error) => rejected_by_api(id, &error),
@@ -153,7 +153,7 @@ impl<W: Write> Adapter<W> {
                 if closed.is_some() {
                     self.registry.untrack(id);
                 } else {
-                    self.remember(present, revision, present.chat_id, message_id);
+                    self.remember(present, revision, present.chat_id, Some(message_id));
                 }
                 applied(id, present.chat_id, message_id)
             }
@@ -220,11 +220,9 @@ impl<W: Write> Adapter<W> {
     }
 
     /// `track`: answer for an already-presented open message again. No API call, no settle.
+    /// Without `telegramMessageId` (a send an operator confirmed) its first press in its chat
+    /// tells which message it is.
     fn track(&mut self, present: &Present, revision: u64) {
-        let Some(message_id) = present.telegram_message_id else {
-            tracing::warn!(reason = "invalidTrack", "present refused");
-            return;
-        };
         let refused = if !self.chat_allowed(present.chat_id) {
             Some("chatNotAllowed")
         } else if self.is_stale(&present.channel_message_id, revision) {
@@ -239,11 +237,11 @@ impl<W: Write> Adapter<W> {
             tracing::warn!(reason, "track refused");
             return;
         }
-        self.remember(present, revision, present.chat_id, message_id);
+        self.remember(present, revision, present.chat_id, present.telegram_message_id);
         tracing::info!(open = self.registry.len(), "message tracked");
     }
 
-    fn remember(&mut self, present: &Present, revision: u64, chat_id: i64, message_id: i64) {
+    fn remember(&mut self, present: &Present, revision: u64, chat_id: i64, message_id: Option<i64>) {
         let tracked = TrackedMessage {
             channel_message_id: present.channel_message_id.clone(),
             chat_id,

@@ -29,8 +29,9 @@ pub struct TrackedMessage {
     pub channel_message_id: String,
     /// Where it is.
     pub chat_id: i64,
-    /// Which message it is.
-    pub message_id: i64,
+    /// Which message it is; `None` for a send an operator confirmed without its reference
+    /// (the first press in its chat tells, see [`Registry::pin`]).
+    pub message_id: Option<i64>,
     /// The newest channel revision applied for it.
     pub revision: u64,
     /// Its choices, in button order.
@@ -143,6 +144,13 @@ impl Registry {
         self.prompt_order.retain(|key| prompts.contains_key(key));
     }
 
+    /// The message a reference-less tracked message turned out to be (its first press).
+    pub fn pin(&mut self, nonce: &str, message_id: i64) {
+        if let Some(message) = self.by_nonce.get_mut(nonce) {
+            message.message_id.get_or_insert(message_id);
+        }
+    }
+
     /// Remembers a prompt message; the oldest prompt is forgotten when the table is full.
     pub fn add_prompt(&mut self, chat_id: i64, prompt_message_id: i64, prompt: PendingPrompt) {
         let key = (chat_id, prompt_message_id);
@@ -190,7 +198,7 @@ mod tests {
         TrackedMessage {
             channel_message_id: id.to_owned(),
             chat_id: 5,
-            message_id,
+            message_id: Some(message_id),
             revision: 1,
             choices: vec![TrackedChoice {
                 id: "ok".to_owned(),
@@ -212,7 +220,7 @@ mod tests {
         let mut registry = Registry::default();
         registry.track("nonce-aaaa", message("cm-1", 10)).expect("track");
         registry.add_prompt(5, 11, prompt("nonce-aaaa"));
-        assert_eq!(registry.message("nonce-aaaa").map(|m| m.message_id), Some(10));
+        assert_eq!(registry.message("nonce-aaaa").map(|m| m.message_id), Some(Some(10)));
         assert!(registry.prompt(5, 11).is_some());
         registry.untrack("cm-1");
         assert!(registry.message("nonce-aaaa").is_none());
@@ -232,6 +240,17 @@ mod tests {
             registry.by_channel_message("cm-1").map(|(nonce, _)| nonce),
             Some("nonce-bbbb")
         );
+    }
+
+    #[test]
+    fn a_reference_less_message_is_pinned_by_its_first_press() {
+        let mut registry = Registry::default();
+        let mut confirmed = message("cm-1", 0);
+        confirmed.message_id = None;
+        registry.track("nonce-aaaa", confirmed).expect("track");
+        registry.pin("nonce-aaaa", 12);
+        registry.pin("nonce-aaaa", 13);
+        assert_eq!(registry.message("nonce-aaaa").map(|m| m.message_id), Some(Some(12)));
     }
 
     #[test]

@@ -74,12 +74,6 @@ pub fn prompt_html(choice: &Choice, input: &ChoiceInput) -> String {
     write_html(&head, &[])
 }
 
-/// The hint sent when a reply is not usable (plain text).
-#[must_use]
-pub fn reply_hint(max_length: u32) -> String {
-    format!("Not taken: reply with text of at most {max_length} characters to the question message.")
-}
-
 /// The inline keyboard: one button per choice, one per row, callback data `<nonce>:<index>`.
 #[must_use]
 pub fn keyboard(nonce: &str, choices: &[Choice]) -> Value {

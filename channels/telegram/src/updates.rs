@@ -6,11 +6,11 @@
 
 use crate::adapter::{Adapter, Flow, Step};
 use crate::outbox::OutboxError;
-use crate::render::{parse_callback_data, reply_hint};
+use crate::render::parse_callback_data;
 use crate::telegram::{CallbackQuery, Message as TgMessage, Update};
 use channel_protocol::limits::valid_nonce;
 use channel_protocol::payload::{Answer, AnswerFrom, Message, Stage};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::io::Write;
 
 /// Callback answer for a forwarded press.
@@ -54,7 +54,7 @@ impl<W: Write> Adapter<W> {
     /// The answer a press makes, with the message's channel revision; or why it does not count
     /// and what to tell the person.
     fn press_answer(
-        &self,
+        &mut self,
         update_id: i64,
         query: &CallbackQuery,
     ) -> Result<(Answer, u64), (&'static str, &'static str)> {
@@ -76,7 +76,10 @@ impl<W: Write> Adapter<W> {
         let Some(tracked) = self.registry.message(nonce) else {
             return Err(("unknownOrClosed", CALLBACK_CLOSED));
         };
-        if tracked.chat_id != chat_id || tracked.message_id != message.message_id {
+        // A message tracked without its reference (a send an operator confirmed) is the one
+        // its nonce is first pressed on, in its chat; the server learns it from the answer.
+        let learned = tracked.message_id.is_none().then_some(message.message_id);
+        if tracked.chat_id != chat_id || tracked.message_id.is_some_and(|id| id != message.message_id) {
             return Err(("wrongMessage", CALLBACK_NOT_ALLOWED));
         }
         let Some(choice) = tracked.choices.get(index) else {
@@ -97,8 +100,13 @@ impl<W: Write> Adapter<W> {
                 chat_id,
             },
             update_id,
+            telegram_message_id: learned,
         };
-        Ok((answer, tracked.revision))
+        let revision = tracked.revision;
+        if let Some(message_id) = learned {
+            self.registry.pin(nonce, message_id);
+        }
+        Ok((answer, revision))
     }
 
     fn answer_callback(&self, query: &CallbackQuery, text: &str) {
@@ -131,37 +139,31 @@ impl<W: Write> Adapter<W> {
         let (channel_message_id, revision) = (tracked.channel_message_id.clone(), tracked.revision);
         let text = message.text.as_deref();
         let usable = text.filter(|text| !text.is_empty() && text.chars().count() <= prompt.max_length as usize);
-        let Some(text) = usable else {
-            self.ignore(if text.is_none() {
-                "replyWithoutText"
-            } else {
-                "replyTooLong"
-            });
-            self.send_hint(chat_id, message.message_id, prompt.max_length);
-            return Ok(());
+        // A reply that cannot be the text asks for it again: forwarded as a press on the
+        // choice (`wantsText`), so the server records a new prompt (which states the limit) as
+        // a managed effect like every other message; the adapter sends nothing by itself.
+        let (stage, text) = match usable {
+            Some(text) => (Stage::Final, Some(text.to_owned())),
+            None => {
+                self.ignore(if text.is_none() {
+                    "replyWithoutText"
+                } else {
+                    "replyTooLong"
+                });
+                (Stage::WantsText, None)
+            }
         };
         let answer = Answer {
             channel_message_id,
             choice_id: prompt.choice_id.clone(),
-            text: Some(text.to_owned()),
-            stage: Stage::Final,
+            text,
+            stage,
             from: AnswerFrom { user_id, chat_id },
             update_id,
+            telegram_message_id: None,
         };
         self.outbox.send(&Message::Answer(answer), revision, None)?;
         tracing::info!(kind = "reply", "answer forwarded");
         Ok(())
-    }
-
-    /// Tells the person why a reply was not taken (not a managed effect: a hint).
-    fn send_hint(&self, chat_id: i64, reply_to_message_id: i64, max_length: u32) {
-        let body = json!({
-            "chat_id": chat_id,
-            "text": reply_hint(max_length),
-            "reply_parameters": {"message_id": reply_to_message_id, "allow_sending_without_reply": true},
-        });
-        if self.api.send_message(&body).is_err() {
-            tracing::warn!("reply hint not sent");
-        }
     }
 }

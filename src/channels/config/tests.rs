@@ -129,3 +129,43 @@ fn an_oversized_file_is_refused_before_it_is_parsed() {
     dir.write(CHANNELS_FILE, &big, 0o600);
     assert!(matches!(load(dir.path()), Err(ConfigError::TooLarge { .. })));
 }
+
+#[test]
+fn two_profiles_on_one_bot_token_file_are_refused() {
+    let dir = Dir::new();
+    let token = dir.complete().with_file_name("ops.token");
+    let link = dir.path().join("ops-link.token");
+    std::os::unix::fs::symlink(&token, &link).expect("symlink");
+    let hard = dir.path().join("ops-hard.token");
+    fs::hard_link(&token, &hard).expect("hard link");
+    let other = dir.write("other.token", "654321:OTHER-TOKEN\n", 0o600);
+    let profiles = |second: &Path, credential_of_second: &str| {
+        let credentials = json!({"schema": CREDENTIALS_SCHEMA, "credentials": {
+            "ops-bot": {"kind": "telegramBotToken", "tokenFile": token},
+            "second-bot": {"kind": "telegramBotToken", "tokenFile": second}}});
+        dir.write(CREDENTIALS_FILE, &credentials.to_string(), 0o600);
+        dir.channels(json!({
+            "schema": CHANNELS_SCHEMA,
+            "audiences": {"operator": {"channels": ["telegram:ops", "telegram:second"]}},
+            "telegram": {
+                "ops": {"credential": "ops-bot", "allowedUserIds": [42], "allowedChatIds": [42]},
+                "second": {"credential": credential_of_second, "allowedUserIds": [42], "allowedChatIds": [43]}},
+        }));
+        load(dir.path())
+    };
+    for (second, credential) in [
+        (token.as_path(), "ops-bot"),
+        (token.as_path(), "second-bot"),
+        (link.as_path(), "second-bot"),
+        (hard.as_path(), "second-bot"),
+    ] {
+        let refused = profiles(second, credential).expect_err("one bot, two profiles");
+        let text = refused.to_string();
+        assert!(
+            text.contains("profiles ops and second use the same bot token file"),
+            "{second:?} {credential}: {text}"
+        );
+    }
+    let two_bots = profiles(&other, "second-bot").expect("two bots").expect("present");
+    assert_eq!(two_bots.telegram.len(), 2);
+}

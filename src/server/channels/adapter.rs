@@ -18,6 +18,7 @@
 //! identities and where its one credential is; it never sees the store, a subject or a token
 //! this process read (the server never reads one).
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,14 +37,19 @@ use crate::server::blocking;
 use crate::server::frames::{LineRead, read_line};
 use crate::server::shared::Shared;
 use crate::store::StoreError;
-use crate::store::channels::{self as store, AdapterFence, Answered, AttemptOutcome, ChannelAnswer, ChannelError};
+use crate::store::channels::{
+    self as store, AdapterFence, Answered, AttemptOutcome, ChannelAnswer, ChannelError, SettleClaim,
+};
 
 /// How long an adapter's process may take to stop (it finishes its in-flight request).
 pub const ADAPTER_GRACE_MS: u64 = 3_000;
 /// The descriptor the adapter finds its channel on (`PI_WORKFLOWS_CHANNEL_FD`).
 const CHANNEL_FD: i32 = 3;
-/// A process that dies within this time of its start counts as a quick death.
-const QUICK_DEATH_MS: u64 = 30_000;
+/// A process that dies within this time of its start counts as a quick death, even after
+/// `channel.ready`: only an adapter that stayed up this long resets the backoff (one that
+/// crashes right after ready would otherwise restart every 0.5 s and exhaust the `channels`
+/// supervisor's intensity, and then the root's).
+const STABLE_UPTIME_MS: u64 = 30_000;
 /// The first and the longest wait before starting again after quick deaths.
 const BACKOFF_MS_MIN: u64 = 500;
 const BACKOFF_MS_MAX: u64 = 30_000;
@@ -69,6 +75,8 @@ const INHERITED_ENV: &[&str] = &[
     "SSL_CERT_FILE",
     "SSL_CERT_DIR",
 ];
+/// The profile's bot is already served by another profile (`lastExit`).
+const DUPLICATE_BOT: &str = "duplicateBot";
 /// An adapter exits 78 when its launch, token file or token was refused: a restart cannot fix it.
 const EXIT_CONFIG: i32 = 78;
 
@@ -112,14 +120,36 @@ struct Serving {
     received: u64,
     ready: bool,
     /// The attempt the adapter is making (one at a time).
-    in_flight: Option<String>,
+    in_flight: Option<InFlight>,
+    /// The channel messages this adapter was given (sent or tracked): their buttons work.
+    /// Newest last, at most `TRACKED_MAX`: forgetting an old one only means it is offered
+    /// again (`track`) if it is still open, which the adapter takes as a no-op.
+    tracked: VecDeque<String>,
     /// No present before this (a rate limit).
     not_before: Option<Instant>,
     exit_reason: Option<ExitReason>,
+    /// Why the server stopped this process for good (the profile stays stopped until a reload).
+    refused: Option<&'static str>,
     /// The process's exit code, once it ended (set by the process actor's exit hook).
     exit_code: Arc<std::sync::Mutex<Option<i32>>>,
     started: Instant,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// The present the adapter is making: only its own settle (same attempt, channel message and
+/// channel revision) may settle it.
+struct InFlight {
+    attempt_id: String,
+    channel_message_id: String,
+    channel_revision: u64,
+}
+
+impl InFlight {
+    fn matches(&self, header: &Header, settle: &channel_protocol::Settle) -> bool {
+        header.attempt_id.as_deref() == Some(self.attempt_id.as_str())
+            && header.channel_revision == self.channel_revision
+            && settle.channel_message_id == self.channel_message_id
+    }
 }
 
 impl Drop for Serving {
@@ -253,8 +283,10 @@ async fn launch(myself: &ActorRef<AdapterMsg>, state: &mut AdapterState) -> Resu
         received: 0,
         ready: false,
         in_flight: None,
+        tracked: VecDeque::new(),
         not_before: None,
         exit_reason: None,
+        refused: None,
         exit_code,
         started: Instant::now(),
         tasks,
@@ -354,39 +386,81 @@ async fn on_frame(state: &mut AdapterState, frame: Frame) -> Result<(), ActorPro
     };
     serving.received = frame.header.sequence;
     match message {
-        Message::Ready(_) => on_ready(state).await?,
-        Message::Settle(settle) => on_settle(state, frame.header.attempt_id, settle).await?,
-        Message::Answer(answer) => on_answer(state, answer).await?,
+        Message::Ready(ready) => on_ready(state, ready.bot.id).await?,
+        Message::Settle(settle) => on_settle(state, &frame.header, settle).await?,
+        Message::Answer(answer) => on_answer(state, frame.header.channel_revision, answer).await?,
         Message::Exiting(exiting) => serving.exit_reason = Some(exiting.reason),
         Message::Present(_) => {}
     }
     Ok(())
 }
 
-async fn on_ready(state: &mut AdapterState) -> Result<(), ActorProcessingErr> {
+async fn on_ready(state: &mut AdapterState, bot_id: i64) -> Result<(), ActorProcessingErr> {
     let args = &state.args;
-    args.registry.note_ready(&args.profile);
-    let profile = args.profile.clone();
-    let open = blocking::read(&args.shared.store, move |conn| store::open_messages(conn, &profile)).await?;
-    let serving = state.serving.as_mut().expect("a frame came from a serving adapter");
-    serving.ready = true;
-    for message in &open {
-        let header = next_header(serving, message.channel_revision, None);
-        send(serving, &present_frame(message, header, true)?).await?;
+    if let Err(other) = args.registry.claim_bot(&args.profile, bot_id) {
+        // Two token files holding one bot's token: a second long poll would conflict forever.
+        tracing::warn!(profile = %args.profile, other = %other, "this profile's token is the bot of another profile; it is stopped: give it its own bot and run `pi-workflows channel reload`");
+        let serving = state.serving.as_mut().expect("a frame came from a serving adapter");
+        serving.refused = Some(DUPLICATE_BOT);
+        stop_process(serving);
+        return Ok(());
     }
+    state
+        .serving
+        .as_mut()
+        .expect("a frame came from a serving adapter")
+        .ready = true;
+    let tracked = track_open(state).await?;
+    let args = &state.args;
     args.registry.set_status(&args.profile, Shown::Ready, None);
-    tracing::info!(profile = %args.profile, tracked = open.len(), "channel adapter ready");
+    tracing::info!(profile = %args.profile, tracked, "channel adapter ready");
     work(state).await
 }
 
+/// Messages one adapter process remembers having been given (`Serving::tracked`).
+const TRACKED_MAX: usize = 4 * store::LISTING_MAX as usize;
+
+fn remember_tracked(serving: &mut Serving, channel_message_id: &str) {
+    serving.tracked.push_back(channel_message_id.to_string());
+    while serving.tracked.len() > TRACKED_MAX {
+        serving.tracked.pop_front();
+    }
+}
+
+/// Tell the adapter about the open messages it does not track yet (`track`, no attempt):
+/// after `channel.ready` all of them; later a send an operator's `recover confirm` opened.
+/// Returns how many.
+async fn track_open(state: &mut AdapterState) -> Result<usize, ActorProcessingErr> {
+    let serving = state.serving.as_mut().expect("a serving adapter");
+    let (profile, tracked) = (state.args.profile.clone(), Vec::from(serving.tracked.clone()));
+    let open = blocking::read(&state.args.shared.store, move |conn| {
+        store::open_messages(conn, &profile, &tracked)
+    })
+    .await?;
+    for message in &open {
+        let header = next_header(serving, message.channel_revision, None);
+        send(serving, &present_frame(message, header, true)?).await?;
+        remember_tracked(serving, &message.channel_message_id);
+    }
+    Ok(open.len())
+}
+
+/// The adapter's settle of the attempt in flight. One that is not exactly that attempt's (its
+/// id, channel message and expected channel revision) breaks the protocol: it settles nothing,
+/// and the process is stopped (so the attempt it left in flight becomes ambiguous, as for any
+/// adapter that dies mid-call).
 async fn on_settle(
     state: &mut AdapterState,
-    attempt_id: Option<String>,
+    header: &Header,
     settle: channel_protocol::Settle,
 ) -> Result<(), ActorProcessingErr> {
     let serving = state.serving.as_mut().expect("a frame came from a serving adapter");
-    let Some(attempt) = attempt_id.filter(|attempt| serving.in_flight.as_ref() == Some(attempt)) else {
-        tracing::warn!(profile = %state.args.profile, "a settle named no attempt in flight; ignored");
+    let Some(in_flight) = serving
+        .in_flight
+        .take_if(|in_flight| in_flight.matches(header, &settle))
+    else {
+        tracing::warn!(profile = %state.args.profile, "a settle that is not the attempt in flight's (attempt, message or channel revision); stopping the adapter");
+        stop_process(serving);
         return Ok(());
     };
     let outcome = match (&settle.outcome, &settle.error) {
@@ -410,10 +484,17 @@ async fn on_settle(
             AttemptOutcome::Rejected { retryable }
         }
     };
-    serving.in_flight = None;
+    if matches!(outcome, AttemptOutcome::Applied { .. }) && !serving.tracked.contains(&in_flight.channel_message_id) {
+        remember_tracked(serving, &in_flight.channel_message_id);
+    }
     let fence = serving.fence.clone();
     let settled = blocking::write(&state.args.shared.store, move |tx| {
-        store::settle(tx, &fence, &attempt, &outcome)
+        let claim = SettleClaim {
+            attempt_id: &in_flight.attempt_id,
+            channel_message_id: &in_flight.channel_message_id,
+            channel_revision: i64::try_from(in_flight.channel_revision).unwrap_or(i64::MAX),
+        };
+        store::settle(tx, &fence, &claim, &outcome)
     })
     .await;
     if let Err(err) = settled {
@@ -422,7 +503,11 @@ async fn on_settle(
     work(state).await
 }
 
-async fn on_answer(state: &mut AdapterState, answer: channel_protocol::Answer) -> Result<(), ActorProcessingErr> {
+async fn on_answer(
+    state: &mut AdapterState,
+    channel_revision: u64,
+    answer: channel_protocol::Answer,
+) -> Result<(), ActorProcessingErr> {
     let args = &state.args;
     // The adapter checks the identities too; the server does not take its word for it.
     let allowed = args.telegram.allowed_user_ids.contains(&answer.from.user_id)
@@ -439,6 +524,8 @@ async fn on_answer(state: &mut AdapterState, answer: channel_protocol::Answer) -
             text: answer.text.as_deref(),
             wants_text: answer.stage == Stage::WantsText,
             update_id: answer.update_id,
+            channel_revision: i64::try_from(channel_revision).unwrap_or(i64::MAX),
+            telegram_message_id: answer.telegram_message_id,
         };
         store::answer(tx, &fence, &forwarded)
     })
@@ -468,6 +555,8 @@ async fn work(state: &mut AdapterState) -> Result<(), ActorProcessingErr> {
         return Ok(());
     }
     serving.not_before = None;
+    track_open(state).await?;
+    let serving = state.serving.as_mut().expect("a serving adapter");
     let (fence, audiences, chats) = (
         serving.fence.clone(),
         state.args.audiences.clone(),
@@ -488,7 +577,11 @@ async fn work(state: &mut AdapterState) -> Result<(), ActorProcessingErr> {
         Err(err) => return Err(err.into()),
     };
     let header = next_header(serving, present.channel_revision, Some(present.attempt_id.clone()));
-    serving.in_flight = Some(present.attempt_id.clone());
+    serving.in_flight = Some(InFlight {
+        attempt_id: present.attempt_id.clone(),
+        channel_message_id: present.channel_message_id.clone(),
+        channel_revision: header.channel_revision,
+    });
     send(serving, &present_frame(&present, header, false)?).await
 }
 
@@ -531,13 +624,16 @@ fn stop_process(serving: &Serving) {
 async fn on_process_end(state: &mut AdapterState, serving: Serving) -> Result<(), ActorProcessingErr> {
     interrupt(&state.args).await;
     let exit_code = exit_code_of(&serving);
-    let refused = serving.exit_reason == Some(ExitReason::CredentialRejected) || exit_code == Some(EXIT_CONFIG);
-    let why = match (serving.exit_reason, refused) {
-        (Some(reason), _) => reason.as_str(),
-        (None, true) => "launchRefused",
-        (None, false) => "exited",
+    let refused = serving.refused.is_some()
+        || serving.exit_reason == Some(ExitReason::CredentialRejected)
+        || exit_code == Some(EXIT_CONFIG);
+    let why = match (serving.refused, serving.exit_reason, refused) {
+        (Some(why), _, _) => why,
+        (None, Some(reason), _) => reason.as_str(),
+        (None, None, true) => "launchRefused",
+        (None, None, false) => "exited",
     };
-    let quickly = serving.started.elapsed() < Duration::from_millis(QUICK_DEATH_MS);
+    let quickly = serving.started.elapsed() < Duration::from_millis(STABLE_UPTIME_MS);
     let args = &state.args;
     args.registry.note_exit(&args.profile, why, quickly);
     drop(serving);
@@ -579,4 +675,33 @@ fn backoff(quick_deaths: u32) -> Duration {
     }
     let doublings = quick_deaths.saturating_sub(1).min(16);
     Duration::from_millis((BACKOFF_MS_MIN << doublings).min(BACKOFF_MS_MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::channels::{CHANNELS_PERIOD_MS, CHANNELS_RESTARTS_MAX};
+
+    /// A crash loop (every start dies at once) must never reach the `channels` supervisor's
+    /// intensity: the restarts that fit in one period, waiting out the backoff each time, stay
+    /// below its maximum, however long the loop runs.
+    #[test]
+    fn a_crash_loop_never_reaches_the_channels_intensity() {
+        let period = Duration::from_millis(CHANNELS_PERIOD_MS);
+        for first in 1..64 {
+            let mut waited = Duration::ZERO;
+            let mut restarts = 0;
+            for deaths in first.. {
+                waited += backoff(deaths);
+                if waited > period {
+                    break;
+                }
+                restarts += 1;
+            }
+            assert!(
+                restarts < CHANNELS_RESTARTS_MAX,
+                "{restarts} restarts within one period from quick death {first}"
+            );
+        }
+    }
 }

@@ -42,6 +42,8 @@ pub struct ProfileStatus {
 struct RegistryState {
     profiles: BTreeMap<String, ProfileStatus>,
     quick_deaths: BTreeMap<String, u32>,
+    /// The bot (Telegram user id, from `channel.ready`) each live adapter serves.
+    bots: BTreeMap<String, i64>,
 }
 
 /// The profiles' live state.
@@ -56,11 +58,30 @@ impl ChannelRegistry {
     }
 
     pub fn forget(&self, profile: &str) {
-        lock(&self.state).profiles.remove(profile);
+        let mut state = lock(&self.state);
+        state.profiles.remove(profile);
+        state.bots.remove(profile);
     }
 
     pub fn clear(&self) {
-        lock(&self.state).profiles.clear();
+        let mut state = lock(&self.state);
+        state.profiles.clear();
+        state.bots.clear();
+    }
+
+    /// Record that `profile`'s adapter serves bot `bot_id`; `Err` names the live profile that
+    /// already serves it (two token files holding one token: only one may poll the bot).
+    pub fn claim_bot(&self, profile: &str, bot_id: i64) -> Result<(), String> {
+        let mut state = lock(&self.state);
+        let owner = state
+            .bots
+            .iter()
+            .find(|(other, bot)| other.as_str() != profile && **bot == bot_id);
+        if let Some((other, _)) = owner {
+            return Err(other.clone());
+        }
+        state.bots.insert(profile.to_string(), bot_id);
+        Ok(())
     }
 
     /// Record a profile's state; `epoch` is a new launch's.
@@ -83,18 +104,16 @@ impl ChannelRegistry {
         }
     }
 
-    /// A process of `profile` ended (`quickly`: soon after its start).
+    /// A process of `profile` ended (`quickly`: before it was up for a stable period). Only a
+    /// process that stayed up resets the count: `channel.ready` alone proves nothing.
     pub fn note_exit(&self, profile: &str, why: &str, quickly: bool) {
         let mut state = lock(&self.state);
+        state.bots.remove(profile);
         if let Some(entry) = state.profiles.get_mut(profile) {
             entry.last_exit = Some(why.to_string());
         }
         let deaths = state.quick_deaths.entry(profile.to_string()).or_default();
         *deaths = if quickly { deaths.saturating_add(1) } else { 0 };
-    }
-
-    pub fn note_ready(&self, profile: &str) {
-        lock(&self.state).quick_deaths.insert(profile.to_string(), 0);
     }
 
     pub fn quick_deaths(&self, profile: &str) -> u32 {

@@ -69,16 +69,17 @@ fn an_input_choice_asks_for_text_with_a_prompt() {
     );
     assert_eq!(settle.payload["telegram"]["messageId"], question.message_id);
 
-    // Over maxLength (20): ignored, with a hint.
-    api.push_reply(USER, CHAT, question.message_id, "this is far too long for it");
-    assert!(api.wait_for_sent_messages(3, WAIT));
-    let hint = api.sent_messages().pop().expect("hint");
-    assert!(
-        hint.visible_text.contains("at most 20 characters"),
-        "{}",
-        hint.visible_text
+    // Over maxLength (20): not the text; the server is asked to prompt again (a managed
+    // effect), and the adapter sends nothing by itself.
+    let update = api.push_reply(USER, CHAT, question.message_id, "this is far too long for it");
+    let again = adapter.expect(Kind::Answer);
+    assert_eq!(
+        again.payload,
+        json!({"channelMessageId": "cm-1", "choiceId": "replan", "stage": "wantsText",
+            "from": {"userId": USER, "chatId": CHAT}, "updateId": update})
     );
     adapter.wait_for_stderr("replyTooLong");
+    assert_eq!(api.sent_messages().len(), 2, "no message without a present");
 
     let update = api.push_reply(USER, CHAT, question.message_id, "add more tests");
     let answer = adapter.expect(Kind::Answer);

@@ -1,6 +1,8 @@
 //! Fencing, restarts (`track`), stopping, protocol violations.
 
-use crate::harness::{Adapter, CHAT, LaunchOptions, TOKEN, USER, on_message_payload, send_and_settle, send_payload};
+use crate::harness::{
+    Adapter, CHAT, LaunchOptions, TOKEN, USER, WAIT, on_message_payload, send_and_settle, send_payload,
+};
 use channel_protocol::Kind;
 use channel_protocol::frame::FRAME_BYTES_MAX;
 use channel_telegram::fake_api::FakeBotApi;
@@ -143,4 +145,40 @@ fn a_stop_request_settles_what_came_before_it() {
     assert_eq!(adapter.expect(Kind::Exiting).payload, json!({"reason": "requested"}));
     assert_eq!(adapter.wait_exit(), 0);
     adapter.assert_no_token();
+}
+
+#[test]
+fn a_message_tracked_without_its_reference_is_pinned_by_its_first_press() {
+    let api = FakeBotApi::start(TOKEN);
+    let mut adapter = Adapter::launch(&api);
+    adapter.expect_ready();
+    // A send an operator confirmed: the server knows the message exists, not which it is.
+    let mut track = on_message_payload("track", "cm-1", "nonceCONF1", 1);
+    track.remove("telegramMessageId");
+    adapter.send(Kind::Present, Value::Object(track), 1, None);
+
+    let first = api.push_callback(USER, CHAT, 4242, "nonceCONF1:0");
+    let answer = adapter.expect(Kind::Answer);
+    assert_eq!(
+        answer.payload,
+        json!({"channelMessageId": "cm-1", "choiceId": "approve", "stage": "final",
+            "from": {"userId": USER, "chatId": CHAT}, "updateId": first, "telegramMessageId": 4242})
+    );
+    // From now on it is that message: a press on another one does not count.
+    api.push_callback(USER, CHAT, 4343, "nonceCONF1:0");
+    let again = api.push_callback(USER, CHAT, 4242, "nonceCONF1:1");
+    let answer = adapter.expect(Kind::Answer);
+    assert_eq!(answer.payload["updateId"], again);
+    assert!(
+        answer.payload.get("telegramMessageId").is_none(),
+        "{:?}",
+        answer.payload
+    );
+    assert!(api.wait_for_callback_answers(3, WAIT));
+    let texts: Vec<_> = api.callback_answers().into_iter().map(|answer| answer.text).collect();
+    assert_eq!(
+        texts,
+        ["Received", "Not allowed", "Received"].map(|text| Some(text.to_owned()))
+    );
+    adapter.finish();
 }
