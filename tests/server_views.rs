@@ -640,5 +640,40 @@ fn step_updates_show_in_the_live_view_latest_per_key_and_are_rate_limited() {
     }
     assert!(limited, "a burst above 100 updates is limited");
     // Updates never complete the step: it still waits for its submission.
-    assert_eq!(view_of(&mut client, "run-0")["display"]["status"], "waiting");
+    let view = view_of(&mut client, "run-0");
+    assert_eq!(view["display"]["status"], "waiting");
+
+    // Beyond the view's newest 20, `view.page` kind `updates` pages the rest, newest first.
+    let request_id = view["display"]["request"]["requestId"]
+        .as_str()
+        .expect("request ID")
+        .to_string();
+    let (mut before, mut keys) = (None::<i64>, Vec::new());
+    loop {
+        let mut payload = json!({"kind": "updates", "requestId": request_id, "limit": 30});
+        if let Some(before) = before {
+            payload["before"] = json!(before);
+        }
+        let page = receipt(request(&mut client, Operation::ViewPage, Some("run-0"), payload));
+        let items = page["items"].as_array().expect("items");
+        assert!(items.len() <= 30);
+        keys.extend(items.iter().map(|item| item["key"].as_str().expect("key").to_string()));
+        match page.get("nextBefore") {
+            Some(next) => before = next.as_i64(),
+            None => break,
+        }
+    }
+    assert_eq!(
+        keys.last().map(String::as_str),
+        Some("overall"),
+        "the oldest update comes last"
+    );
+    assert!(keys.len() > 20, "more than the view holds: {}", keys.len());
+    let foreign = request(
+        &mut client,
+        Operation::ViewPage,
+        Some("run-0"),
+        json!({"kind": "updates", "requestId": "req-of-another-run"}),
+    );
+    assert_eq!(foreign.error.expect("refused").code, "invalidRequest");
 }

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use base64::Engine as _;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use pi_workflows::protocol::{
-    ClientMessage, ClientSchema, Hello, JsonObject, OpaqueId, Operation, Outcome, Response, decode_client_message,
-    encode_client_message,
+    ClientMessage, ClientSchema, Event, EventKind, Hello, JsonObject, OpaqueId, Operation, Outcome, Response,
+    decode_client_message, encode_client_message,
 };
 use piw::connection::content::digest_of;
 use piw::connection::session::{Command, ContentState, Link, Update};
@@ -139,6 +139,12 @@ fn the_timeline_replays_node_states_and_end_returns_to_live() {
 /// A fake server on a Unix socket: `hello`, then a view whose definition reference
 /// promises bytes the content answer does not hold.
 fn fake_server(dir: &std::path::Path, version: &str) -> std::path::PathBuf {
+    fake_server_with(dir, version, document(&digest_of(b"{}"), "running", &[]))
+}
+
+/// The fake server answering `view` (to `view.run.get`, and as the snapshot of a
+/// `view.run.watch`); any other read is answered with content that is not `{}`.
+fn fake_server_with(dir: &std::path::Path, version: &str, view: Value) -> std::path::PathBuf {
     let version = version.to_string();
     let socket = dir.join("fake.sock");
     let listener = UnixListener::bind(&socket).expect("bind");
@@ -160,7 +166,8 @@ fn fake_server(dir: &std::path::Path, version: &str) -> std::path::PathBuf {
                 return;
             };
             let receipt = match request.operation {
-                Operation::ViewRunGet => json!({"view": document(&promised, "running", &[])}),
+                Operation::ViewRunGet => json!({"view": view}),
+                Operation::ViewRunWatch => json!({"subscriptionId": FAKE_SUBSCRIPTION}),
                 _ => json!({"digest": promised, "mediaType": "application/vnd.pi-workflows.definition+json",
                             "byteLength": 2, "offset": 0,
                             "data": base64::engine::general_purpose::STANDARD.encode(b"[]")}),
@@ -177,10 +184,28 @@ fn fake_server(dir: &std::path::Path, version: &str) -> std::path::PathBuf {
             writer
                 .write_all(&encode_client_message(&response).expect("response"))
                 .expect("write");
+            if request.operation == Operation::ViewRunWatch {
+                let Value::Object(payload) = json!({"view": view}) else {
+                    return;
+                };
+                let snapshot = ClientMessage::Event(Event {
+                    schema: ClientSchema::V1,
+                    subscription_id: OpaqueId::new(FAKE_SUBSCRIPTION).expect("id"),
+                    event: EventKind::RunSnapshot,
+                    revision: None,
+                    run_id: None,
+                    payload,
+                });
+                writer
+                    .write_all(&encode_client_message(&snapshot).expect("event"))
+                    .expect("write");
+            }
         }
     });
     socket
 }
+
+const FAKE_SUBSCRIPTION: &str = "sub-1";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn content_that_does_not_match_its_digest_is_refused_in_its_section() {
@@ -275,4 +300,79 @@ fn a_click_on_a_browser_row_selects_that_run() {
         "{sent:?}"
     );
     assert_eq!(app.selected_id(), Some("run-a"));
+}
+
+/// The first frame the live session's first view makes, from `view` on a fake server.
+async fn live_frame_of(view: Value) -> String {
+    let dir = tempfile::Builder::new().prefix("piwf").tempdir_in("/tmp").expect("dir");
+    let socket = fake_server_with(dir.path(), env!("CARGO_PKG_VERSION"), view);
+    let (updates_tx, mut updates) = tokio::sync::mpsc::unbounded_channel();
+    let (_commands, commands_rx) = tokio::sync::mpsc::unbounded_channel();
+    let options = piw::connection::session::SessionOptions {
+        endpoint: piw::connection::transport::Endpoint::Unix(socket),
+        start_in: None,
+        client_id: OpaqueId::new("piw-test").expect("id"),
+        watch_runs: false,
+        selected: Some("run-1".into()),
+    };
+    let session = tokio::spawn(piw::connection::session::Session::new(options, updates_tx).run(commands_rx));
+    let mut app = App::new(Theme::default(), Some("run-1"));
+    let wait = std::time::Duration::from_secs(10);
+    while app.view().is_none() {
+        let update = tokio::time::timeout(wait, updates.recv())
+            .await
+            .expect("a view within 10 s");
+        app.apply(update.expect("the session runs"));
+    }
+    session.abort();
+    frame(&app)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_view_without_a_definition_reference_is_a_graph_error_in_the_live_session() {
+    let mut view = document("sha256:00", "running", &[]);
+    view["workflow"].as_object_mut().expect("workflow").remove("definition");
+    let text = live_frame_of(view).await;
+    assert!(
+        text.contains("graph unavailable: the view names no workflow definition"),
+        "{text}"
+    );
+    assert!(!text.contains("reading the workflow definition"), "{text}");
+    assert!(text.contains("run run-1 · demo · RUNNING"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_definition_reference_of_another_digest_is_a_graph_error_in_the_live_session() {
+    let mut view = document("sha256:00", "running", &[]);
+    view["workflow"]["definition"]["digest"] = json!(digest_of(b"{}"));
+    let text = live_frame_of(view).await;
+    assert!(
+        text.contains("graph unavailable: the definition reference sha256:")
+            && text.contains("not the run's definition sha256:00"),
+        "{text}"
+    );
+    assert!(!text.contains("reading the workflow definition"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn once_shows_the_same_errors_for_a_missing_or_mismatched_definition_reference() {
+    let mut missing = document("sha256:00", "running", &[]);
+    missing["workflow"]
+        .as_object_mut()
+        .expect("workflow")
+        .remove("definition");
+    let mut mismatched = document("sha256:00", "running", &[]);
+    mismatched["workflow"]["definition"]["digest"] = json!(digest_of(b"{}"));
+    for (view, error) in [
+        (missing, "graph unavailable: the view names no workflow definition"),
+        (
+            mismatched,
+            "graph unavailable: the definition reference is not the run's definition",
+        ),
+    ] {
+        let dir = tempfile::Builder::new().prefix("piwf").tempdir_in("/tmp").expect("dir");
+        let socket = fake_server_with(dir.path(), env!("CARGO_PKG_VERSION"), view);
+        let text = once_at(socket).await.expect("a frame");
+        assert!(text.contains(error), "{text}");
+    }
 }

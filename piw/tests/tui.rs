@@ -225,3 +225,144 @@ fn the_attempt_tab_shows_a_failed_attempts_error_and_a_completed_attempts_output
     assert!(screen.contains("prepare") && screen.contains("output "), "{screen}");
     tmux.keys(&["q"]);
 }
+
+#[test]
+fn a_running_run_is_cancelled_from_the_tui_after_confirmation() {
+    let env = Env::new();
+    let run = env.start(&fixture("sleeps"), None);
+    let tmux = Tmux::start("cancel", env.piw().arg(&run));
+    let header = |s: &str| s.lines().next().unwrap_or_default().to_string();
+    tmux.wait_for("the pinned run runs", |s| {
+        header(s).contains("· RUNNING") && s.contains("[c] cancel")
+    });
+    tmux.keys(&["c"]);
+    tmux.wait_for("the cancel is confirmed first", |s| {
+        s.contains(&format!("Cancel run {run}?"))
+    });
+    tmux.keys(&["y"]);
+    let screen = tmux.wait_for("the run shows cancelled", |s| header(s).contains("· CANCELLED"));
+    assert!(screen.contains("run.cancel: accepted"), "{screen}");
+    assert!(
+        !screen.contains("[c] cancel"),
+        "an ended run offers no cancel:\n{screen}"
+    );
+}
+
+#[test]
+fn a_finished_run_is_restarted_from_the_tui_and_the_new_run_is_listed() {
+    let env = Env::new();
+    let run = env.start(&fixture("echo-task"), None);
+    env.once_until(&run, "the run completes", |frame| frame.contains("· COMPLETED ·"));
+    let tmux = Tmux::start("restart-run", &env.piw());
+    tmux.wait_for("the finished run offers a restart", |s| {
+        s.contains("runs (1)") && s.contains("[R] restart")
+    });
+    tmux.keys(&["R"]);
+    tmux.wait_for("the restart is confirmed first", |s| {
+        s.contains(&format!("Restart run {run}?"))
+    });
+    tmux.keys(&["y"]);
+    let screen = tmux.wait_for("the restart is accepted", |s| {
+        s.contains("run.restart: accepted (new run ")
+    });
+    let notice = screen
+        .lines()
+        .find(|line| line.contains("(new run "))
+        .expect("the notice");
+    let new_run = notice
+        .split("(new run ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .expect("the new run's ID")
+        .to_string();
+    assert_ne!(new_run, run);
+    tmux.wait_for("the browser lists the new run", |s| s.contains("runs (2)"));
+    env.once_until(&new_run, "the new run completes", |frame| {
+        frame.contains(&format!("run {new_run} · echo-task · COMPLETED"))
+    });
+}
+
+/// Send `count` step updates (`log`/`line-N`, data N) to the run's pending agent request.
+fn send_updates(env: &Env, run: &str, count: usize) {
+    use pi_workflows::protocol::{JsonObject, Operation};
+    use piw::connection::client::{Client, accepted, new_id};
+    use piw::connection::transport::Endpoint;
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let endpoint = Endpoint::Unix(env.socket());
+        let (client, _events) = Client::connect(&endpoint, new_id("piw-test")).await.expect("connect");
+        for index in 1..=count {
+            let update = serde_json::json!({"type": "log", "key": format!("line-{index}"), "data": index});
+            let mut payload = JsonObject::new();
+            payload.insert("update".into(), update);
+            let key = new_id("piw-update");
+            let response = client
+                .request(
+                    Operation::InteractionUpdate,
+                    Some(run),
+                    payload,
+                    Some(&key),
+                    common::WAIT,
+                )
+                .await
+                .expect("interaction.update");
+            accepted(&response).expect("the update is accepted");
+        }
+    });
+}
+
+#[test]
+fn older_step_updates_are_paged_in_on_the_updates_tab() {
+    // An agent step that waits for a submission, so it can report updates.
+    let env = Env::with_test_runner("steps=3,checkpoint-at=2,request-kind=agent");
+    let run = env.start(&fixture("echo-task"), None);
+    env.once_until(&run, "the agent step waits", |frame| frame.contains("· WAITING"));
+    // More than the view's newest 20: the first ten only come with an older page.
+    send_updates(&env, &run, 30);
+    let tmux = Tmux::start("updates", env.piw().arg(&run));
+    tmux.wait_for("the view is live", |s| s.contains("● live"));
+    tmux.keys(&["4"]);
+    let screen = tmux.wait_for("the view's updates", |s| {
+        s.contains("20 updates, newest first") && s.contains("#30 log/line-30: 30")
+    });
+    assert!(!screen.contains("log/line-10:"), "{screen}");
+    for _ in 0..3 {
+        tmux.keys(&["PageDown"]);
+    }
+    tmux.wait_for("the oldest update is read and shown", |s| {
+        s.contains("#1 log/line-1: 1")
+    });
+    for _ in 0..3 {
+        tmux.keys(&["PageUp"]);
+    }
+    let screen = tmux.wait_for("every update counted", |s| s.contains("30 updates, newest first"));
+    assert!(!screen.contains("PgDn reads older updates"), "{screen}");
+    let _ = env.cli(&["run", "cancel", &run]);
+}
+
+#[test]
+fn older_settings_changes_are_paged_in_on_the_settings_tab() {
+    let env = Env::new();
+    // The gate file never appears: the run stays running while its settings change.
+    let gate = env.scratch.path().join("gate");
+    let input = format!(r#"{{"gate":"{}"}}"#, gate.display());
+    let run = env.start(&fixture("tuned"), Some(&input));
+    // More changes than the settings page's first 50: change 0 comes only with an older page.
+    for number in 1..=55 {
+        let out = env.cli(&["run", "settings", &run, "--set", &format!("/greeting=v{number}")]);
+        common::expect_success(&out, "run settings --set");
+    }
+    let tmux = Tmux::start("settings", env.piw().arg(&run));
+    tmux.wait_for("the view is live", |s| s.contains("● live"));
+    tmux.keys(&["3"]);
+    let screen = tmux.wait_for("the newest changes", |s| {
+        s.contains("change 55") && s.contains("#55 by")
+    });
+    assert!(!screen.contains("#0 by"), "{screen}");
+    for _ in 0..7 {
+        tmux.keys(&["PageDown"]);
+    }
+    let screen = tmux.wait_for("the first change is read and shown", |s| s.contains("#0 by"));
+    assert!(!screen.contains("PgDn reads older changes"), "{screen}");
+    let _ = env.cli(&["run", "cancel", &run]);
+}

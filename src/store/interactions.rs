@@ -484,12 +484,23 @@ pub struct UpdateFacts {
 
 /// The newest updates of a request (at most `limit`, newest first).
 pub fn latest_updates(conn: &rusqlite::Connection, request_id: &str, limit: usize) -> StoreResult<Vec<UpdateFacts>> {
+    updates_before(conn, request_id, None, limit)
+}
+
+/// The newest updates of a request older than the update seq `before` (all when `None`), at
+/// most `limit`, newest first.
+pub fn updates_before(
+    conn: &rusqlite::Connection,
+    request_id: &str,
+    before: Option<i64>,
+    limit: usize,
+) -> StoreResult<Vec<UpdateFacts>> {
     Ok(conn
         .prepare_cached(
             "SELECT update_type, update_key, update_seq, data_hash, updated_at FROM interaction_updates
-             WHERE request_id = ?1 ORDER BY update_seq DESC LIMIT ?2",
+             WHERE request_id = ?1 AND update_seq < ?2 ORDER BY update_seq DESC LIMIT ?3",
         )?
-        .query_map(params![request_id, limit as i64], |row| {
+        .query_map(params![request_id, before.unwrap_or(i64::MAX), limit as i64], |row| {
             Ok(UpdateFacts {
                 update_type: row.get(0)?,
                 update_key: row.get(1)?,

@@ -319,8 +319,43 @@ fn pending_request(conn: &Connection, run_id: &str) -> StoreResult<Option<Reques
 }
 
 fn request_updates(conn: &Connection, request_id: &str) -> StoreResult<Vec<UpdateView>> {
+    update_views(
+        conn,
+        super::interactions::latest_updates(conn, request_id, UPDATES_IN_VIEW_MAX)?,
+    )
+}
+
+/// Updates per `view.page` kind `updates`.
+pub const UPDATES_PAGE_MAX: usize = 200;
+
+/// One page of a request's updates (the latest value per type and key, as the view shows
+/// them), newest first, older than the update seq `before`, at most `limit`
+/// (≤ [`UPDATES_PAGE_MAX`]). `None` when the request is not one of the run's: a client
+/// reads only the requests of the run it names.
+pub fn updates_page(
+    conn: &Connection,
+    run_id: &str,
+    request_id: &str,
+    before: Option<i64>,
+    limit: usize,
+) -> StoreResult<Option<Vec<UpdateView>>> {
+    assert!(limit <= UPDATES_PAGE_MAX, "update pages are bounded");
+    let owned: Option<i64> = conn
+        .prepare_cached("SELECT 1 FROM interactive_requests WHERE request_id = ?1 AND run_id = ?2")?
+        .query_row([request_id, run_id], |row| row.get(0))
+        .optional()?;
+    if owned.is_none() {
+        return Ok(None);
+    }
+    let facts = super::interactions::updates_before(conn, request_id, before, limit)?;
+    update_views(conn, facts).map(Some)
+}
+
+/// Stored updates as a view shows them: small data inlined as JSON text, larger data only
+/// its size.
+fn update_views(conn: &Connection, facts: Vec<super::interactions::UpdateFacts>) -> StoreResult<Vec<UpdateView>> {
     let mut views = Vec::new();
-    for update in super::interactions::latest_updates(conn, request_id, UPDATES_IN_VIEW_MAX)? {
+    for update in facts {
         let data_bytes = super::blobs::blob_ref(conn, &update.data_hash, super::blobs::JSON_MEDIA_TYPE)
             .map(|reference| reference.bytes)
             .unwrap_or(0);
@@ -353,9 +388,11 @@ pub fn pending_request_brief(conn: &Connection, run_id: &str) -> StoreResult<Opt
         .optional()?)
 }
 
+/// The run's own ambiguous effects: a channel's (owner `channel`, a decision's message) never
+/// makes its run need review (`channel recover` settles it).
 fn ambiguous_effects(conn: &Connection, run_id: &str) -> StoreResult<i64> {
     Ok(conn
-        .prepare_cached("SELECT count(*) FROM effects WHERE run_id = ?1 AND status = 'ambiguous'")?
+        .prepare_cached("SELECT count(*) FROM effects WHERE run_id = ?1 AND status = 'ambiguous' AND owner = 'runner'")?
         .query_row([run_id], |row| row.get(0))?)
 }
 

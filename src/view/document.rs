@@ -144,15 +144,18 @@ fn display_object(facts: &RunViewFacts, reason: Option<&Reason>, contents: &mut 
 }
 
 /// One reported update: its data inline when small, else only its size.
-fn update_object(update: &crate::store::run_view::UpdateView) -> Value {
-    json!({
+/// One step update as the view and `view.page` kind `updates` show it (no nulls).
+pub fn update_object(update: &crate::store::run_view::UpdateView) -> Value {
+    let mut object = json!({
         "type": update.update_type,
         "key": update.update_key,
         "seq": update.seq,
         "at": update.at,
         "dataBytes": update.data_bytes,
         "dataJson": update.data_json,
-    })
+    });
+    strip_nulls(&mut object);
+    object
 }
 
 fn activity(facts: &RunViewFacts) -> Activity {

@@ -25,6 +25,8 @@ pub const RECONNECT_BACKOFF_MS: [u64; 6] = [100, 250, 500, 1_000, 2_000, 4_000];
 pub const RECONNECTS_BEFORE_DISCONNECTED: u32 = 12;
 /// Attempts per `view.page` read.
 pub const ATTEMPTS_PAGE_LIMIT: usize = 200;
+/// Items per older settings-changes or step-updates page (the server's maximum).
+pub const OLDER_PAGE_LIMIT: usize = 200;
 /// The answer wait of a restart (the server resolves the workflow again).
 pub const RESTART_TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -44,6 +46,17 @@ pub enum ContentState {
     Ready(Arc<Value>),
     Failed(String),
 }
+
+/// What an older page (`view.page`, newest first, `before`) continues: the settings page's
+/// `changes`, or a pending request's step updates (`items`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OlderKind {
+    SettingsChanges,
+    Updates { request_id: String },
+}
+
+/// An older page's items and where the next one starts, or why it could not be read.
+pub type OlderPage = Result<(Vec<Value>, Option<i64>), String>;
 
 /// A user action that changes a run, with the key that makes its retry safe.
 #[derive(Debug, Clone)]
@@ -76,6 +89,12 @@ pub enum Update {
         run_id: String,
         page: Result<Value, String>,
     },
+    /// An older page of settings changes or step updates.
+    Older {
+        run_id: String,
+        kind: OlderKind,
+        page: OlderPage,
+    },
     /// An attempt value (`outputRef` / `errorRef`) read and verified, or why it could not be.
     AttemptValue {
         run_id: String,
@@ -100,6 +119,11 @@ pub enum Command {
         after: Option<i64>,
     },
     LoadSettings,
+    /// The page of `kind` older than `before`.
+    LoadOlder {
+        kind: OlderKind,
+        before: i64,
+    },
     /// An attempt value of the selected run, by its reference.
     LoadAttemptValue(ContentRef),
 }
@@ -240,7 +264,10 @@ impl Session {
             Command::Select(run) => self.reselect(run),
             Command::Control(_) => self.send(Update::Notice("not connected: nothing was sent".into())),
             // The UI asks for these again once it sees the connection back.
-            Command::LoadAttempts { .. } | Command::LoadSettings | Command::LoadAttemptValue(_) => {}
+            Command::LoadAttempts { .. }
+            | Command::LoadSettings
+            | Command::LoadOlder { .. }
+            | Command::LoadAttemptValue(_) => {}
         }
     }
 
@@ -408,6 +435,7 @@ impl Session {
             Command::Control(control) => self.control(client, control).await,
             Command::LoadAttempts { after } => self.load_attempts(client, after).await,
             Command::LoadSettings => self.load_settings(client).await,
+            Command::LoadOlder { kind, before } => self.load_older(client, kind, before).await,
             Command::LoadAttemptValue(reference) => self.load_attempt_value(client, reference).await,
         }
     }
@@ -505,6 +533,39 @@ impl Session {
             .map(|receipt| Value::Object(receipt.clone()))
             .map_err(|refusal| refusal.to_string());
         self.send(Update::Settings { run_id, page });
+        Ok(())
+    }
+
+    /// An older page of settings changes (`changes`) or of a request's updates (`items`).
+    async fn load_older(&mut self, client: &Client, kind: OlderKind, before: i64) -> Result<(), ClientError> {
+        let Some(run_id) = self.options.selected.clone() else {
+            return Ok(());
+        };
+        let mut payload = JsonObject::new();
+        payload.insert("before".into(), json!(before));
+        payload.insert("limit".into(), json!(OLDER_PAGE_LIMIT));
+        let field = match &kind {
+            OlderKind::SettingsChanges => {
+                payload.insert("kind".into(), json!("settings"));
+                "changes"
+            }
+            OlderKind::Updates { request_id } => {
+                payload.insert("kind".into(), json!("updates"));
+                payload.insert("requestId".into(), json!(request_id));
+                "items"
+            }
+        };
+        let response = client.read(Operation::ViewPage, Some(&run_id), payload).await?;
+        let page = accepted(&response)
+            .map(|receipt| {
+                let items = receipt.get(field).and_then(Value::as_array).cloned();
+                (
+                    items.unwrap_or_default(),
+                    receipt.get("nextBefore").and_then(Value::as_i64),
+                )
+            })
+            .map_err(|refusal| refusal.to_string());
+        self.send(Update::Older { run_id, kind, page });
         Ok(())
     }
 }

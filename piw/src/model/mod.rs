@@ -3,5 +3,6 @@
 
 pub mod attempts;
 pub mod graph;
+pub mod older;
 pub mod values;
 pub mod view;

@@ -10,9 +10,10 @@ use serde_json::Value;
 
 use super::theme::Theme;
 use crate::connection::content::ContentRef;
-use crate::connection::session::{Command, ContentState, ControlRequest, Link, Update};
+use crate::connection::session::{Command, ContentState, ControlRequest, Link, OlderKind, OlderPage, Update};
 use crate::model::attempts::Attempts;
 use crate::model::graph::Graph;
+use crate::model::older::{OlderPages, StepUpdates};
 use crate::model::values::{AttemptValues, ValueKey};
 use crate::model::view::{Attempt, RunItem, RunView, run_items};
 
@@ -90,6 +91,10 @@ pub struct Selected {
     pub settings: Option<Result<Value, String>>,
     /// The settings change number the last settings read was asked for.
     settings_for: Option<Option<i64>>,
+    /// Settings changes older than the settings page's own (`PgDn` on the settings tab).
+    pub settings_changes: OlderPages,
+    /// The pending step's updates: the view's newest and older pages (`PgDn` on the tab).
+    pub updates: StepUpdates,
     pub gone: Option<String>,
     /// A page request is on its way (one at a time).
     pub paging: bool,
@@ -112,6 +117,8 @@ impl Selected {
             step: None,
             settings: None,
             settings_for: None,
+            settings_changes: OlderPages::default(),
+            updates: StepUpdates::default(),
             gone: None,
             paging: false,
             values: AttemptValues::default(),
@@ -154,6 +161,7 @@ impl Selected {
                     self.attempts.joined = true;
                 }
                 self.set_graph(&view, definition);
+                self.updates.see_view(view.display.request.as_ref());
                 self.view = Some(view);
                 self.view_error = None;
             }
@@ -186,6 +194,23 @@ impl Selected {
             ContentState::Failed(err) => GraphState::Failed(err),
             ContentState::Loading => GraphState::Loading,
         };
+    }
+
+    fn finish_older(&mut self, kind: &OlderKind, page: OlderPage) {
+        match kind {
+            OlderKind::SettingsChanges => self.settings_changes.finish(page),
+            OlderKind::Updates { request_id } if self.updates.request_id.as_ref() == Some(request_id) => {
+                self.updates.finish(page);
+            }
+            // A page of a request that is no longer pending.
+            OlderKind::Updates { .. } => {}
+        }
+    }
+
+    /// Older pages in flight are lost with the connection: `PgDn` asks again.
+    fn forget_older_loading(&mut self) {
+        self.settings_changes.loading = false;
+        self.updates.pages.loading = false;
     }
 
     fn apply_page(&mut self, items: &[Value], next_after: Option<i64>) {
@@ -284,6 +309,7 @@ impl App {
                     && let Some(selected) = self.selected.as_mut()
                 {
                     selected.values.forget_loading();
+                    selected.forget_older_loading();
                 }
                 self.link = link;
             }
@@ -315,7 +341,14 @@ impl App {
             }
             Update::Settings { run_id, page } => {
                 if let Some(selected) = self.selected.as_mut().filter(|s| s.run_id == run_id) {
+                    let next_before = page.as_ref().ok().and_then(|page| page["nextBefore"].as_i64());
+                    selected.settings_changes = OlderPages::reset(next_before);
                     selected.settings = Some(page);
+                }
+            }
+            Update::Older { run_id, kind, page } => {
+                if let Some(selected) = self.selected.as_mut().filter(|s| s.run_id == run_id) {
+                    selected.finish_older(&kind, page);
                 }
             }
             Update::AttemptValue {

@@ -8,7 +8,7 @@ use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Paragraph};
+use ratatui::widgets::{Block, Paragraph, Wrap};
 
 use super::app::{App, GraphState, Pane, Selected, safe};
 use super::draw::{fit, pane_block};
@@ -73,8 +73,10 @@ pub fn draw(frame: &mut Frame<'_>, app: &App, selected: &Selected, area: Rect) {
         }
         GraphState::Loading => return message(frame, app, inner, "reading the workflow definition…"),
         GraphState::Failed(err) => {
+            // Wrapped: the reason (two digests for a mismatch) is wider than the pane.
             let text = format!("graph unavailable: {}", safe(err));
-            return frame.render_widget(Paragraph::new(text).style(app.theme.error), inner);
+            let paragraph = Paragraph::new(text).style(app.theme.error).wrap(Wrap { trim: false });
+            return frame.render_widget(paragraph, inner);
         }
     };
     let columns = columns_for(inner.width);

@@ -12,6 +12,7 @@ use super::app::{App, Pane, Selected, Tab, duration, safe, value_key};
 use super::draw::{fit, pane_block, status_span};
 use super::graph::mark;
 use crate::connection::content::ContentRef;
+use crate::model::older::OlderPages;
 use crate::model::values::ValueState;
 use crate::model::view::Attempt;
 
@@ -38,12 +39,12 @@ pub fn draw(frame: &mut Frame<'_>, app: &App, selected: &Selected, area: Rect) {
         Tab::Steps => steps(app, selected, body.height as usize),
         Tab::Attempt => attempt_details(app, selected),
         Tab::Settings => settings(app, selected),
-        Tab::Updates => updates(app),
+        Tab::Updates => updates(app, selected),
     };
-    // Only the attempt tab scrolls; the last line stays in sight however far it is scrolled.
+    // Every tab but the steps list scrolls; the last line stays in sight however far.
     let scroll = match app.tab {
-        Tab::Attempt => app.detail_scroll.min(lines.len().saturating_sub(1) as u16),
-        _ => 0,
+        Tab::Steps => 0,
+        _ => app.detail_scroll.min(lines.len().saturating_sub(1) as u16),
     };
     let paragraph = Paragraph::new(lines).wrap(Wrap { trim: false }).scroll((scroll, 0));
     frame.render_widget(paragraph, body);
@@ -256,32 +257,56 @@ fn settings(app: &App, selected: &Selected) -> Vec<Line<'static>> {
             app.theme.dim,
         ));
     }
-    for change in page["changes"].as_array().into_iter().flatten() {
+    let first = page["changes"].as_array().into_iter().flatten();
+    for change in first.chain(&selected.settings_changes.items) {
         lines.push(Line::styled(
-            format!("  #{} by {}", change["number"], change["actor"].as_str().unwrap_or("?")),
+            format!(
+                "  #{} by {}",
+                change["changeNumber"],
+                safe(change["actor"].as_str().unwrap_or("?"))
+            ),
             app.theme.dim,
         ));
     }
+    lines.extend(older_line(app, &selected.settings_changes, "changes"));
     lines
 }
 
-fn updates(app: &App) -> Vec<Line<'static>> {
-    let request = app.view().and_then(|view| view.display.request.as_ref());
-    let Some(request) = request.filter(|request| !request.updates.is_empty()) else {
+/// Where older pages stand: reading, failed, or more to read with `PgDn`.
+fn older_line(app: &App, pages: &OlderPages, what: &str) -> Option<Line<'static>> {
+    if pages.loading {
+        return Some(Line::styled(format!("reading older {what}…"), app.theme.dim));
+    }
+    if let Some(err) = &pages.error {
+        return Some(Line::styled(
+            format!("older {what} unavailable: {} (PgDn tries again)", safe(err)),
+            app.theme.warn,
+        ));
+    }
+    pages
+        .has_more()
+        .then(|| Line::styled(format!("PgDn reads older {what}"), app.theme.dim))
+}
+
+fn updates(app: &App, selected: &Selected) -> Vec<Line<'static>> {
+    let seen = selected.updates.newest_first();
+    if seen.is_empty() {
         return vec![Line::styled("no updates from a pending step", app.theme.dim)];
-    };
-    request
-        .updates
-        .iter()
-        .map(|update| {
-            let data = update
-                .data_json
-                .clone()
-                .unwrap_or_else(|| format!("({} bytes, not inlined)", update.data_bytes));
-            Line::raw(safe(&format!(
-                "#{} {}/{}: {}",
-                update.seq, update.update_type, update.key, data
-            )))
-        })
-        .collect()
+    }
+    let mut lines = vec![Line::styled(
+        format!("{} updates, newest first (PgUp / PgDn scroll)", seen.len()),
+        app.theme.dim,
+    )];
+    lines.extend(seen.into_iter().map(|update| {
+        let data = update
+            .data_json
+            .clone()
+            .unwrap_or_else(|| format!("({} bytes, not inlined)", update.data_bytes));
+        Line::raw(safe(&format!(
+            "#{} {}/{}: {}",
+            update.seq, update.update_type, update.key, data
+        )))
+    }));
+    lines.extend(older_line(app, &selected.updates.pages, "updates"));
+    lines
 }

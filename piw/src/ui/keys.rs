@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::app::{App, Confirm, Overlay, Pane, Tab};
 use crate::connection::client::new_id;
-use crate::connection::session::{Command, ControlRequest};
+use crate::connection::session::{Command, ControlRequest, OlderKind};
 
 /// Rows PgUp / PgDn move in the steps list, and scroll the attempt tab.
 const PAGE_ROWS: usize = 10;
@@ -122,6 +122,9 @@ fn next_pane(app: &App, step: isize) -> Pane {
 }
 
 fn set_tab(app: &mut App, tab: Tab) -> Vec<Command> {
+    if app.tab != tab {
+        app.detail_scroll = 0;
+    }
     app.tab = tab;
     app.focus = Pane::Inspector;
     // The settings page itself is asked for by `App::pending_loads`.
@@ -155,9 +158,12 @@ fn move_in_pane(app: &mut App, code: KeyCode) -> Vec<Command> {
     let paging = matches!(code, KeyCode::PageUp | KeyCode::PageDown);
     match app.focus {
         Pane::Browser if vertical => move_browser(app, delta),
-        Pane::Inspector if paging && app.tab == Tab::Attempt => {
+        Pane::Inspector if paging && app.tab != Tab::Steps => {
             scroll_details(app, delta);
-            Vec::new()
+            match code {
+                KeyCode::PageDown => older_of_tab(app),
+                _ => Vec::new(),
+            }
         }
         Pane::Graph => {
             pan_graph(app, delta, vertical);
@@ -231,6 +237,31 @@ fn older_page(selected: &mut super::app::Selected) -> Vec<Command> {
     vec![Command::LoadAttempts {
         after: selected.attempts.next_after,
     }]
+}
+
+/// The next older page of what the settings or updates tab lists, if any remains.
+fn older_of_tab(app: &mut App) -> Vec<Command> {
+    // Reads are not kept while disconnected: `PgDn` asks again once the connection is back.
+    if !app.live() {
+        return Vec::new();
+    }
+    let tab = app.tab;
+    let Some(selected) = app.selected.as_mut() else {
+        return Vec::new();
+    };
+    let (kind, pages) = match tab {
+        Tab::Settings => (OlderKind::SettingsChanges, &mut selected.settings_changes),
+        Tab::Updates => match selected.updates.request_id.clone() {
+            Some(request_id) => (OlderKind::Updates { request_id }, &mut selected.updates.pages),
+            None => return Vec::new(),
+        },
+        Tab::Steps | Tab::Attempt => return Vec::new(),
+    };
+    pages
+        .take_next()
+        .map(|before| Command::LoadOlder { kind, before })
+        .into_iter()
+        .collect()
 }
 
 fn step_timeline(app: &mut App, delta: isize) -> Vec<Command> {

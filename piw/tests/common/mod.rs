@@ -33,12 +33,20 @@ pub fn server_bin() -> PathBuf {
     BUILD_SERVER.call_once(|| {
         let status = Command::new(env!("CARGO"))
             .args(["build", "--locked", "-p", "pi-workflows", "--bin", "pi-workflows"])
+            .args(["--bin", "pi-workflows-test-runner"])
             .current_dir(workspace_root())
             .status()
             .expect("run cargo build");
         assert!(status.success(), "cargo build of pi-workflows failed");
     });
     binaries_dir().join("pi-workflows")
+}
+
+/// The scripted runner child of the root crate (`PI_WORKFLOWS_TEST_SCRIPT`), built with the
+/// server.
+pub fn test_runner_bin() -> PathBuf {
+    server_bin();
+    binaries_dir().join("pi-workflows-test-runner")
 }
 
 pub fn piw_bin() -> PathBuf {
@@ -80,6 +88,8 @@ pub struct Env {
     pub config: tempfile::TempDir,
     /// Scratch space of the workflows (release notes).
     pub scratch: tempfile::TempDir,
+    /// The scripted test runner's script, instead of the Node runner (`with_test_runner`).
+    runner_script: Option<String>,
 }
 
 impl Env {
@@ -89,7 +99,20 @@ impl Env {
             agent: short_temp_dir("piwa"),
             config: short_temp_dir("piwc"),
             scratch: short_temp_dir("piws"),
+            runner_script: None,
         }
+    }
+
+    /// The server runs workflows with the scripted test runner (`script`: its
+    /// `PI_WORKFLOWS_TEST_SCRIPT`), e.g. for an agent step that waits for a submission.
+    pub fn with_test_runner(script: &str) -> Self {
+        let mut env = Self::new();
+        env.runner_script = Some(script.to_string());
+        env
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir().join("server/server.sock")
     }
 
     pub fn dir(&self) -> &Path {
@@ -98,16 +121,21 @@ impl Env {
 
     /// `pi-workflows --state-dir D <args>` with the default (Node) runner.
     pub fn cli(&self, args: &[&str]) -> Output {
-        Command::new(server_bin())
+        let mut command = Command::new(server_bin());
+        command
             .arg("--state-dir")
             .arg(self.dir())
             .args(args)
             .current_dir(workspace_root())
             .env_remove("PI_WORKFLOWS_RUNNER")
             .env_remove("PI_WORKFLOWS_TEST_SCRIPT")
-            .env("PI_CODING_AGENT_DIR", self.agent.path())
-            .output()
-            .expect("run pi-workflows")
+            .env("PI_CODING_AGENT_DIR", self.agent.path());
+        if let Some(script) = &self.runner_script {
+            command
+                .env("PI_WORKFLOWS_RUNNER", test_runner_bin())
+                .env("PI_WORKFLOWS_TEST_SCRIPT", script);
+        }
+        command.output().expect("run pi-workflows")
     }
 
     /// `run start <workflow> [--input-json INPUT] --json`: the new run's ID.

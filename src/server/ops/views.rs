@@ -12,7 +12,7 @@ use crate::server::answers::{Answer, page_limit, read_refusal, rejected, run_id_
 use crate::server::blocking;
 use crate::server::views::cache::{build_run_view, runs_page, within_budget};
 use crate::store::run_view::{
-    self, ATTEMPTS_PAGE_MAX, CONTENT_CHUNK_BYTES_MAX, ContentRead, ContentRef, RUNS_PAGE_MAX,
+    self, ATTEMPTS_PAGE_MAX, CONTENT_CHUNK_BYTES_MAX, ContentRead, ContentRef, RUNS_PAGE_MAX, UPDATES_PAGE_MAX,
 };
 use crate::store::{StoreError, blobs};
 use crate::view::document;
@@ -20,6 +20,7 @@ use crate::view::document;
 /// Default page sizes.
 const ATTEMPTS_PAGE_DEFAULT: usize = 100;
 const RUNS_PAGE_DEFAULT: usize = 50;
+const UPDATES_PAGE_DEFAULT: usize = 100;
 
 /// `view.run.get`: the run's current view.
 pub async fn view_run_get(ctx: &OpsContext, request: &Request) -> Answer {
@@ -31,14 +32,21 @@ pub async fn view_run_get(ctx: &OpsContext, request: &Request) -> Answer {
 }
 
 /// `view.page`: one page of a run's attempt history (`kind: "attempts"`, `after`, `limit`),
-/// or its settings (`kind: "settings"`, in `settings`).
+/// its settings (`kind: "settings"`, in `settings`), or a request's step updates
+/// (`kind: "updates"`).
 pub async fn view_page(ctx: &OpsContext, request: &Request) -> Answer {
     let run_id = run_id_of(request)?;
     let payload = &request.payload;
     match payload.get("kind").and_then(Value::as_str).unwrap_or("attempts") {
         "attempts" => {}
         "settings" => return super::settings::settings_page(ctx, request).await,
-        _ => return Err(rejected("invalidRequest", "view.page kinds: attempts, settings")),
+        "updates" => return updates_page(ctx, request).await,
+        _ => {
+            return Err(rejected(
+                "invalidRequest",
+                "view.page kinds: attempts, settings, updates",
+            ));
+        }
     }
     let after = payload.get("after").and_then(Value::as_i64);
     let limit = page_limit(payload, ATTEMPTS_PAGE_DEFAULT, ATTEMPTS_PAGE_MAX)?;
@@ -60,6 +68,40 @@ pub async fn view_page(ctx: &OpsContext, request: &Request) -> Answer {
     receipt.insert("items".into(), Value::Array(items));
     if let Some(next) = next {
         receipt.insert("nextAfter".into(), json!(next));
+    }
+    Ok((Outcome::Accepted, receipt, None))
+}
+
+/// `view.page` kind `updates`: a request's step updates beyond the view's newest 20
+/// (`requestId`, `before`: an update seq, `limit`), newest first; `nextBefore` continues.
+async fn updates_page(ctx: &OpsContext, request: &Request) -> Answer {
+    let run_id = run_id_of(request)?;
+    let payload = &request.payload;
+    let request_id = match payload.get("requestId").and_then(Value::as_str) {
+        Some(id) if !id.is_empty() && id.len() <= 256 => id.to_string(),
+        _ => return Err(rejected("invalidRequest", "view.page kind updates needs requestId")),
+    };
+    let before = payload.get("before").and_then(Value::as_i64);
+    let limit = page_limit(payload, UPDATES_PAGE_DEFAULT, UPDATES_PAGE_MAX)?;
+    let (owned, named) = (run_id.clone(), request_id.clone());
+    let updates = blocking::read(&ctx.store, move |conn| {
+        run_view::run_facts(conn, &owned)?;
+        run_view::updates_page(conn, &owned, &named, before, limit)
+    })
+    .await
+    .map_err(read_refusal)?
+    .ok_or_else(|| rejected("invalidRequest", "requestId names no request of this run"))?;
+    let next = (updates.len() == limit)
+        .then(|| updates.last().map(|update| update.seq))
+        .flatten();
+    let mut receipt = JsonObject::new();
+    receipt.insert("runId".into(), json!(run_id));
+    receipt.insert("kind".into(), json!("updates"));
+    receipt.insert("requestId".into(), json!(request_id));
+    let items = updates.iter().map(document::update_object).collect();
+    receipt.insert("items".into(), Value::Array(items));
+    if let Some(next) = next {
+        receipt.insert("nextBefore".into(), json!(next));
     }
     Ok((Outcome::Accepted, receipt, None))
 }

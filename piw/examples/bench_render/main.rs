@@ -1,9 +1,13 @@
 //! Render benchmark (a program that prints figures, not a timed test): a synthetic run view
 //! with 10,000 attempts against one with 10, in the same process. Prints the p99 frame time
 //! (target ≤ 16 ms), the time to the first frame and piw's RSS (target ≤ 30 MB), with
-//! ratios against the 10-attempt baseline.
+//! ratios against the 10-attempt baseline, then the same as one JSON line.
 //!
-//!     cargo run --release -p piw --example bench_render
+//!     cargo run --release -p piw --example bench_render [-- --live]
+//!
+//! `--live` (`live.rs`) measures real runs of 10,000 and 10 attempts on a real server in a
+//! temporary state directory instead, and the RSS of a live `piw <runId>` (needs the
+//! `pi-workflows` and `piw` binaries beside the example, the TypeScript package, and tmux).
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +18,8 @@ use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use serde_json::{Value, json};
 
+mod live;
+
 /// Frames timed per case (after the first).
 const FRAMES: usize = 500;
 /// Nodes of the synthetic workflow.
@@ -23,6 +29,8 @@ const PAGE: usize = 200;
 /// The view's inline history window.
 const WINDOW: usize = 50;
 const COLUMNS: u16 = 160;
+/// The smallest baseline a ratio is computed against.
+const RATIO_BASE_MIN: f64 = 0.001;
 const ROWS: u16 = 48;
 
 fn definition() -> Value {
@@ -117,21 +125,27 @@ fn measure(attempts: usize) -> Figures {
     let mut terminal = Terminal::new(TestBackend::new(COLUMNS, ROWS)).expect("backend");
     terminal.draw(|frame| piw::ui::draw::draw(frame, &app)).expect("draw");
     let first_frame = started.elapsed();
+    let (p99, median) = frame_times(&mut app, &mut terminal);
+    Figures {
+        first_frame,
+        p99,
+        median,
+        rss_kib: rss_kib(),
+    }
+}
+
+/// The p99 and median of `FRAMES` keys, each with the frame it causes.
+fn frame_times(app: &mut App, terminal: &mut Terminal<TestBackend>) -> (Duration, Duration) {
     let mut times = Vec::with_capacity(FRAMES);
     for frame_index in 0..FRAMES {
         // A key (through the steps and the timeline) and the frame it causes, timed together.
         let start = Instant::now();
-        step(&mut app, frame_index);
-        terminal.draw(|frame| piw::ui::draw::draw(frame, &app)).expect("draw");
+        step(app, frame_index);
+        terminal.draw(|frame| piw::ui::draw::draw(frame, app)).expect("draw");
         times.push(start.elapsed());
     }
     times.sort();
-    Figures {
-        first_frame,
-        p99: times[(times.len() * 99) / 100 - 1],
-        median: times[times.len() / 2],
-        rss_kib: rss_kib(),
-    }
+    (times[(times.len() * 99) / 100 - 1], times[times.len() / 2])
 }
 
 fn step(app: &mut App, frame_index: usize) {
@@ -145,25 +159,87 @@ fn step(app: &mut App, frame_index: usize) {
     piw::ui::keys::on_key(app, key(code));
 }
 
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// One table row: the baseline, the large case and their ratio.
+fn row(name: &str, small: f64, big: f64) {
+    // A baseline under a microsecond (nothing to page) makes no meaningful ratio.
+    let ratio = if small >= RATIO_BASE_MIN { big / small } else { f64::NAN };
+    println!("{name:<30} {small:>12.3} {big:>12.3} {ratio:>8.2}");
+}
+
+fn header(title: &str) {
+    println!("{title}");
+    println!("{:<30} {:>12} {:>12} {:>8}", "", "10 attempts", "10,000", "ratio");
+}
+
 fn main() {
+    if std::env::args().any(|arg| arg == "--live") {
+        return main_live();
+    }
     let baseline = measure(10);
     let large = measure(10_000);
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
-    println!("piw render benchmark ({COLUMNS}×{ROWS}, {FRAMES} frames per case, {NODES} nodes)");
-    println!("{:<22} {:>12} {:>12} {:>8}", "", "10 attempts", "10,000", "ratio");
-    for (name, small, big) in [
-        ("p99 key+frame (ms)", ms(baseline.p99), ms(large.p99)),
-        ("median key+frame (ms)", ms(baseline.median), ms(large.median)),
-        ("first frame (ms)*", ms(baseline.first_frame), ms(large.first_frame)),
-        (
-            "RSS (MiB)",
-            baseline.rss_kib as f64 / 1024.0,
-            large.rss_kib as f64 / 1024.0,
-        ),
-    ] {
-        println!("{name:<22} {small:>12.3} {big:>12.3} {:>8.2}", ratio(big, small));
-    }
+    header(&format!(
+        "piw render benchmark ({COLUMNS}×{ROWS}, {FRAMES} frames per case, {NODES} nodes)"
+    ));
+    row("p99 key+frame (ms)", ms(baseline.p99), ms(large.p99));
+    row("median key+frame (ms)", ms(baseline.median), ms(large.median));
+    row("first frame (ms)*", ms(baseline.first_frame), ms(large.first_frame));
+    row("RSS (MiB)", mib(baseline.rss_kib), mib(large.rss_kib));
     println!("* from the first view and every attempts page decoded to the first frame drawn");
     println!("targets: p99 frame ≤ 16 ms, RSS ≤ 30 MiB");
+    let case = |f: &Figures| json!({"p99Ms": ms(f.p99), "medianMs": ms(f.median), "firstFrameMs": ms(f.first_frame), "rssKib": f.rss_kib});
+    println!(
+        "{}",
+        json!({"mode": "synthetic", "attempts10": case(&baseline), "attempts10000": case(&large)})
+    );
+}
+
+fn main_live() {
+    let [baseline, large] = live::measure([10, 10_000]);
+    header(&format!(
+        "piw live benchmark (real runs on a real server; {COLUMNS}×{ROWS}, {FRAMES} frames per case)"
+    ));
+    row("run to completion (s)", baseline.run_seconds, large.run_seconds);
+    row(
+        "client: first frame (ms)*",
+        ms(baseline.figures.first_frame),
+        ms(large.figures.first_frame),
+    );
+    row("client: all pages (ms)", ms(baseline.all_pages), ms(large.all_pages));
+    row("p99 key+frame (ms)", ms(baseline.figures.p99), ms(large.figures.p99));
+    row(
+        "median key+frame (ms)",
+        ms(baseline.figures.median),
+        ms(large.figures.median),
+    );
+    row(
+        "bench process RSS (MiB)",
+        mib(baseline.figures.rss_kib),
+        mib(large.figures.rss_kib),
+    );
+    row(
+        "live piw: first view (ms)**",
+        ms(baseline.piw_first_view),
+        ms(large.piw_first_view),
+    );
+    row("live piw: RSS (MiB)", mib(baseline.piw_rss_kib), mib(large.piw_rss_kib));
+    println!("* connect, view.run.watch snapshot, definition (view.content), first attempts page, frame");
+    println!("** `piw <runId>` launched in tmux until its first view is on screen (10 ms polls)");
+    println!("targets: p99 frame ≤ 16 ms, RSS ≤ 30 MiB");
+    let case = |c: &live::LiveCase| {
+        json!({"attempts": c.attempts, "runSeconds": c.run_seconds, "firstFrameMs": ms(c.figures.first_frame),
+               "allPagesMs": ms(c.all_pages), "p99Ms": ms(c.figures.p99), "medianMs": ms(c.figures.median),
+               "benchRssKib": c.figures.rss_kib, "piwFirstViewMs": ms(c.piw_first_view), "piwRssKib": c.piw_rss_kib})
+    };
+    println!(
+        "{}",
+        json!({"mode": "live", "attempts10": case(&baseline), "attempts10000": case(&large)})
+    );
 }
