@@ -24,6 +24,7 @@ use pi_workflows::protocol::{
     ClientMessage, ClientSchema, OpaqueId, Operation, Request, decode_client_message, encode_client_message,
 };
 use pi_workflows::store::{Store, SystemClock, runs};
+use pi_workflows_fuzz::mutator::Rng;
 use serde_json::{Map, Value, json};
 
 const KEYS: &[&str] = &[
@@ -382,20 +383,5 @@ impl Connection {
                 Err(err) => return Exchange::Failed(format!("the server sent a bad frame: {err}")),
             }
         }
-    }
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
     }
 }

@@ -1,6 +1,6 @@
 //! The fuzz targets of pi-workflows, as plain functions of one input: libFuzzer calls them
-//! from `fuzz_targets/*.rs`, the stable `smoke` driver (`src/bin/smoke.rs`) from seeds and
-//! their mutations. Each one must never panic, whatever the bytes; a panic is a finding.
+//! from `fuzz_targets/*.rs`, the stable `smoke` driver (`examples/smoke.rs`) from seeds and
+//! their mutations (`mutator`). Each one must never panic, whatever the bytes; a panic is a finding.
 //! Besides "no panic" each checks the properties its code promises:
 //!
 //! - `frame_reader`: the client frame reader (`FrameReader`) and the server's async line
@@ -20,6 +20,8 @@
 //!   granted pointers change, a patch of tests changes nothing, the result is deterministic.
 
 use std::io::BufReader;
+
+pub mod mutator;
 
 use pi_workflows::protocol::runner::{Command, Launch, Message, Response, fencing_of, pong_of};
 use pi_workflows::protocol::{

@@ -159,7 +159,11 @@ export function decodeFrame(line: Uint8Array): JsonObject {
     throw new FrameError("not_object", `frame holds a JSON ${value === null ? "null" : Array.isArray(value) ? "array" : typeof value}, not an object`);
   }
   const canonical = encoder.encode(canonicalJson(value));
-  if (!sameBytes(canonical, body)) throw new FrameError("not_canonical", "frame is not RFC 8785 canonical JSON");
+  if (!sameBytes(canonical, body)) {
+    // A duplicate key hides its earlier value from the checks above; serde_json reads it.
+    checkRustReadableText(text);
+    throw new FrameError("not_canonical", "frame is not RFC 8785 canonical JSON");
+  }
   return value as JsonObject;
 }
 
@@ -188,7 +192,8 @@ function parseSingleValue(text: string): unknown {
 
 function parses(text: string): boolean {
   try {
-    JSON.parse(text);
+    checkRustReadable(JSON.parse(text), 0);
+    checkRustReadableText(text);
     return true;
   } catch {
     return false;
@@ -200,10 +205,41 @@ function checkRustReadable(value: unknown, depth: number): void {
   if (typeof value === "number" && !Number.isFinite(value)) throw new FrameError("not_json", "number out of range");
   if (typeof value === "string" && !wellFormed(value)) throw new FrameError("not_json", "lone surrogate in a string");
   if (value === null || typeof value !== "object") return;
-  if (depth >= JSON_DEPTH_MAX) throw new FrameError("not_json", "recursion limit exceeded");
+  if (depth + 1 >= JSON_DEPTH_MAX) throw new FrameError("not_json", "recursion limit exceeded"); // serde_json refuses the 128th nested container
   for (const [key, item] of Array.isArray(value) ? value.entries() : Object.entries(value)) {
     if (typeof key === "string" && !wellFormed(key)) throw new FrameError("not_json", "lone surrogate in a key");
     checkRustReadable(item, depth + 1);
+  }
+}
+
+/**
+ * `checkRustReadable` over the text of a value JSON.parse accepted, so that also the earlier
+ * value of a duplicate key counts (JSON.parse keeps only the last, serde_json reads every one):
+ * each string and key, each number, and the nesting depth. Used only off the canonical path
+ * (a canonical text has no duplicate keys), so a valid frame never pays for the scan.
+ */
+function checkRustReadableText(text: string): void {
+  let depth = 0;
+  for (let at = 0; at < text.length; ) {
+    const c = text[at]!;
+    if (c === '"') {
+      const end = stringEnd(text, at) ?? text.length;
+      if (!wellFormed(JSON.parse(text.slice(at, end)) as string)) throw new FrameError("not_json", "lone surrogate in a string");
+      at = end;
+    } else if (c === "{" || c === "[") {
+      if (++depth >= JSON_DEPTH_MAX) throw new FrameError("not_json", "recursion limit exceeded");
+      at++;
+    } else if (c === "}" || c === "]") {
+      depth--;
+      at++;
+    } else if (c === "-" || (c >= "0" && c <= "9")) {
+      NUMBER.lastIndex = at;
+      const number = NUMBER.exec(text)?.[0] ?? c;
+      if (!Number.isFinite(Number(number))) throw new FrameError("not_json", "number out of range");
+      at += number.length;
+    } else {
+      at++;
+    }
   }
 }
 
@@ -215,7 +251,7 @@ function skipWhitespace(text: string, at: number): number {
   return at;
 }
 
-const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
+const NUMBER = /-?(?:0|[1-9]\d*)(?!\d)(?:\.\d+(?!\d)|(?!\.))(?:[eE][+-]?\d+(?!\d)|(?![eE]))/y;
 
 /** Where the JSON value starting at `at` ends (a scan; `parses` confirms it). */
 function valueEnd(text: string, at: number): number | undefined {
@@ -297,7 +333,7 @@ export function validateMessage(object: JsonObject): ClientMessage {
   if (object.schema !== CLIENT_SCHEMA_V1) throw new ProtocolError("wrong_schema", `schema must be ${CLIENT_SCHEMA_V1}`);
   if (!("type" in object)) throw new ProtocolError("missing_field", "message lacks type");
   const type = object.type;
-  if (typeof type !== "string" || !(type in FIELDS)) throw new ProtocolError("unknown_type", "unknown message type");
+  if (typeof type !== "string" || !Object.hasOwn(FIELDS, type)) throw new ProtocolError("unknown_type", "unknown message type");
   const fields = FIELDS[type as ClientMessage["type"]];
   rejectUnknown(object, type, ["schema", "type"], fields, "");
   checkFields(object, fields, "");
