@@ -12,7 +12,9 @@
 //! - runner process start: from the runner epoch's record to its `runner.ready` (wall), from
 //!   the `run_workers` rows; and the same-run baseline `node -e 0` (wall, and its CPU from the
 //!   children's rusage);
-//! - `run.start` → first node committed (p50), from the run's events.
+//! - `run.start` → first node committed (p50), from the run's events, and its phases (queue
+//!   and admission, runner start, first command and node); `run.start` answered (resolve);
+//! - idle: the server's RSS before any run, and its CPU per second with nothing to do.
 //!
 //! Nothing here is asserted: it prints a table, and JSON with `--json`.
 
@@ -33,6 +35,10 @@ const POLL_MS: u64 = 2;
 const BASELINE_STARTS: usize = 20;
 const CLIENTS: usize = 4;
 const WARMUP_RUNS: usize = 5;
+/// After the load, the wait for the warm pool's demand window to pass (5 s by default).
+const IDLE_SETTLE_SECONDS: u64 = 7;
+/// The idle CPU figure's span (ticks are 10 ms: a longer span resolves less than 1 ms/s).
+const IDLE_SECONDS: u64 = 20;
 
 struct Options {
     sequential: usize,
@@ -99,6 +105,7 @@ fn main() -> anyhow::Result<()> {
     let baseline = node_baseline()?;
     cli(&bench, &["server", "start"])?;
     let server_pid = server_pid(&bench.state)?;
+    let fresh_rss_kib = rss_kib(server_pid)?;
     let mut client = Client::connect(&bench.socket)?;
     for _ in 0..WARMUP_RUNS {
         run_once(&bench, &mut client, Detect::Poll)?;
@@ -106,22 +113,27 @@ fn main() -> anyhow::Result<()> {
     let mut figures = json!({"baseline": baseline});
     for detect in [Detect::Poll, Detect::Watch] {
         let cpu_before = server_cpu_ms(server_pid)?;
-        let mut walls = Vec::with_capacity(options.sequential);
+        let (mut walls, mut answers) = (Vec::new(), Vec::new());
         for _ in 0..options.sequential {
-            walls.push(run_once(&bench, &mut client, detect)?);
+            let times = run_once(&bench, &mut client, detect)?;
+            walls.push(times.wall_ms);
+            answers.push(times.start_answered_ms);
         }
         let cpu = server_cpu_ms(server_pid)? - cpu_before;
         figures[format!("sequential_{}", detect.name())] = json!({
             "runs": options.sequential,
             "p50_ms": percentile(&walls, 0.50),
             "p99_ms": percentile(&walls, 0.99),
+            "start_answered_p50_ms": percentile(&answers, 0.50),
             "server_cpu_ms_per_run": cpu / options.sequential as f64,
         });
         figures[format!("clients4_{}", detect.name())] = concurrent(&bench, server_pid, detect, options.seconds)?;
     }
     figures["runner_start"] = runner_starts(&bench.state)?;
     figures["start_to_first_node"] = start_to_first_node(&bench.state)?;
+    figures["phases"] = phases(&bench.state)?;
     figures["server_rss_kib"] = json!(rss_kib(server_pid)?);
+    figures["idle"] = idle(server_pid, fresh_rss_kib)?;
     cli(&bench, &["server", "stop"])?;
     if options.json {
         println!("{figures}");
@@ -131,15 +143,26 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One run: start it, wait for its end the chosen way; the wall time in ms.
-fn run_once(bench: &Bench, client: &mut Client, detect: Detect) -> anyhow::Result<f64> {
+/// One run's times (ms): until its end was seen the chosen way, and until `run.start` was
+/// answered (the server resolved the workflow and queued the run).
+struct RunTimes {
+    wall_ms: f64,
+    start_answered_ms: f64,
+}
+
+/// One run: start it, wait for its end the chosen way.
+fn run_once(bench: &Bench, client: &mut Client, detect: Detect) -> anyhow::Result<RunTimes> {
     let started = Instant::now();
     let run_id = start(bench, client)?;
+    let start_answered_ms = started.elapsed().as_secs_f64() * 1e3;
     match detect {
         Detect::Poll => poll_end(client, &run_id)?,
         Detect::Watch => watch_end(client, &run_id)?,
     }
-    Ok(started.elapsed().as_secs_f64() * 1e3)
+    Ok(RunTimes {
+        wall_ms: started.elapsed().as_secs_f64() * 1e3,
+        start_answered_ms,
+    })
 }
 
 fn start(bench: &Bench, client: &mut Client) -> anyhow::Result<String> {
@@ -237,7 +260,7 @@ fn concurrent(bench: &Bench, server_pid: i32, detect: Detect, seconds: u64) -> a
                 let mut client = Client::connect(&bench.socket)?;
                 let mut walls = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
-                    walls.push(run_once(&bench, &mut client, detect)?);
+                    walls.push(run_once(&bench, &mut client, detect)?.wall_ms);
                 }
                 Ok(walls)
             })
@@ -295,6 +318,45 @@ fn start_to_first_node(state: &Path) -> anyhow::Result<Value> {
         .map(|ms| ms as f64)
         .collect();
     Ok(json!({"runs": samples.len(), "p50_ms": percentile(&samples, 0.5), "p99_ms": percentile(&samples, 0.99)}))
+}
+
+/// Where `run.start` → first node goes, per run with one runner (ms, p50 of each phase, from
+/// the store's millisecond timestamps): created → runner epoch recorded (queue and
+/// admission), → `runner.ready` (take or spawn, the workflow's load and source check), →
+/// first node committed (first command and the node).
+fn phases(state: &Path) -> anyhow::Result<Value> {
+    let db = Connection::open_with_flags(state.join("state.sqlite"), OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    let mut statement = db.prepare(
+        "SELECT w.started_at - r.created_at, w.ready_at - w.started_at,
+                (SELECT min(e.created_at) FROM events e WHERE e.run_id = r.run_id AND e.event_type = 'node.finished')
+                  - w.ready_at
+         FROM runs r JOIN run_workers w ON w.run_id = r.run_id
+         WHERE w.ready_at IS NOT NULL AND (SELECT count(*) FROM run_workers o WHERE o.run_id = r.run_id) = 1",
+    )?;
+    let rows: Vec<[Option<i64>; 3]> = statement
+        .query_map([], |row| Ok([row.get(0)?, row.get(1)?, row.get(2)?]))?
+        .collect::<Result<Vec<_>, _>>()?;
+    let column = |index: usize| -> Vec<f64> { rows.iter().filter_map(|row| row[index]).map(|ms| ms as f64).collect() };
+    Ok(json!({
+        "runs": rows.len(),
+        "queue_admit_p50_ms": percentile(&column(0), 0.5),
+        "launch_to_ready_p50_ms": percentile(&column(1), 0.5),
+        "ready_to_first_node_p50_ms": percentile(&column(2), 0.5),
+    }))
+}
+
+/// Idle figures: the server's RSS before any run, and its CPU over `IDLE_SECONDS` with no
+/// client and no run (after the load; the warm pool shrank back meanwhile).
+fn idle(server_pid: i32, fresh_rss_kib: u64) -> anyhow::Result<Value> {
+    std::thread::sleep(Duration::from_secs(IDLE_SETTLE_SECONDS));
+    let before = server_cpu_ms(server_pid)?;
+    std::thread::sleep(Duration::from_secs(IDLE_SECONDS));
+    let cpu = server_cpu_ms(server_pid)? - before;
+    Ok(json!({
+        "fresh_rss_kib": fresh_rss_kib,
+        "rss_kib": rss_kib(server_pid)?,
+        "cpu_ms_per_s": cpu / IDLE_SECONDS as f64,
+    }))
 }
 
 /// `node -e 0`: wall per start, and CPU per start from the children's rusage.
@@ -437,5 +499,24 @@ fn print_table(figures: &Value) {
         f(&first["p50_ms"]),
         f(&first["p99_ms"])
     );
+    let phases = &figures["phases"];
+    println!(
+        "  of which (p50): created → runner epoch recorded {} ms, → ready {} ms, → first node {} ms",
+        f(&phases["queue_admit_p50_ms"]),
+        f(&phases["launch_to_ready_p50_ms"]),
+        f(&phases["ready_to_first_node_p50_ms"])
+    );
+    println!(
+        "run.start answered (resolve + queue), sequential: p50 {} ms (poll), {} ms (watch)",
+        f(&figures["sequential_poll"]["start_answered_p50_ms"]),
+        f(&figures["sequential_watch"]["start_answered_p50_ms"])
+    );
     println!("server RSS after the load: {} KiB", figures["server_rss_kib"]);
+    let idle = &figures["idle"];
+    println!(
+        "idle server: RSS {} KiB fresh, {} KiB after the load; CPU {} ms/s",
+        idle["fresh_rss_kib"],
+        idle["rss_kib"],
+        f(&idle["cpu_ms_per_s"])
+    );
 }

@@ -14,6 +14,7 @@ mod common;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use common::e2e::*;
 use serde_json::Value;
@@ -1246,18 +1247,26 @@ fn warm_runners(server: i64) -> Vec<i64> {
 
 /// A warm runner (started ahead of the next run) holds no run and never outlives its
 /// server: a graceful stop stops it, and after a SIGKILL of the server it sees its channel
-/// close and exits on its own.
+/// close and exits on its own. The pool follows demand: a run's end refills it beyond the idle
+/// number while runs arrive, and it shrinks back to one once they stop.
 #[test]
 fn warm_runners_hold_no_run_and_never_outlive_the_server() {
-    let env = Env::new();
+    // A demand window longer than any run here, so the run's end still sees runs arriving.
+    let env = Env::with_vars(vec![("PI_WORKFLOWS_WARM_DEMAND_MS".into(), "8000".into())]);
     let out = env.cli(&["run", "start", &example("repo-facts"), "--follow", "--json"]);
     env.expect_code(&out, 0, "run start repo-facts --follow");
     let server = i64::from(env.server_pid());
-    env.wait_until("a warm runner waits for the next run", || {
-        !warm_runners(server).is_empty()
-    });
+    env.wait_until(
+        "the run's end starts two warm runners for the runs still arriving",
+        || warm_runners(server).len() == 2,
+    );
+    env.wait_until(
+        "the pool shrinks back to one warm runner once runs stop arriving",
+        || warm_runners(server).len() == 1,
+    );
+    std::thread::sleep(Duration::from_millis(500));
     let warm = warm_runners(server);
-    assert_eq!(warm.len(), 1, "one warm runner by default: {warm:?}");
+    assert_eq!(warm.len(), 1, "one warm runner while idle: {warm:?}");
     let stop = env.cli(&["server", "stop"]);
     env.expect_code(&stop, 0, "server stop");
     env.wait_until("the graceful stop stops the warm runner", || {

@@ -397,3 +397,24 @@ fn a_server_whose_socket_is_removed_stops() {
     assert!(log.contains("socket was removed or replaced"), "{log}");
     assert!(log.contains("stateRemoved"), "{log}");
 }
+
+/// A setting out of its bounds stops the start with what is wrong, and leaves nothing behind.
+#[test]
+fn a_warm_demand_window_out_of_bounds_is_refused_at_start() {
+    let state = StateDir::new();
+    for bad in ["50", "600001", "soon"] {
+        let out = state
+            .command(&["server", "start"])
+            .env("PI_WORKFLOWS_WARM_DEMAND_MS", bad)
+            .output()
+            .expect("run pi-workflows");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad}: the start succeeded");
+        assert!(
+            stderr.contains("PI_WORKFLOWS_WARM_DEMAND_MS"),
+            "{bad}: the error names the variable: {stderr}"
+        );
+    }
+    // Nothing was left behind: a start with the default window succeeds.
+    state.start();
+}

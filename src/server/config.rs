@@ -52,6 +52,13 @@ pub const RECLAIM_INTERVAL_MS_MIN: u64 = 100;
 pub const RECLAIM_INTERVAL_MS_MAX: u64 = crate::store::claims::RUN_CLAIM_LEASE_MS as u64;
 /// Warm runners kept at most (`PI_WORKFLOWS_WARM_RUNNERS`, default 1 with the Node runner).
 pub const WARM_RUNNERS_MAX: usize = 4;
+/// After the last take, how long runs count as arriving, so the warm pool keeps its demand
+/// target (`runners/pool.rs`).
+pub const WARM_DEMAND_ENV: &str = "PI_WORKFLOWS_WARM_DEMAND_MS";
+pub const WARM_DEMAND_MS_DEFAULT: u64 = 5_000;
+pub const WARM_DEMAND_MS_MIN: u64 = 100;
+/// Longer would keep idle processes (tens of MiB each) around long after the work stopped.
+pub const WARM_DEMAND_MS_MAX: u64 = 10 * 60 * 1_000;
 /// `PI_WORKFLOWS_RETENTION_DAYS`: days finished runs are kept (default 30), or `off`.
 pub const RETENTION_ENV: &str = "PI_WORKFLOWS_RETENTION_DAYS";
 
@@ -116,8 +123,10 @@ pub struct RunnerSettings {
     pub logs_dir: PathBuf,
     /// The bundle cache runners share with the CLI's resolver (`PI_WORKFLOWS_CACHE_DIR`).
     pub cache_dir: PathBuf,
-    /// Runner processes kept started ahead of need (`PI_WORKFLOWS_WARM_RUNNERS`).
+    /// Runner processes kept started ahead of need while idle (`PI_WORKFLOWS_WARM_RUNNERS`).
     pub warm_runners: usize,
+    /// How long after the last take runs count as arriving (`PI_WORKFLOWS_WARM_DEMAND_MS`).
+    pub warm_demand_window: Duration,
     /// How often a live runner is pinged (`PI_WORKFLOWS_RUNNER_PING_MS`).
     pub ping_interval: Duration,
     /// A runner silent this long shows as unresponsive (`PI_WORKFLOWS_RUNNER_UNRESPONSIVE_MS`).
@@ -229,6 +238,7 @@ impl ServerConfig {
             env_deny: env_deny()?,
             custom_runner,
             warm_runners,
+            warm_demand_window: warm_demand_window()?,
             program: runner_program(),
             max_workers,
             ready_timeout: Duration::from_millis(env_number(RUNNER_READY_ENV, RUNNER_READY_MS_DEFAULT)?),
@@ -257,6 +267,14 @@ fn stalled_after(unresponsive_after: Duration) -> anyhow::Result<Duration> {
         anyhow::bail!(
             "{RUNNER_STALLED_ENV} must be between {RUNNER_UNRESPONSIVE_ENV} ({min} ms) and {RUNNER_STALLED_MS_MAX} ms, not {ms}"
         );
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+fn warm_demand_window() -> anyhow::Result<Duration> {
+    let ms = env_number(WARM_DEMAND_ENV, WARM_DEMAND_MS_DEFAULT)?;
+    if !(WARM_DEMAND_MS_MIN..=WARM_DEMAND_MS_MAX).contains(&ms) {
+        anyhow::bail!("{WARM_DEMAND_ENV} must be between {WARM_DEMAND_MS_MIN} and {WARM_DEMAND_MS_MAX} ms, not {ms}");
     }
     Ok(Duration::from_millis(ms))
 }

@@ -10,7 +10,8 @@
 import path from "node:path";
 import { canonicalDigest, canonicalJson, toJsonValue } from "./canonical.js";
 import { WorkflowError } from "./errors.js";
-import { loadWorkflow } from "./loader.js";
+import { LoadedWorkflowCache } from "./loaded-cache.js";
+import { loadWorkflowFile, resolveWorkflowFile, type LoadedWorkflow } from "./loader.js";
 import { FrameChannel } from "./runner/channel.js";
 import { listRequestOf, listWorkflowPage } from "./workflow-list.js";
 
@@ -41,7 +42,17 @@ interface ResolveArgs {
   inputJson?: string;
 }
 
-async function resolve(args: ResolveArgs): Promise<unknown> {
+/** Discovery runs every time; the load is reused only for byte-identical sources (served). */
+async function load(args: ResolveArgs, cache?: LoadedWorkflowCache): Promise<LoadedWorkflow> {
+  const file = await resolveWorkflowFile(args.target, args.project);
+  const cached = await cache?.lookup(file.path);
+  if (cached) return { ...cached, name: file.name };
+  const loaded = await loadWorkflowFile(file.path, file.name);
+  cache?.remember(loaded);
+  return loaded;
+}
+
+async function resolve(args: ResolveArgs, cache?: LoadedWorkflowCache): Promise<unknown> {
   let raw: unknown = {};
   if (args.inputJson !== undefined) {
     try {
@@ -50,7 +61,7 @@ async function resolve(args: ResolveArgs): Promise<unknown> {
       throw new WorkflowError("invalidInput", `--input-json is not JSON: ${(error as Error).message}`);
     }
   }
-  const loaded = await loadWorkflow(args.target, args.project);
+  const loaded = await load(args, cache);
   let input: unknown;
   try {
     input = toJsonValue(loaded.definition.input ? loaded.definition.input(raw) : raw);
@@ -110,13 +121,16 @@ async function once(): Promise<void> {
   process.stdout.write(line + "\n", () => process.exit(code));
 }
 
-/** A served resolver exits after this many requests: every workflow version it imported stays
- * in memory, so it is replaced before that grows. */
-const SERVED_REQUESTS_MAX = 64;
+/** A served resolver exits after this many imports: every workflow version it imported stays
+ * in memory (the cache drops only its reference), so it is replaced before that grows. */
+const SERVED_IMPORTS_MAX = 64;
+/** ...and after this many requests whatever they were, so nothing else can grow unbounded. */
+const SERVED_REQUESTS_MAX = 4096;
 
 async function serve(): Promise<void> {
   const channel = FrameChannel.fromFd(3);
-  for (let served = 0; served < SERVED_REQUESTS_MAX; served += 1) {
+  const cache = new LoadedWorkflowCache();
+  for (let served = 0; served < SERVED_REQUESTS_MAX && cache.misses < SERVED_IMPORTS_MAX; served += 1) {
     let request: Record<string, unknown>;
     try {
       request = await channel.readFrame();
@@ -134,7 +148,7 @@ async function serve(): Promise<void> {
         }
         reply = { id, answer: await listWorkflowPage(listRequestOf(fields as Record<string, unknown>)) };
       } else {
-        reply = { id, answer: await resolve(servedArgs(request)) };
+        reply = { id, answer: await resolve(servedArgs(request), cache) };
       }
     } catch (error) {
       reply = { id, error: errorOf(error) };

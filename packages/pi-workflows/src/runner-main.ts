@@ -116,9 +116,13 @@ async function main(): Promise<number> {
   // Workflow code must never write to stdout as if it were protocol (it is only a log).
   for (const method of ["log", "info", "debug"] as const) console[method] = console.error;
   const channel = FrameChannel.fromFd(3);
+  // Every workflow imports the SDK entry: a warm runner loads it while it waits for a launch,
+  // off the run's path (a failure shows where the workflow imports it).
+  const sdkLoaded = import("./index.js").catch(() => undefined);
   let session: RunnerSession | undefined;
   try {
     const launch = parseLaunch(await channel.readFrame());
+    await sdkLoaded;
     // A warm runner was started before its run was known: move into the run's project.
     try {
       process.chdir(launch.projectPath);

@@ -42,8 +42,10 @@ pub enum RunnerMsg {
 pub enum PoolMsg {
     /// A live warm runner, if one is ready (ownership passes to the caller).
     Take(RpcReplyPort<Option<WarmRunner>>),
-    /// Start warm runners until the target number wait.
+    /// Start warm runners toward the target number (a runner ended, or the pool started).
     Refill,
+    /// The demand window after the last take may have passed: back to the idle target.
+    Shrink,
 }
 
 /// One started runner process and the server's end of its channel, not yet assigned.

@@ -2,12 +2,21 @@
 //! of need, each waiting (on its fd 3 channel) for a launch envelope, so a run's first node
 //! does not wait for a Node start-up.
 //!
-//! The pool refills when it starts and when the server's last runner ends, not when a warm
-//! runner is taken: a Node start-up takes a core for ~50–100 ms, which on a small machine
-//! measurably slowed the run that had just begun (per-node overhead 0.4 → 1.0 ms on 2 cores).
-//! A warm runner still booting when taken is used as is (the start-up is already under way).
-//! A restarted pool starts empty and refills; the processes of the pool that failed were
-//! killed and reaped when their `ProcessChild`ren were dropped.
+//! The pool follows demand. Idle, it keeps `PI_WORKFLOWS_WARM_RUNNERS` (default 1). While runs
+//! arrive (a take within the last `PI_WORKFLOWS_WARM_DEMAND_MS`, default 5 s), its target grows
+//! to the runner capacity (at most `WARM_RUNNERS_MAX`); that long after the last take it shrinks
+//! back, by a single timer (an idle pool sets no timer and never wakes up).
+//!
+//! It refills when a runner ends, never when a warm runner is taken: a Node start-up takes a
+//! core for ~20–60 ms, and on a small machine one started beside a run that had just begun
+//! slowed that run measurably (per-node overhead 0.4 → 1.0 ms on 2 cores). A runner's end is
+//! the moment its core comes free. While runs arrive, at most `REFILL_BURST_MAX` start per
+//! refill, so demand cannot start a crowd of processes at once beside running work.
+//!
+//! Takes are oldest first: the oldest warm runner is the likeliest to have finished its own
+//! start-up. A warm runner still booting when taken is used as is (the start-up is already
+//! under way). A restarted pool starts empty and refills; the processes of the pool that
+//! failed were killed and reaped when their `ProcessChild`ren were dropped.
 //!
 //! Architecture Invariant: a warm runner holds nothing: no claim, no runner epoch, no
 //! workflow code. It becomes a run's runner only after that run's epoch is recorded; if the
@@ -15,8 +24,9 @@
 //! before any launch). The pool owns its processes until it hands one over; then the runner
 //! actor that took it owns it.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use supervisors::{DetailsCell, ProcessInfo};
@@ -29,6 +39,8 @@ use crate::server::spawn::spawn_with_channel;
 
 /// How long the pool waits for a warm runner to stop on a graceful stop.
 const WARM_STOP_GRACE_MS: u64 = 500;
+/// Warm runners one refill starts at most.
+const REFILL_BURST_MAX: usize = 2;
 
 pub struct Pool;
 
@@ -48,7 +60,9 @@ impl PoolArgs {
 
 pub struct PoolState {
     args: PoolArgs,
-    warm: Vec<WarmRunner>,
+    /// Oldest first.
+    warm: VecDeque<WarmRunner>,
+    last_take: Option<Instant>,
 }
 
 impl Actor for Pool {
@@ -60,7 +74,11 @@ impl Actor for Pool {
         args.runners.set_pool(Some(myself.clone()));
         args.details.set_processes([]);
         let _ = myself.cast(PoolMsg::Refill);
-        Ok(PoolState { args, warm: Vec::new() })
+        Ok(PoolState {
+            args,
+            warm: VecDeque::new(),
+            last_take: None,
+        })
     }
 
     async fn post_stop(&self, myself: ActorRef<PoolMsg>, state: &mut PoolState) -> Result<(), ActorProcessingErr> {
@@ -81,12 +99,18 @@ impl Actor for Pool {
 
     async fn handle(
         &self,
-        _: ActorRef<PoolMsg>,
+        myself: ActorRef<PoolMsg>,
         message: PoolMsg,
         state: &mut PoolState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
             PoolMsg::Take(reply) => {
+                let first_of_a_burst = !arriving(state);
+                state.last_take = Some(Instant::now());
+                if first_of_a_burst {
+                    // One timer per burst of demand; `Shrink` looks again if takes went on.
+                    myself.send_after(demand_window(state), || PoolMsg::Shrink);
+                }
                 let taken = take(state);
                 show(state);
                 let _ = reply.send(taken);
@@ -95,14 +119,44 @@ impl Actor for Pool {
                 refill(state);
                 show(state);
             }
+            PoolMsg::Shrink => {
+                if let Some(last) = state.last_take.filter(|_| arriving(state)) {
+                    let left = demand_window(state).saturating_sub(last.elapsed());
+                    myself.send_after(left, || PoolMsg::Shrink);
+                } else {
+                    shrink(state);
+                    show(state);
+                }
+            }
         }
         Ok(())
     }
 }
 
-/// A live warm runner; one that exited on its own (e.g. a broken installation) is dropped.
+fn demand_window(state: &PoolState) -> Duration {
+    state.args.runners.settings.warm_demand_window
+}
+
+/// Runs are arriving: a take within the demand window.
+fn arriving(state: &PoolState) -> bool {
+    state.last_take.is_some_and(|at| at.elapsed() < demand_window(state))
+}
+
+/// How many warm runners to keep now: the idle number, or the capacity while runs arrive.
+/// A pool configured empty stays empty.
+fn target(state: &PoolState) -> usize {
+    let settings = &state.args.runners.settings;
+    let idle = settings.warm_runners.min(WARM_RUNNERS_MAX);
+    if idle == 0 || !arriving(state) {
+        return idle;
+    }
+    settings.max_workers.clamp(idle, WARM_RUNNERS_MAX)
+}
+
+/// The oldest live warm runner; one that exited on its own (e.g. a broken installation) is
+/// dropped.
 fn take(state: &mut PoolState) -> Option<WarmRunner> {
-    while let Some(mut runner) = state.warm.pop() {
+    while let Some(mut runner) = state.warm.pop_front() {
         if matches!(runner.child.try_exit(), Ok(None)) {
             return Some(runner);
         }
@@ -110,27 +164,39 @@ fn take(state: &mut PoolState) -> Option<WarmRunner> {
     None
 }
 
-/// Start warm runners until the target number wait.
+/// Start warm runners toward the target (at most `REFILL_BURST_MAX` at once while runs arrive).
 fn refill(state: &mut PoolState) {
-    let settings = &state.args.runners.settings;
-    let Some(program) = settings.program.clone() else {
+    let Some(program) = state.args.runners.settings.program.clone() else {
         return;
     };
-    let target = settings.warm_runners.min(WARM_RUNNERS_MAX);
     if state.args.stopping() {
         return;
     }
     state
         .warm
         .retain_mut(|runner| matches!(runner.child.try_exit(), Ok(None)));
-    while state.warm.len() < target {
+    let mut wanted = target(state).saturating_sub(state.warm.len());
+    if arriving(state) {
+        // Runs are running beside these start-ups: a few at a time.
+        wanted = wanted.min(REFILL_BURST_MAX);
+    }
+    for _ in 0..wanted {
         match start_one(state, &program) {
-            Ok(runner) => state.warm.push(runner),
+            Ok(runner) => state.warm.push_back(runner),
             Err(err) => {
                 tracing::warn!(error = %err, "could not start a warm runner; runners start on demand");
                 return;
             }
         }
+    }
+}
+
+/// Back to the idle target: the newest (the least likely to be needed soon) go first. A warm
+/// runner holds nothing, so dropping it (SIGKILL of its group, reaped) loses nothing.
+fn shrink(state: &mut PoolState) {
+    let keep = target(state);
+    while state.warm.len() > keep {
+        drop(state.warm.pop_back());
     }
 }
 

@@ -120,12 +120,15 @@ impl Drop for Registration {
     fn drop(&mut self) {
         let still_running = self.runners.unregister(&self.run_id, &self.runner);
         self.shared.wake_scheduler();
-        if still_running == 0 && self.shared.stop_requested().is_none() {
-            // Idle now: start the next warm runner while nothing competes for the CPU, and
-            // let a due retention sweep run (never while the server stops).
-            if let Some(pool) = self.runners.pool() {
-                let _ = pool.cast(PoolMsg::Refill);
-            }
+        if self.shared.stop_requested().is_some() {
+            return;
+        }
+        // A core just came free: the pool starts what its target asks for (pool.rs).
+        if let Some(pool) = self.runners.pool() {
+            let _ = pool.cast(PoolMsg::Refill);
+        }
+        if still_running == 0 {
+            // Idle now: let a due retention sweep run.
             self.shared.request_sweep();
         }
     }
