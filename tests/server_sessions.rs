@@ -89,12 +89,24 @@ fn coordinate(server: &Server) -> (Client, u64) {
     (client, epoch)
 }
 
-/// The next session view event that satisfies `want`.
+/// One snapshot shows one moment: the active run shows the origin turn's activity exactly
+/// when the session has an open turn (a view read in pieces once showed a turn's run running
+/// beside no open turn).
+fn assert_consistent(view: &Value) {
+    let turn_activity = view["activeRun"]["display"]["activity"]["kind"] == "originTurn";
+    assert_eq!(turn_activity, !view["openTurn"].is_null(), "{view}");
+}
+
+/// The next session view event that satisfies `want` (every snapshot looked at is checked).
 fn view_where(client: &mut Client, what: &str, want: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + EVENT_WAIT;
     let mut last = Value::Null;
     for event in client.take_queued_events() {
-        if event.event == EventKind::SessionSnapshot && want(&event.payload["view"]) {
+        if event.event != EventKind::SessionSnapshot {
+            continue;
+        }
+        assert_consistent(&event.payload["view"]);
+        if want(&event.payload["view"]) {
             return event.payload["view"].clone();
         }
     }
@@ -106,6 +118,7 @@ fn view_where(client: &mut Client, what: &str, want: impl Fn(&Value) -> bool) ->
             continue;
         }
         last = event.payload["view"].clone();
+        assert_consistent(&last);
         if want(&last) {
             return last;
         }

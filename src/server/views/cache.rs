@@ -62,17 +62,35 @@ pub async fn build_run_view(views: &Views, run_id: &str) -> StoreResult<RunView>
 /// already, so a rebuild does not look them up again.
 pub async fn build_run_view_storing(views: &Views, run_id: &str, stored: &mut HashSet<String>) -> StoreResult<RunView> {
     let owned = run_id.to_string();
-    let (facts, reason) = blocking::read(&views.store, move |conn| {
-        let facts = run_view::run_view_facts(conn, &owned, HISTORY_WINDOW)?;
-        let reason = reason_of(conn, &facts.run)?;
-        Ok((facts, reason))
-    })
-    .await?;
-    let definition = definition(views, &facts.run.definition_digest).await?;
+    let read = blocking::read(&views.store, move |conn| read_run_view(conn, &owned)).await?;
+    finish_run_view(views, run_id, read, stored).await
+}
+
+/// What a run view is built from, read inside the caller's snapshot (so a view that shows
+/// a run beside other facts — the session view — shows them as of one moment).
+pub struct RunViewRead {
+    facts: run_view::RunViewFacts,
+    reason: Option<Reason>,
+}
+
+pub fn read_run_view(conn: &rusqlite::Connection, run_id: &str) -> StoreResult<RunViewRead> {
+    let facts = run_view::run_view_facts(conn, run_id, HISTORY_WINDOW)?;
+    let reason = reason_of(conn, &facts.run)?;
+    Ok(RunViewRead { facts, reason })
+}
+
+/// Build the document of a read run view and store the content it names.
+pub async fn finish_run_view(
+    views: &Views,
+    run_id: &str,
+    read: RunViewRead,
+    stored: &mut HashSet<String>,
+) -> StoreResult<RunView> {
+    let definition = definition(views, &read.facts.run.definition_digest).await?;
     let view = document::run_view(&RunViewInput {
-        facts: &facts,
+        facts: &read.facts,
         definition: definition.as_deref(),
-        reason,
+        reason: read.reason,
     });
     store_contents(views, run_id, &view, stored).await?;
     Ok(view)

@@ -1,11 +1,12 @@
 //! The origin-session view (`pi-workflows.session-view.v1`, docs/SESSIONS.md): one
-//! consistent read of a session's active run, retained terminal run, message window and open
+//! consistent read (one snapshot) of a session's active run, retained terminal run, message window and open
 //! turn, built once per change and shared by its subscribers; each subscriber then adds what
 //! only its own coordinator epoch may see (`coordinator`, `nextEligible`).
 //!
 //! Architecture Invariant: reads only (building a run view stores the content it names, as
 //! every view does); never decides eligibility itself — the store's facts do.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -28,16 +29,21 @@ pub struct SessionView {
     pub eligible: Vec<String>,
 }
 
-/// Build the view of `session_id` now.
+/// Build the view of `session_id` now: the session's facts and the runs it shows are read
+/// in one snapshot, so the open turn and a run shown running by that turn never disagree.
 pub async fn build_session_view(views: &Views, session_id: &str) -> StoreResult<SessionView> {
     let owned = session_id.to_string();
     let now_ms = views.store.now_ms();
-    let facts = blocking::read(&views.store, move |conn| {
-        session_view::read_session(conn, &owned, now_ms)
+    let (facts, active, retained) = blocking::read(&views.store, move |conn| {
+        let facts = session_view::read_session(conn, &owned, now_ms)?;
+        let read = |run_id: Option<&String>| run_id.map(|run_id| cache::read_run_view(conn, run_id)).transpose();
+        let active = read(facts.active_run_id.as_ref())?;
+        let retained = read(facts.retained_terminal_run_id.as_ref())?;
+        Ok((facts, active, retained))
     })
     .await?;
-    let active = run_summary(views, facts.active_run_id.as_deref()).await?;
-    let retained = run_summary(views, facts.retained_terminal_run_id.as_deref()).await?;
+    let active = run_summary(views, facts.active_run_id.as_deref(), active).await?;
+    let retained = run_summary(views, facts.retained_terminal_run_id.as_deref(), retained).await?;
     Ok(assemble(&facts, active, retained))
 }
 
@@ -62,11 +68,11 @@ pub async fn session_key(views: &Views, session_id: &str) -> StoreResult<String>
 
 /// A run as a session view shows it: its identity and the server's `display`, as the run
 /// view has it (renderers never derive a status).
-async fn run_summary(views: &Views, run_id: Option<&str>) -> StoreResult<Value> {
-    let Some(run_id) = run_id else {
+async fn run_summary(views: &Views, run_id: Option<&str>, read: Option<cache::RunViewRead>) -> StoreResult<Value> {
+    let (Some(run_id), Some(read)) = (run_id, read) else {
         return Ok(Value::Null);
     };
-    let view = cache::build_run_view(views, run_id).await?;
+    let view = cache::finish_run_view(views, run_id, read, &mut HashSet::new()).await?;
     let document = &view.document;
     Ok(json!({
         "runId": run_id,
