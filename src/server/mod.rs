@@ -75,7 +75,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<StopReason> {
     let shared = Arc::clone(&parts.shared);
     // Startup recovery is done: the tree starts, the retention sweep among its children may
     // look now (recovery step 12).
-    let (root, root_done) = Actor::spawn(None, Supervisor, tree::root_spec(&parts))
+    let (root, mut root_done) = Actor::spawn(None, Supervisor, tree::root_spec(&parts))
         .await
         .context("the supervision tree did not start")?;
     shared.set_root(root.clone());
@@ -85,7 +85,12 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<StopReason> {
     let reason = tokio::select! {
         reason = shared.stopped() => reason,
         () = signals.received() => StopReason::Signal,
-        _ = wait_root(&root) => StopReason::TreeFailed,
+        // The root supervisor died on its own (a child kept failing past the root's restart
+        // intensity): its task ended. Awaited, not polled, so an idle server sleeps.
+        _ = &mut root_done => {
+            tracing::error!("the root supervisor stopped on its own");
+            StopReason::TreeFailed
+        }
     };
     shared.request_stop(reason);
     tracing::info!(reason = reason.as_str(), "server stopping");
@@ -169,15 +174,6 @@ async fn recover(store: &Arc<Store>, server_id: &str) -> anyhow::Result<()> {
     let report = blocking::write(store, move |tx| crate::store::recovery::recover(tx, &owner, &stale)).await?;
     tracing::info!(?report, "startup recovery done");
     Ok(())
-}
-
-/// Resolves if the root supervisor dies on its own (a child kept failing past the root's
-/// restart intensity).
-async fn wait_root(root: &ractor::ActorRef<supervisors::SupervisorMsg>) {
-    while root.get_status() <= ractor::ActorStatus::Running {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    tracing::error!("the root supervisor stopped on its own");
 }
 
 /// SIGTERM and SIGINT handlers, installed before the server announces it is ready, so a

@@ -11,6 +11,7 @@
 //! renews the same lease and admits where the old one stopped.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -29,10 +30,15 @@ use crate::store::server_lease::{self, Renewal, SERVER_LEASE_MS, ServerLease};
 use crate::store::verify;
 use crate::store::workers;
 
-/// How often the scheduler looks at its timers.
+/// How often the scheduler looks at its timers while work may be queued or runs.
 pub const TICK_MS: u64 = 500;
+/// While quiet (nothing queued, no runner) the scheduler sleeps this long at most: any new
+/// work is a commit, and a commit wakes it (at most every `TICK_MS`), so an idle server does
+/// not wake twice a second for nothing. Still well inside the lease's renewal period.
+pub const QUIET_TICK_MS: u64 = 5_000;
 /// The server lease is renewed after a third of its life.
 pub const LEASE_RENEW_MS: u64 = (SERVER_LEASE_MS / 3) as u64;
+const _: () = assert!(TICK_MS < QUIET_TICK_MS && QUIET_TICK_MS < LEASE_RENEW_MS);
 
 pub struct Scheduler;
 
@@ -56,7 +62,8 @@ pub struct SchedulerState {
     idle_since: Option<Instant>,
     renewed_at: Instant,
     ticker: Option<JoinHandle<()>>,
-    wake_task: Option<JoinHandle<()>>,
+    /// Told to the ticker after each tick: nothing queued and no runner.
+    quiet: Arc<AtomicBool>,
     /// The `runners` supervisor, looked up again when it restarted.
     runners_supervisor: Option<ActorRef<SupervisorMsg>>,
 }
@@ -71,19 +78,16 @@ impl Actor for Scheduler {
         myself: ActorRef<SchedulerMsg>,
         args: SchedulerArgs,
     ) -> Result<SchedulerState, ActorProcessingErr> {
-        let ticker = myself.send_interval(Duration::from_millis(TICK_MS), || SchedulerMsg::Tick);
         // Admit at once at start (crash-to-resume) and whenever capacity or work appears,
         // not only on the next tick.
-        let wakes = args.shared.scheduler_wakes();
-        let waker = myself.clone();
-        let wake_task = tokio::spawn(async move {
-            loop {
-                wakes.notified().await;
-                if waker.cast(SchedulerMsg::Tick).is_err() {
-                    return;
-                }
-            }
-        });
+        let quiet = Arc::new(AtomicBool::new(false));
+        let ticks = Ticks {
+            wakes: args.shared.scheduler_wakes(),
+            commits: args.shared.store.commits(),
+            quiet: Arc::clone(&quiet),
+            quiet_tick: Duration::from_millis(QUIET_TICK_MS).min(args.idle_exit.max(Duration::from_millis(TICK_MS))),
+        };
+        let ticker = tokio::spawn(ticks.run(myself.clone()));
         let _ = myself.cast(SchedulerMsg::Tick);
         Ok(SchedulerState {
             shared: args.shared,
@@ -96,7 +100,7 @@ impl Actor for Scheduler {
                 .checked_sub(Duration::from_millis(LEASE_RENEW_MS))
                 .unwrap_or_else(Instant::now),
             ticker: Some(ticker),
-            wake_task: Some(wake_task),
+            quiet,
             runners_supervisor: None,
         })
     }
@@ -104,8 +108,8 @@ impl Actor for Scheduler {
     async fn post_stop(&self, _: ActorRef<SchedulerMsg>, state: &mut SchedulerState) -> Result<(), ActorProcessingErr> {
         // The lease is the server's: it is released after the whole tree stopped, never by a
         // scheduler that is only being restarted.
-        for task in [state.ticker.take(), state.wake_task.take()].into_iter().flatten() {
-            task.abort();
+        if let Some(ticker) = state.ticker.take() {
+            ticker.abort();
         }
         Ok(())
     }
@@ -125,10 +129,63 @@ impl Actor for Scheduler {
                     myself.send_after(Duration::from_millis(ADMISSION_RETRY_MS), || SchedulerMsg::Tick);
                 }
                 check_idle(state).await;
+                let quiet = state.runners.live() == 0 && nothing_queued(&state.shared).await;
+                state.quiet.store(quiet, Ordering::Relaxed);
             }
         }
         Ok(())
     }
+}
+
+/// What makes the scheduler tick: an explicit wake at once; a timer (`TICK_MS`, or the quiet
+/// tick while quiet); and while quiet a commit, which is how any new work arrives.
+struct Ticks {
+    wakes: Arc<tokio::sync::Notify>,
+    commits: tokio::sync::watch::Receiver<u64>,
+    quiet: Arc<AtomicBool>,
+    quiet_tick: Duration,
+}
+
+impl Ticks {
+    async fn run(mut self, scheduler: ActorRef<SchedulerMsg>) {
+        let busy_tick = Duration::from_millis(TICK_MS);
+        loop {
+            let since = Instant::now();
+            if self.quiet.load(Ordering::Relaxed) {
+                tokio::select! {
+                    () = self.wakes.notified() => {}
+                    () = tokio::time::sleep(self.quiet_tick) => {}
+                    changed = self.commits.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        // A commit is only a hint: at most one tick per busy tick for them.
+                        tokio::select! {
+                            () = self.wakes.notified() => {}
+                            () = tokio::time::sleep(busy_tick.saturating_sub(since.elapsed())) => {}
+                        }
+                    }
+                }
+            } else {
+                tokio::select! {
+                    () = self.wakes.notified() => {}
+                    () = tokio::time::sleep(busy_tick) => {}
+                }
+            }
+            // Commits from here on are news to the tick about to run: its reads come after.
+            self.commits.borrow_and_update();
+            if scheduler.cast(SchedulerMsg::Tick).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Whether no run is queued at all (due or not): a quiet scheduler waits for a commit.
+async fn nothing_queued(shared: &Arc<Shared>) -> bool {
+    blocking::read(&shared.store, workers::queued_runs)
+        .await
+        .is_ok_and(|queued| queued == 0)
 }
 
 async fn renew_lease_when_due(state: &mut SchedulerState) {

@@ -94,6 +94,9 @@ pub struct Shared {
     connections: Arc<AtomicUsize>,
     /// The root supervisor, set once the tree runs.
     root: OnceLock<ActorRef<SupervisorMsg>>,
+    /// Turns true when `root` is set: a child that looks the tree up while the tree is still
+    /// starting (the channels loader) waits for it instead of finding nothing.
+    root_set: watch::Sender<bool>,
     /// The socket the listener bound: its path and (device, inode), for status to check.
     socket: std::sync::Mutex<Option<(std::path::PathBuf, (u64, u64))>>,
     /// Wakes the scheduler when capacity frees up or work is queued.
@@ -114,6 +117,7 @@ impl Shared {
             package_version: env!("CARGO_PKG_VERSION"),
             connections: Arc::new(AtomicUsize::new(0)),
             root: OnceLock::new(),
+            root_set: watch::channel(false).0,
             socket: std::sync::Mutex::new(None),
             scheduler_wakes: Arc::new(tokio::sync::Notify::new()),
             sweep_wakes: Arc::new(tokio::sync::Notify::new()),
@@ -195,6 +199,7 @@ impl Shared {
     /// Remember the running root supervisor (once, when the tree started).
     pub fn set_root(&self, root: ActorRef<SupervisorMsg>) {
         let _ = self.root.set(root);
+        self.root_set.send_replace(true);
     }
 
     pub fn root(&self) -> Option<&ActorRef<SupervisorMsg>> {
@@ -204,6 +209,11 @@ impl Shared {
     /// The running supervisor at `path` below the root (e.g. `["clients", "feeds"]`), if the
     /// tree runs and every supervisor on the way answers.
     pub async fn supervisor(&self, path: &[&str]) -> Option<ActorRef<SupervisorMsg>> {
+        if self.root().is_none() {
+            let mut set = self.root_set.subscribe();
+            let wait = Duration::from_millis(TREE_LOOKUP_TIMEOUT_MS);
+            let _ = tokio::time::timeout(wait, set.wait_for(|set| *set)).await;
+        }
         let mut current = self.root()?.clone();
         for id in path {
             let timeout = Some(Duration::from_millis(TREE_LOOKUP_TIMEOUT_MS));

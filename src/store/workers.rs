@@ -185,6 +185,14 @@ pub struct Admissible {
 
 /// Up to `limit` queued, unpaused runs whose time has come and whose previous runner has
 /// ended, oldest first.
+/// How many runs are queued, due or not (paused ones included: a resume is a commit).
+pub fn queued_runs(conn: &rusqlite::Connection) -> StoreResult<u64> {
+    let queued: i64 = conn
+        .prepare_cached("SELECT count(*) FROM run_queue WHERE status = 'queued'")?
+        .query_row([], |row| row.get(0))?;
+    Ok(queued as u64)
+}
+
 pub fn admissible_runs(conn: &rusqlite::Connection, now_ms: i64, limit: usize) -> StoreResult<Vec<Admissible>> {
     let runs = conn
         .prepare_cached(

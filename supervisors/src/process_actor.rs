@@ -25,8 +25,11 @@ use tokio::task::AbortHandle;
 use crate::process::{ExitOutcome, ProcessChild, ProcessSpec, StartIdentity, spawn};
 use crate::snapshot::{DetailsCell, ProcessInfo};
 
-/// How often the actor checks whether its process exited.
+/// How often the actor checks whether its process exited when no pidfd tells it.
 pub const EXIT_CHECK_MS: u64 = 50;
+/// With a pidfd the exit wakes the actor; this slow check is only a backstop, so an idle
+/// supervised process costs the server (almost) no wake-ups.
+pub const EXIT_CHECK_BACKSTOP_MS: u64 = 10_000;
 /// The longest a ready handshake may be given.
 pub const READY_DEADLINE_MS_MAX: u64 = 120_000;
 /// A ready line is short; anything longer is not one.
@@ -170,11 +173,7 @@ impl Actor for ProcessActor {
                 process_group: child.pgid(),
             }]);
         }
-        let mut timers = vec![
-            myself
-                .send_interval(Duration::from_millis(EXIT_CHECK_MS), || ProcessMsg::CheckExit)
-                .abort_handle(),
-        ];
+        let mut timers = exit_checks(&myself, &child);
         let ready = match config.readiness {
             Readiness::Immediate => true,
             Readiness::Message { deadline } => {
@@ -281,6 +280,21 @@ fn end(state: &mut ProcessState, outcome: Option<ExitOutcome>, cause: EndCause) 
     if let Some(hook) = &state.on_exit {
         hook(ProcessEnd { outcome, cause });
     }
+}
+
+/// The exit watch (a pidfd) with a slow backstop, or a fast poll without a pidfd.
+fn exit_checks(myself: &ActorRef<ProcessMsg>, child: &ProcessChild) -> Vec<AbortHandle> {
+    let Some(exited) = child.exit_watch() else {
+        let poll = myself.send_interval(Duration::from_millis(EXIT_CHECK_MS), || ProcessMsg::CheckExit);
+        return vec![poll.abort_handle()];
+    };
+    let actor = myself.clone();
+    let watch = tokio::spawn(async move {
+        exited.await;
+        let _ = actor.cast(ProcessMsg::CheckExit);
+    });
+    let backstop = myself.send_interval(Duration::from_millis(EXIT_CHECK_BACKSTOP_MS), || ProcessMsg::CheckExit);
+    vec![watch.abort_handle(), backstop.abort_handle()]
 }
 
 fn ready_deadline(myself: &ActorRef<ProcessMsg>, deadline: Duration) -> AbortHandle {

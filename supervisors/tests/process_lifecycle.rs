@@ -288,3 +288,29 @@ fn owner_types_can_live_in_actors() {
     assert_send_sync::<ProcessSpec>();
     assert_send_sync::<ProcessError>();
 }
+
+/// The exit watch an actor waits on: pending while the leader lives (its exit is what ends
+/// it, never a timer), resolved once it exits, and the leader is still unreaped then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_watch_resolves_when_the_leader_exits_and_leaves_it_unreaped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let go = dir.path().join("go");
+    let script = format!("while [ ! -e '{}' ]; do sleep 0.02; done; exit 3", go.display());
+    let mut child = spawn(sh(&script)).expect("spawn");
+    let Some(exited) = child.exit_watch() else {
+        // No pidfd on this kernel: the actor polls instead, and there is no watch to test.
+        assert!(!child.uses_pidfd());
+        return;
+    };
+    let mut exited = Box::pin(exited);
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut exited).await;
+    assert!(early.is_err(), "the watch resolved while the leader was alive");
+    assert_eq!(child.try_exit().expect("try_exit"), None);
+    std::fs::write(&go, b"").expect("go");
+    tokio::time::timeout(WAIT_BOUND, exited)
+        .await
+        .expect("the exit was watched");
+    assert_eq!(child.try_exit().expect("try_exit"), Some(ExitOutcome::Exited(3)));
+    assert!(!child.is_reaped(), "the watch never reaps");
+    child.terminate(Duration::ZERO).await.expect("reap");
+}

@@ -37,6 +37,11 @@ pub enum RunnerMsg {
     /// it (a blocked event loop): stop it like a stalled runner; the reclaim that follows
     /// records the step `timed_out` (`store::deadlines`).
     Overdue,
+    /// The channel reader reached the channel's end; every frame before it was handled.
+    ChannelClosed,
+    /// The process ended `CHANNEL_DRAIN_MS` ago and its channel is still open (a descendant
+    /// holds it): settle without waiting longer.
+    DrainTimeout,
 }
 
 pub enum PoolMsg {

@@ -109,6 +109,8 @@ impl Actor for Runner {
             end_slot,
             mark,
             settled: false,
+            channel_closed: false,
+            ended_undrained: None,
             writer,
             ready: false,
             revision_at_ready: None,
@@ -184,6 +186,18 @@ impl Actor for Runner {
                     stop_after_end(&myself, state, None).await;
                 }
             }
+            RunnerMsg::ChannelClosed => {
+                state.channel_closed = true;
+                if let Some(outcome) = state.ended_undrained.take() {
+                    settle_ended(&myself, state, outcome).await;
+                }
+            }
+            RunnerMsg::DrainTimeout => {
+                if let Some(outcome) = state.ended_undrained.take() {
+                    tracing::warn!(run_id = %state.args.run.run_id, "an ended runner's channel stayed open; settling it");
+                    settle_ended(&myself, state, outcome).await;
+                }
+            }
             RunnerMsg::Overdue if state.claim_lost || state.finished || state.stalled => {}
             RunnerMsg::Overdue => {
                 tracing::warn!(run_id = %state.args.run.run_id, "the running step passed its deadline and its runner did not end it; stopping the runner");
@@ -229,10 +243,31 @@ impl Actor for Runner {
         if end.is_some_and(|end| end.cause == EndCause::ReadyDeadlineMissed) {
             tracing::warn!(run_id = %state.args.run.run_id, "runner missed its ready deadline and was killed");
         }
-        settle(state, end.and_then(|end| end.outcome), None).await;
-        myself.stop(Some("runner exited".to_string()));
+        let outcome = end.and_then(|end| end.outcome);
+        if state.channel_closed {
+            settle_ended(&myself, state, outcome).await;
+            return Ok(());
+        }
+        // Supervision events overtake queued frames: what the runner sent just before it
+        // exited (an effect's settle) is handled first, then the end is settled.
+        state.ended_undrained = Some(outcome);
+        myself.send_after(Duration::from_millis(CHANNEL_DRAIN_MS), || RunnerMsg::DrainTimeout);
         Ok(())
     }
+}
+
+/// How long an ended runner's channel may stay open before its end is settled anyway (its
+/// group was stopped, so only an escaped descendant could still hold the channel).
+const CHANNEL_DRAIN_MS: u64 = 2_000;
+
+/// Settle a runner whose process ended, once: its outcome recorded, the actor stopped.
+async fn settle_ended(myself: &ActorRef<RunnerMsg>, state: &mut RunnerState, outcome: Option<ExitOutcome>) {
+    state.ended_undrained = None;
+    if state.settled {
+        return;
+    }
+    settle(state, outcome, None).await;
+    myself.stop(Some("runner exited".to_string()));
 }
 
 /// A warm runner (already started, waiting for its launch) saves a Node start-up; else a
@@ -346,7 +381,16 @@ fn launch_envelope(args: &RunnerArgs) -> Launch {
     }
 }
 
+/// Hand the runner's frames to its actor, in order; at the channel's end say so (after the
+/// last frame was handled: each hand-over waits for its answer).
 async fn read_frames(read_half: tokio::net::unix::OwnedReadHalf, runner: ActorRef<RunnerMsg>) {
+    if hand_over_frames(read_half, &runner).await {
+        let _ = runner.cast(RunnerMsg::ChannelClosed);
+    }
+}
+
+/// True when the channel ended; false when the actor stopped reading (or is gone).
+async fn hand_over_frames(read_half: tokio::net::unix::OwnedReadHalf, runner: &ActorRef<RunnerMsg>) -> bool {
     let mut reader = BufReader::with_capacity(64 * 1024, read_half);
     let mut line = Vec::new();
     loop {
@@ -357,7 +401,7 @@ async fn read_frames(read_half: tokio::net::unix::OwnedReadHalf, runner: ActorRe
                 Ok(LineRead::Line) => std::mem::take(&mut line),
                 // An oversized frame is a protocol violation: hand the runner a frame that fails.
                 Ok(LineRead::TooLarge) => b"oversized\n".to_vec(),
-                Ok(LineRead::Closed) | Err(_) if frames.is_empty() => return,
+                Ok(LineRead::Closed) | Err(_) if frames.is_empty() => return true,
                 Ok(LineRead::Closed) | Err(_) => break,
             };
             frames.push(frame);
@@ -367,7 +411,7 @@ async fn read_frames(read_half: tokio::net::unix::OwnedReadHalf, runner: ActorRe
         }
         match runner.call(|reply| RunnerMsg::Frames(frames, reply), None).await {
             Ok(ractor::rpc::CallResult::Success(true)) => continue,
-            _ => return,
+            _ => return false,
         }
     }
 }

@@ -42,6 +42,11 @@ pub struct RunnerState {
     pub mark: String,
     /// The process ended and this runner's outcome is recorded: nothing more to settle.
     pub settled: bool,
+    /// The channel reader saw the end of the channel after handing over every frame.
+    pub channel_closed: bool,
+    /// The process ended (how, if its actor knew) while frames it sent before its exit may
+    /// still be on their way: settled once the channel is drained (or `CHANNEL_DRAIN_MS`).
+    pub ended_undrained: Option<Option<supervisors::process::ExitOutcome>>,
     pub writer: OwnedWriteHalf,
     pub ready: bool,
     pub revision_at_ready: Option<i64>,

@@ -274,6 +274,24 @@ impl ProcessChild {
         self.waiter = Waiter::Poll;
     }
 
+    /// A future that resolves once the leader has exited, for an owner that cannot hold
+    /// `&mut self` while it waits (an actor handling other messages). It watches a duplicate
+    /// of the pidfd, so it borrows nothing; `None` when exit is polled (no pidfd), and then the
+    /// owner polls [`try_exit`](Self::try_exit) itself. The leader stays unreaped until its
+    /// owner reaps it, so the duplicate can never name another process.
+    pub fn exit_watch(&self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        let Waiter::PidFd(fd) = &self.waiter else {
+            return None;
+        };
+        let duplicate = fd.get_ref().try_clone().ok()?;
+        // Registration reports a pidfd that is already readable (exited) at once.
+        // SAFETY: as in `Waiter::open`: the `AsyncFd` owns the duplicate for its whole life.
+        let watched = unsafe { AsyncFd::register_with_interest(duplicate, Interest::READABLE) }.ok()?;
+        Some(async move {
+            let _ = watched.readable().await;
+        })
+    }
+
     /// Whether the leader has been reaped (after terminate/kill).
     pub fn is_reaped(&self) -> bool {
         self.termination.is_some()

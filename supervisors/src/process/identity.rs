@@ -153,6 +153,12 @@ pub fn identity_of(pid: i32) -> Option<StartIdentity> {
     read_identity(pid).ok()
 }
 
+/// Whether the process `identity` names still runs: same pid and start time, not a zombie
+/// (a zombie has exited; its parent may be slow to reap it, or never do).
+pub fn is_running(identity: &StartIdentity) -> bool {
+    read_stat(identity.pid).is_some_and(|stat| stat.start_time_ticks == identity.start_time_ticks && !stat.is_dead())
+}
+
 /// Signals the process group led by `identity.pid` only if the live process has the same boot id,
 /// pid and start time; otherwise sends nothing.
 ///

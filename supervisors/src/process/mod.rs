@@ -32,7 +32,7 @@ pub use capture::{CaptureReport, StreamCapture};
 pub use child::{ExitOutcome, ProcessChild, Termination, reap_group, spawn};
 pub use error::ProcessError;
 pub use identity::{
-    SignalOutcome, StartIdentity, current_boot_id, group_members, identity_of, parent_of,
+    SignalOutcome, StartIdentity, current_boot_id, group_members, identity_of, is_running, parent_of,
     signal_group_if_identity_matches,
 };
 pub use orphans::{
