@@ -443,7 +443,11 @@ fn cli(bench: &Bench, args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `PI_WORKFLOWS_BIN` when set (a baseline build to compare with), else this checkout's build.
 fn locate_binary() -> anyhow::Result<PathBuf> {
+    if let Some(binary) = std::env::var_os("PI_WORKFLOWS_BIN").filter(|path| !path.is_empty()) {
+        return Ok(PathBuf::from(binary));
+    }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     for profile in ["release", "debug"] {
         let path = root.join("target").join(profile).join("pi-workflows");

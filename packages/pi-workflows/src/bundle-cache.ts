@@ -1,11 +1,12 @@
 // A private cache of bundled workflow code, so a resolver or runner whose sources did not
 // change skips esbuild (and its service process) entirely. An entry is used only when the
-// root file and every mounted file still hash to what the entry recorded; anything else is
-// a miss. The directory is `PI_WORKFLOWS_CACHE_DIR` (user-only, 0700; files 0600); without
-// it nothing is cached.
+// root file and every mounted file still hash to what the entry recorded and its code
+// imports this process's SDK module; anything else is a miss. The directory is
+// `PI_WORKFLOWS_CACHE_DIR` (user-only, 0700; files 0600); without it nothing is cached.
 import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { sha256Hex } from "./canonical.js";
+import { SDK_URL } from "./runtime-url.js";
 import { hashFile, type WorkflowSource } from "./source-identity.js";
 
 export const CACHE_DIR_ENV = "PI_WORKFLOWS_CACHE_DIR";
@@ -18,10 +19,14 @@ export interface CachedBundle {
   source: WorkflowSource;
 }
 
-/** An entry: the sources it was built from and the hash of the code built from them. */
+/**
+ * An entry: the sources it was built from, the hash of the code built from them and the SDK
+ * URL that code imports (a bundle made for another SDK module would load a second SDK).
+ */
 interface Entry {
   source: WorkflowSource;
   codeHash: string;
+  sdk: string;
 }
 
 function cacheDir(env: NodeJS.ProcessEnv): string | undefined {
@@ -53,6 +58,7 @@ export async function lookup(rootPath: string, env: NodeJS.ProcessEnv = process.
   }
   const source = entry?.source;
   if (source?.root?.path !== rootPath || !Array.isArray(source.mounted) || typeof entry.codeHash !== "string") return undefined;
+  if (entry.sdk !== SDK_URL) return undefined;
   for (const file of [source.root, ...source.mounted]) {
     try {
       if ((await hashFile(file.path)) !== file.hash) return undefined;
@@ -83,7 +89,7 @@ export async function store(code: string, source: WorkflowSource, env: NodeJS.Pr
     await writeFile(`${module}.${suffix}`, code, { mode: 0o600 });
     await rename(`${module}.${suffix}`, module);
     const meta = metaPath(dir, source.root.path);
-    const entry: Entry = { source, codeHash };
+    const entry: Entry = { source, codeHash, sdk: SDK_URL };
     await writeFile(`${meta}.${suffix}`, JSON.stringify(entry), { mode: 0o600 });
     await rename(`${meta}.${suffix}`, meta);
   } catch {

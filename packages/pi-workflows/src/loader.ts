@@ -10,14 +10,14 @@ import { pathToFileURL } from "node:url";
 import { sha256Hex } from "./canonical.js";
 import { compileWorkflow, type CompiledWorkflow } from "./compile.js";
 import { resolveWorkflowFile } from "./discovery.js";
+// This package's SDK: every workflow shares it, with no node_modules of its own.
+import { SDK_URL } from "./runtime-url.js";
 import { WorkflowError } from "./errors.js";
-import { hashFile, type SourceFile, type WorkflowSource } from "./source-identity.js";
+import { compareLoadedSource, hashFile, type SourceFile, type WorkflowSource } from "./source-identity.js";
 import type { WorkflowDefinition } from "./types.js";
 
 export * from "./discovery.js";
 
-/** This package's own entry: every workflow shares it, with no node_modules of its own. */
-const SDK_URL = new URL("./index.js", import.meta.url).href;
 const SDK_IMPORTS = /^(pi-workflows|@osolmaz\/pi-workflows)$/;
 const LOADERS: Record<string, "ts" | "tsx" | "js" | "jsx" | "json"> = {
   ".ts": "ts", ".mts": "ts", ".cts": "ts", ".tsx": "tsx",
@@ -119,10 +119,24 @@ async function importBundle(code: string): Promise<Record<string, unknown>> {
   }
 }
 
-/** The bundled module of `filePath`: from the cache when its sources are unchanged. */
-async function loadModule(filePath: string): Promise<{ module: Record<string, unknown>; source: WorkflowSource }> {
+/** The sources the caller expects: anything else is refused before its code runs. */
+export class SourceChangedError extends Error {}
+
+function refuseUnexpected(expected: WorkflowSource | undefined, source: WorkflowSource): void {
+  const differs = expected && compareLoadedSource(expected, source);
+  if (differs) throw new SourceChangedError(differs);
+}
+
+/**
+ * The bundled module of `filePath`: from the cache when its sources are unchanged. With
+ * `expected`, the identity of what would load is compared before any of its code runs (a
+ * cache hit's files were just hashed against its entry; a fresh bundle hashed the very
+ * bytes it read), so a caller needs no hashing pass of its own.
+ */
+async function loadModule(filePath: string, expected?: WorkflowSource): Promise<{ module: Record<string, unknown>; source: WorkflowSource }> {
   const cached = await bundleCache.lookup(filePath);
   if (cached) {
+    refuseUnexpected(expected, cached.source);
     try {
       // Imported from the very bytes that were checked: nothing can swap them in between.
       return { module: await importVerified(cached.code), source: cached.source };
@@ -131,6 +145,7 @@ async function loadModule(filePath: string): Promise<{ module: Record<string, un
     }
   }
   const { code, source } = await bundle(filePath);
+  refuseUnexpected(expected, source);
   await bundleCache.store(code, source);
   return { module: await importBundle(code), source };
 }
@@ -140,14 +155,17 @@ async function importVerified(code: string): Promise<Record<string, unknown>> {
   return (await import(`data:text/javascript;base64,${Buffer.from(code).toString("base64")}`)) as Record<string, unknown>;
 }
 
-/** Load and compile one workflow file (an absolute, canonical path). */
-export async function loadWorkflowFile(filePath: string, name?: string): Promise<LoadedWorkflow> {
+/**
+ * Load and compile one workflow file (an absolute, canonical path). With `expected`, a load
+ * whose sources differ from it throws `SourceChangedError` before any workflow code runs.
+ */
+export async function loadWorkflowFile(filePath: string, name?: string, expected?: WorkflowSource): Promise<LoadedWorkflow> {
   let module: Record<string, unknown>;
   let source: WorkflowSource;
   try {
-    ({ module, source } = await loadModule(filePath));
+    ({ module, source } = await loadModule(filePath, expected));
   } catch (error) {
-    if (error instanceof WorkflowError) throw error;
+    if (error instanceof WorkflowError || error instanceof SourceChangedError) throw error;
     // A system call failed (disk full, too many files): transient, not a definition error.
     if ((error as NodeJS.ErrnoException)?.syscall) throw error;
     throw new WorkflowError("invalidDefinition", `loading ${filePath} failed: ${(error as Error)?.message ?? error}`);

@@ -27,7 +27,7 @@ test("a project workflow wins over a global one of the same name; global-only na
   assert.deepEqual(listed.map((w) => `${w.scope}:${w.name}`).sort(), ["global:solo", "project:build-check", "project:greet", "project:review"]);
 });
 
-test("a TypeScript workflow imports pi-workflows with no node_modules and shares this SDK instance", async (t) => {
+test("a TypeScript workflow imports pi-workflows with no node_modules and compiles as this SDK does", async (t) => {
   const { project } = fixtureCopy(t);
   assert.equal(existsSync(path.join(project, "node_modules")), false);
   const loaded = await loadWorkflow("greet", project, {});
@@ -39,6 +39,20 @@ test("a TypeScript workflow imports pi-workflows with no node_modules and shares
   const helper = path.join(project, ".pi/workflows/lib/greeting.ts");
   assert.deepEqual(loaded.source, { root: { kind: "file", path: root, hash: sha(root) }, mounted: [{ path: helper, hash: sha(helper) }] });
   assert.equal(loaded.compiled.definitionDigest, sdk.compileWorkflow(loaded.definition).definitionDigest);
+});
+
+test("a workflow's SDK import is the runner's own module: the bundled runtime", async (t) => {
+  const { project } = fixtureCopy(t);
+  assert.equal(existsSync(path.join(PACKAGE_DIR, "dist/runtime.bundle.js")), true, "npm run build bundles the runtime");
+  writeFileSync(
+    path.join(project, ".pi/workflows/which-sdk.workflow.ts"),
+    `import * as sdk from "pi-workflows";\nexport default sdk.defineWorkflow({ name: "which-sdk", startAt: "a", nodes: { a: sdk.compute({ run: () => typeof (sdk as any).runnerMain }) }, edges: [] });\n`,
+  );
+  const loaded = await loadWorkflow("which-sdk", project, {});
+  const runnerMain = loaded.definition.nodes.a.run();
+  // runnerMain is exported only by the runtime (runtime.ts), never by the plain entry.
+  assert.equal(runnerMain, "function");
+  assert.equal(typeof sdk.runnerMain, "undefined");
 });
 
 test("a definition error surfaces as invalidDefinition naming the node", async (t) => {

@@ -4,7 +4,7 @@ import { createHash } from "node:crypto";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { test } from "node:test";
-import { loadWorkflow } from "../dist/loader.js";
+import { loadWorkflow, loadWorkflowFile } from "../dist/loader.js";
 import { fixtureCopy } from "./support/fixtures.mjs";
 import { contentRef, launchFor, runRunner, runState } from "./support/fake-server.mjs";
 
@@ -53,6 +53,35 @@ test("a changed mounted file parks the run before any workflow code runs", async
   assert.deepEqual(kinds(result.messages), ["runner.ready", "run.parked", "runner.exiting"]);
   assert.deepEqual(result.messages[1].payload, { reason: "workflowSourceChanged" });
   assert.equal(existsSync(marker), false, "changed code never executed");
+});
+
+test("a cached bundle of newer sources is refused before its code runs: the run parks", async (t) => {
+  const { project, root } = fixtureCopy(t);
+  const loaded = await loadWorkflow("greet", project, {});
+  const marker = path.join(root, "ran");
+  const cacheDir = path.join(root, "cache");
+  // The newer code marks only inside a runner, so caching it here (as the resolver would) is harmless.
+  writeFileSync(
+    path.join(project, ".pi/workflows/lib/greeting.ts"),
+    `import { writeFileSync } from "node:fs";\nif (process.argv[1]?.endsWith("runner-main.js")) writeFileSync(${JSON.stringify(marker)}, "ran");\nexport function greeting(who: string) { return who; }\n`,
+  );
+  const previous = process.env.PI_WORKFLOWS_CACHE_DIR;
+  process.env.PI_WORKFLOWS_CACHE_DIR = cacheDir;
+  try {
+    await loadWorkflowFile(loaded.source.root.path, "greet");
+  } finally {
+    if (previous === undefined) delete process.env.PI_WORKFLOWS_CACHE_DIR;
+    else process.env.PI_WORKFLOWS_CACHE_DIR = previous;
+  }
+  const result = await runRunner({
+    launch: launchFor({ projectPath: project, loaded }),
+    payload: { runState: runState({ input: { who: "x" } }) },
+    env: { PI_WORKFLOWS_CACHE_DIR: cacheDir },
+  });
+  assert.equal(result.code, 0, result.stderr);
+  assert.deepEqual(kinds(result.messages), ["runner.ready", "run.parked", "runner.exiting"]);
+  assert.match(result.stderr, /greeting\.ts changed/);
+  assert.equal(existsSync(marker), false, "the newer cached code never executed");
 });
 
 test("claimLost makes the runner exit 75 at once", async (t) => {

@@ -1,18 +1,19 @@
-// Runner child: speaks docs/RUNNER-PROTOCOL.md on fd 3, executes one run generation, then exits.
-// Exit codes: 0 done, 75 claim lost, 76 protocol or launch error, 70 anything else.
+// The runner child's work (its entry is runner-main.ts): speaks docs/RUNNER-PROTOCOL.md on
+// fd 3, executes one run generation, and returns the exit code: 0 done, 75 claim lost, 76
+// protocol or launch error, 70 anything else.
 import { fileURLToPath } from "node:url";
-import { sha256Hex } from "./canonical.js";
-import { runWorkflow, type RunCommand } from "./engine.js";
-import type { AgentExecutor, RunState } from "./engine/host.js";
-import { nodeError } from "./engine/limits.js";
-import { LiveSettings } from "./settings.js";
-import { WorkflowError } from "./errors.js";
-import { loadWorkflowFile, type LoadedWorkflow } from "./loader.js";
-import { channelHost } from "./runner/channel-host.js";
-import { FrameChannel, ProtocolError } from "./runner/channel.js";
-import { type ContentRef, readContent } from "./runner/content.js";
-import { type Launch, parseLaunch, RunnerSession } from "./runner/session.js";
-import { compareLoadedSource, parseWorkflowSource, verifySourceOnDisk } from "./source-identity.js";
+import { sha256Hex } from "../canonical.js";
+import { runWorkflow, type RunCommand } from "../engine.js";
+import type { AgentExecutor, RunState } from "../engine/host.js";
+import { nodeError } from "../engine/limits.js";
+import { LiveSettings } from "../settings.js";
+import { WorkflowError } from "../errors.js";
+import { loadWorkflowFile, type LoadedWorkflow, SourceChangedError } from "../loader.js";
+import { channelHost } from "./channel-host.js";
+import { FrameChannel, ProtocolError } from "./channel.js";
+import { type ContentRef, readContent } from "./content.js";
+import { type Launch, parseLaunch, RunnerSession } from "./session.js";
+import { parseWorkflowSource, verifySourceOnDisk } from "../source-identity.js";
 
 const EXIT_PROTOCOL = 76;
 const EXIT_INTERNAL = 70;
@@ -22,20 +23,19 @@ function log(message: string) {
   process.stderr.write(`pi-workflows runner: ${message}\n`);
 }
 
-/** Imported only when a headless agent step runs. */
-function lazyAgentExecutor(projectPath: string): () => Promise<AgentExecutor> {
+/** Imported only when a headless agent step runs (`executorUrl`: dist/agent/executor.js). */
+function lazyAgentExecutor(executorUrl: URL, projectPath: string): () => Promise<AgentExecutor> {
   let loading: Promise<AgentExecutor> | undefined;
   return () =>
     (loading ??= (async () => {
-      const url = new URL("./agent/executor.js", import.meta.url);
       let module: { createPiRpcExecutor?: (options: unknown) => AgentExecutor | Promise<AgentExecutor> };
       try {
-        module = await import(url.href);
+        module = await import(executorUrl.href);
       } catch (error) {
-        throw new Error(`the headless agent executor ${fileURLToPath(url)} is unavailable: ${(error as Error).message}`);
+        throw new Error(`the headless agent executor ${fileURLToPath(executorUrl)} is unavailable: ${(error as Error).message}`);
       }
       if (typeof module.createPiRpcExecutor !== "function") {
-        throw new Error(`${fileURLToPath(url)} does not export createPiRpcExecutor`);
+        throw new Error(`${fileURLToPath(executorUrl)} does not export createPiRpcExecutor`);
       }
       return module.createPiRpcExecutor({ cwd: projectPath });
     })());
@@ -51,20 +51,24 @@ async function parkSourceChanged(session: RunnerSession, why: string): Promise<v
 
 type Verified = { loaded: LoadedWorkflow } | { changed: string } | { loadError: string };
 
+/**
+ * Load the saved workflow, refusing any other sources before their code runs (the loader
+ * compares what it would import with the saved identity). A load that fails is told apart
+ * from changed sources by hashing the saved files: a missing or edited file parks the run,
+ * only an unchanged source that no longer loads fails it.
+ */
 async function loadVerified(launch: Launch): Promise<Verified> {
   const saved = parseWorkflowSource(launch.workflowSource);
   if (!saved) throw new ProtocolError("the launch envelope has no usable workflowSource.root");
-  const onDisk = await verifySourceOnDisk(saved);
-  if (onDisk) return { changed: onDisk };
   let loaded: LoadedWorkflow;
   try {
-    loaded = await loadWorkflowFile(saved.root.path);
+    loaded = await loadWorkflowFile(saved.root.path, undefined, saved);
   } catch (error) {
-    if (error instanceof WorkflowError) return { loadError: error.message };
-    throw error;
+    if (error instanceof SourceChangedError) return { changed: (await verifySourceOnDisk(saved)) ?? error.message };
+    if (!(error instanceof WorkflowError)) throw error;
+    const onDisk = await verifySourceOnDisk(saved);
+    return onDisk ? { changed: onDisk } : { loadError: error.message };
   }
-  const differs = compareLoadedSource(saved, loaded.source);
-  if (differs) return { changed: differs };
   if (launch.definitionDigest && loaded.compiled.definitionDigest !== launch.definitionDigest) {
     return { changed: `definition digest is ${loaded.compiled.definitionDigest}, saved ${launch.definitionDigest}` };
   }
@@ -87,7 +91,7 @@ async function readRunState(session: RunnerSession, payload: Record<string, unkn
   return "runState" in parsed && parsed.runState ? parsed.runState : (parsed as RunState);
 }
 
-async function execute(session: RunnerSession, launch: Launch, loaded: LoadedWorkflow): Promise<void> {
+async function execute(session: RunnerSession, launch: Launch, loaded: LoadedWorkflow, executorUrl: URL): Promise<void> {
   await session.send("runner.ready", {});
   const frame = await session.readCommand();
   const command = frame.command as RunCommand;
@@ -105,24 +109,21 @@ async function execute(session: RunnerSession, launch: Launch, loaded: LoadedWor
     command,
     projectPath: launch.projectPath,
     attemptIdPrefix: "a" + sha256Hex(`${launch.runId}\0${launch.generation}\0${launch.runnerEpoch}`).slice(0, 20),
-    loadAgentExecutor: lazyAgentExecutor(launch.projectPath),
+    loadAgentExecutor: lazyAgentExecutor(executorUrl, launch.projectPath),
     signal: controller.signal,
     settings,
   });
   log(`run ${launch.runId} generation ${launch.generation}: ${outcome.kind}`);
 }
 
-async function main(): Promise<number> {
+/** Run one generation; the entry passes where the lazily loaded parts live. */
+export async function runnerMain({ executorUrl }: { executorUrl: URL }): Promise<number> {
   // Workflow code must never write to stdout as if it were protocol (it is only a log).
   for (const method of ["log", "info", "debug"] as const) console[method] = console.error;
   const channel = FrameChannel.fromFd(3);
-  // Every workflow imports the SDK entry: a warm runner loads it while it waits for a launch,
-  // off the run's path (a failure shows where the workflow imports it).
-  const sdkLoaded = import("./index.js").catch(() => undefined);
   let session: RunnerSession | undefined;
   try {
     const launch = parseLaunch(await channel.readFrame());
-    await sdkLoaded;
     // A warm runner was started before its run was known: move into the run's project.
     try {
       process.chdir(launch.projectPath);
@@ -133,7 +134,7 @@ async function main(): Promise<number> {
     const verified = await loadVerified(launch);
     if ("changed" in verified) await parkSourceChanged(session, verified.changed);
     else if ("loadError" in verified) await failUnloadable(session, verified.loadError);
-    else await execute(session, launch, verified.loaded);
+    else await execute(session, launch, verified.loaded, executorUrl);
     await session.send("runner.exiting", {});
     return 0;
   } catch (error) {
@@ -144,5 +145,3 @@ async function main(): Promise<number> {
     channel.close();
   }
 }
-
-process.exit(await main());
