@@ -238,7 +238,9 @@ impl Actor for Runner {
             return Ok(());
         }
         // The process ended on its own (or missed its ready deadline); its actor told us how.
-        let end = lock(&state.end_slot).take();
+        // Read, not taken: a frame handled while the channel drains may stop the runner, and
+        // `terminate` then finds the outcome there.
+        let end = *lock(&state.end_slot);
         state.timed_out |= end.is_some_and(|end| end.cause == EndCause::ReadyDeadlineMissed);
         if end.is_some_and(|end| end.cause == EndCause::ReadyDeadlineMissed) {
             tracing::warn!(run_id = %state.args.run.run_id, "runner missed its ready deadline and was killed");
