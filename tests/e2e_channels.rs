@@ -11,7 +11,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use channel_telegram::fake_api::{FakeBotApi, FakeFailure};
+use channel_telegram::fake_api::{FakeBotApi, FakeFailure, SentMessage};
 use common::e2e::*;
 use serde_json::{Value, json};
 
@@ -114,6 +114,12 @@ impl Channels {
             .as_str()
             .expect("runId")
             .to_string()
+    }
+
+    /// The first message the adapter sent (the decision's), once it was sent.
+    fn first_message(&self) -> SentMessage {
+        self.wait("the decision message", || !self.fake.sent_messages().is_empty());
+        self.fake.sent_messages()[0].clone()
     }
 
     fn wait(&self, what: &str, mut check: impl FnMut() -> bool) {
@@ -265,8 +271,7 @@ fn a_button_press_answers_the_decision_and_the_message_is_closed() {
 fn a_text_choice_is_asked_with_force_reply_and_the_reply_is_the_answer() {
     let c = with_channels();
     let run_id = c.start_approval();
-    c.wait("the decision message", || !c.fake.sent_messages().is_empty());
-    let sent = c.fake.sent_messages()[0].clone();
+    let sent = c.first_message();
     c.fake
         .push_callback(ALLOWED_USER, CHAT, sent.message_id, &sent.callback_data[1]);
     c.wait("the prompt", || {
@@ -441,8 +446,7 @@ fn an_adapter_that_crashes_right_after_ready_backs_off_and_the_server_keeps_serv
 fn the_first_press_wins_over_a_second_person_and_over_the_deadline() {
     let c = with_channels();
     let run_id = c.env.start_fixture("channel-decision-deadline", None);
-    c.wait("the decision message", || !c.fake.sent_messages().is_empty());
-    let sent = c.fake.sent_messages()[0].clone();
+    let sent = c.first_message();
     assert_eq!(sent.button_labels, ["Go", "Hold"]);
     c.fake
         .push_callback(ALLOWED_USER, CHAT, sent.message_id, &sent.callback_data[0]);
@@ -478,8 +482,7 @@ fn the_first_press_wins_over_a_second_person_and_over_the_deadline() {
 fn the_deadline_default_wins_when_nobody_answers_and_the_message_says_so() {
     let c = with_channels();
     let run_id = c.env.start_fixture("decision-timeout", None);
-    c.wait("the decision message", || !c.fake.sent_messages().is_empty());
-    let sent = c.fake.sent_messages()[0].clone();
+    let sent = c.first_message();
     c.wait("the run to complete", || c.run_status(&run_id) == "completed");
     assert_eq!(
         c.env.node_output(&run_id, "hold"),

@@ -335,11 +335,6 @@ fn print_status(status: &JsonObject, tree: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The pid the lock file names (the server that holds it writes its pid there).
-fn lock_holder(paths: &ServerPaths) -> Option<i32> {
-    std::fs::read_to_string(&paths.lock).ok()?.trim().parse().ok()
-}
-
 fn stop(paths: &ServerPaths) -> anyhow::Result<ExitCode> {
     let mut client = match Client::connect(&paths.socket) {
         Ok(client) => client,
@@ -351,7 +346,7 @@ fn stop(paths: &ServerPaths) -> anyhow::Result<ExitCode> {
     };
     // The server process as it is now: "stopped" means gone, not only its lock released (a
     // process frees its lock while it still exits).
-    let server = lock_holder(paths).and_then(supervisors::process::identity_of);
+    let server = crate::server::ownership::lock_holder(paths).and_then(supervisors::process::identity_of);
     let response = client.request(Operation::ServerStop, JsonObject::new())?;
     if !matches!(response.outcome, Outcome::Accepted | Outcome::Adopted) {
         bail!("the server refused to stop: {:?}", response.error.map(|e| e.message));

@@ -154,16 +154,12 @@ pub fn take_lock(paths: &ServerPaths) -> anyhow::Result<ServerLock> {
     match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => {}
         Err(rustix::io::Errno::WOULDBLOCK) => {
-            let holder = std::fs::read_to_string(&paths.lock).unwrap_or_default();
-            let pid = holder.trim();
             bail!(
                 "another pi-workflows server is already running for this state directory{}; \
                  use `pi-workflows server status` or `pi-workflows server stop`",
-                if pid.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (pid {pid})")
-                }
+                lock_holder(paths)
+                    .map(|pid| format!(" (pid {pid})"))
+                    .unwrap_or_default()
             );
         }
         Err(err) => return Err(err).context("could not lock the server lock file"),
@@ -223,6 +219,11 @@ fn held_by_this_user(address: &std::os::unix::net::SocketAddr) -> bool {
         return true;
     };
     rustix::net::sockopt::socket_peercred(&stream).is_ok_and(|peer| peer.uid == rustix::process::getuid())
+}
+
+/// The pid the lock file names (the server that holds the lock writes its pid there).
+pub fn lock_holder(paths: &ServerPaths) -> Option<i32> {
+    std::fs::read_to_string(&paths.lock).ok()?.trim().parse().ok()
 }
 
 /// True when no process holds the global lock (no server is alive for these paths).
