@@ -8,12 +8,15 @@
 //! and a `view.run.watch` subscription):
 //! - sequential: p50 / p99 wall per workflow, one client, one run at a time;
 //! - 4 clients for `--seconds`: workflows per second and p50 / p99 per workflow;
-//! - server CPU per workflow (the server process's utime + stime from /proc, over each phase);
+//! - server CPU per workflow (the server process's utime + stime from /proc, over each phase),
+//!   and its children's (runner and resolver processes, counted as they are reaped);
 //! - runner process start: from the runner epoch's record to its `runner.ready` (wall), from
 //!   the `run_workers` rows; and the same-run baseline `node -e 0` (wall, and its CPU from the
-//!   children's rusage);
+//!   children's rusage), with its rate back to back on every core (the ceiling of a process
+//!   per run); the whole machine's busy CPU per run with 4 clients (/proc/stat);
 //! - `run.start` → first node committed (p50), from the run's events, and its phases (queue
-//!   and admission, runner start, first command and node); `run.start` answered (resolve);
+//!   and admission, runner start, first command and node), over every run and over runs
+//!   started one at a time on an idle warm server; `run.start` answered (resolve);
 //! - idle: the server's RSS before any run, and its CPU per second with nothing to do.
 //!
 //! Nothing here is asserted: it prints a table, and JSON with `--json`.
@@ -33,8 +36,16 @@ use serde_json::{Value, json};
 const WAIT: Duration = Duration::from_secs(60);
 const POLL_MS: u64 = 2;
 const BASELINE_STARTS: usize = 20;
+/// How long the start-rate baseline runs `node -e 0` back to back on every core.
+const NODE_RATE_SECONDS: u64 = 3;
 const CLIENTS: usize = 4;
 const WARMUP_RUNS: usize = 5;
+/// Runs started one at a time on an idle, warm server (the pool refilled, nothing running):
+/// the issue's "`run.start` → first node from an idle warm server".
+const IDLE_STARTS: usize = 20;
+/// The pause before each of those starts: longer than a runner's start-up, so the warm
+/// runner taken by the previous run has been replaced.
+const IDLE_GAP_MS: u64 = 600;
 /// After the load, the wait for the warm pool's demand window to pass (5 s by default).
 const IDLE_SETTLE_SECONDS: u64 = 7;
 /// The idle CPU figure's span (ticks are 10 ms: a longer span resolves less than 1 ms/s).
@@ -111,8 +122,14 @@ fn main() -> anyhow::Result<()> {
         run_once(&bench, &mut client, Detect::Poll)?;
     }
     let mut figures = json!({"baseline": baseline});
+    let mut idle_starts = Vec::new();
+    for _ in 0..IDLE_STARTS {
+        std::thread::sleep(Duration::from_millis(IDLE_GAP_MS));
+        idle_starts.push(run_once(&bench, &mut client, Detect::Watch)?.run_id);
+    }
     for detect in [Detect::Poll, Detect::Watch] {
         let cpu_before = server_cpu_ms(server_pid)?;
+        let children_before = server_children_cpu_ms(server_pid)?;
         let (mut walls, mut answers) = (Vec::new(), Vec::new());
         for _ in 0..options.sequential {
             let times = run_once(&bench, &mut client, detect)?;
@@ -120,7 +137,9 @@ fn main() -> anyhow::Result<()> {
             answers.push(times.start_answered_ms);
         }
         let cpu = server_cpu_ms(server_pid)? - cpu_before;
+        let children = server_children_cpu_ms(server_pid)? - children_before;
         figures[format!("sequential_{}", detect.name())] = json!({
+            "children_cpu_ms_per_run": children / options.sequential as f64,
             "runs": options.sequential,
             "p50_ms": percentile(&walls, 0.50),
             "p99_ms": percentile(&walls, 0.99),
@@ -130,8 +149,10 @@ fn main() -> anyhow::Result<()> {
         figures[format!("clients4_{}", detect.name())] = concurrent(&bench, server_pid, detect, options.seconds)?;
     }
     figures["runner_start"] = runner_starts(&bench.state)?;
-    figures["start_to_first_node"] = start_to_first_node(&bench.state)?;
-    figures["phases"] = phases(&bench.state)?;
+    figures["start_to_first_node"] = start_to_first_node(&bench.state, None)?;
+    figures["phases"] = phases(&bench.state, None)?;
+    figures["idle_start_to_first_node"] = start_to_first_node(&bench.state, Some(&idle_starts))?;
+    figures["idle_phases"] = phases(&bench.state, Some(&idle_starts))?;
     figures["server_rss_kib"] = json!(rss_kib(server_pid)?);
     figures["idle"] = idle(server_pid, fresh_rss_kib)?;
     cli(&bench, &["server", "stop"])?;
@@ -146,6 +167,7 @@ fn main() -> anyhow::Result<()> {
 /// One run's times (ms): until its end was seen the chosen way, and until `run.start` was
 /// answered (the server resolved the workflow and queued the run).
 struct RunTimes {
+    run_id: String,
     wall_ms: f64,
     start_answered_ms: f64,
 }
@@ -160,6 +182,7 @@ fn run_once(bench: &Bench, client: &mut Client, detect: Detect) -> anyhow::Resul
         Detect::Watch => watch_end(client, &run_id)?,
     }
     Ok(RunTimes {
+        run_id,
         wall_ms: started.elapsed().as_secs_f64() * 1e3,
         start_answered_ms,
     })
@@ -244,6 +267,8 @@ fn watch_end(client: &mut Client, run_id: &str) -> anyhow::Result<()> {
 fn concurrent(bench: &Bench, server_pid: i32, detect: Detect, seconds: u64) -> anyhow::Result<Value> {
     let stop = Arc::new(AtomicBool::new(false));
     let cpu_before = server_cpu_ms(server_pid)?;
+    let machine_before = machine_cpu_ms()?;
+    let children_before = server_children_cpu_ms(server_pid)?;
     let started = Instant::now();
     let workers: Vec<_> = (0..CLIENTS)
         .map(|_| {
@@ -278,7 +303,11 @@ fn concurrent(bench: &Bench, server_pid: i32, detect: Detect, seconds: u64) -> a
     }
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = server_cpu_ms(server_pid)? - cpu_before;
+    let machine = machine_cpu_ms()? - machine_before;
+    let children = server_children_cpu_ms(server_pid)? - children_before;
     Ok(json!({
+        "children_cpu_ms_per_run": children / walls.len().max(1) as f64,
+        "machine_cpu_ms_per_run": machine / walls.len().max(1) as f64,
         "clients": CLIENTS,
         "runs": walls.len(),
         "workflows_per_s": walls.len() as f64 / elapsed,
@@ -302,19 +331,26 @@ fn runner_starts(state: &Path) -> anyhow::Result<Value> {
     Ok(json!({"epochs": starts.len(), "p50_ms": percentile(&starts, 0.5), "p99_ms": percentile(&starts, 0.99)}))
 }
 
-/// `run.start` accepted (the run's creation) → its first node committed (ms).
-fn start_to_first_node(state: &Path) -> anyhow::Result<Value> {
+/// Whether `run_id` is one of `only` (every run without a filter).
+fn selected(only: Option<&[String]>, run_id: &str) -> bool {
+    only.is_none_or(|ids| ids.iter().any(|id| id == run_id))
+}
+
+/// `run.start` accepted (the run's creation) → its first node committed (ms), over every run
+/// or over `only`.
+fn start_to_first_node(state: &Path, only: Option<&[String]>) -> anyhow::Result<Value> {
     let db = Connection::open_with_flags(state.join("state.sqlite"), OpenFlags::SQLITE_OPEN_READ_ONLY)?;
     let mut statement = db.prepare(
-        "SELECT (SELECT min(e.created_at) FROM events e WHERE e.run_id = r.run_id AND e.event_type = 'node.finished')
+        "SELECT r.run_id, (SELECT min(e.created_at) FROM events e WHERE e.run_id = r.run_id AND e.event_type = 'node.finished')
                 - r.created_at
          FROM runs r",
     )?;
     let samples: Vec<f64> = statement
-        .query_map([], |row| row.get::<_, Option<i64>>(0))?
+        .query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, Option<i64>>(1)?)))?
         .collect::<Result<Vec<_>, _>>()?
         .into_iter()
-        .flatten()
+        .filter(|(run_id, _)| selected(only, run_id))
+        .filter_map(|(_, ms)| ms)
         .map(|ms| ms as f64)
         .collect();
     Ok(json!({"runs": samples.len(), "p50_ms": percentile(&samples, 0.5), "p99_ms": percentile(&samples, 0.99)}))
@@ -323,19 +359,25 @@ fn start_to_first_node(state: &Path) -> anyhow::Result<Value> {
 /// Where `run.start` → first node goes, per run with one runner (ms, p50 of each phase, from
 /// the store's millisecond timestamps): created → runner epoch recorded (queue and
 /// admission), → `runner.ready` (take or spawn, the workflow's load and source check), →
-/// first node committed (first command and the node).
-fn phases(state: &Path) -> anyhow::Result<Value> {
+/// first node committed (first command and the node). Over every run or over `only`.
+fn phases(state: &Path, only: Option<&[String]>) -> anyhow::Result<Value> {
     let db = Connection::open_with_flags(state.join("state.sqlite"), OpenFlags::SQLITE_OPEN_READ_ONLY)?;
     let mut statement = db.prepare(
-        "SELECT w.started_at - r.created_at, w.ready_at - w.started_at,
+        "SELECT r.run_id, w.started_at - r.created_at, w.ready_at - w.started_at,
                 (SELECT min(e.created_at) FROM events e WHERE e.run_id = r.run_id AND e.event_type = 'node.finished')
                   - w.ready_at
          FROM runs r JOIN run_workers w ON w.run_id = r.run_id
          WHERE w.ready_at IS NOT NULL AND (SELECT count(*) FROM run_workers o WHERE o.run_id = r.run_id) = 1",
     )?;
     let rows: Vec<[Option<i64>; 3]> = statement
-        .query_map([], |row| Ok([row.get(0)?, row.get(1)?, row.get(2)?]))?
-        .collect::<Result<Vec<_>, _>>()?;
+        .query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, [row.get(1)?, row.get(2)?, row.get(3)?]))
+        })?
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .filter(|(run_id, _)| selected(only, run_id))
+        .map(|(_, row)| row)
+        .collect();
     let column = |index: usize| -> Vec<f64> { rows.iter().filter_map(|row| row[index]).map(|ms| ms as f64).collect() };
     Ok(json!({
         "runs": rows.len(),
@@ -376,7 +418,60 @@ fn node_baseline() -> anyhow::Result<Value> {
         walls.push(started.elapsed().as_secs_f64() * 1e3);
     }
     let cpu = (children_cpu_ms() - cpu_before) / BASELINE_STARTS as f64;
-    Ok(json!({"node_e_0_wall_p50_ms": percentile(&walls, 0.5), "node_e_0_cpu_ms": cpu}))
+    Ok(json!({
+        "node_e_0_wall_p50_ms": percentile(&walls, 0.5),
+        "node_e_0_cpu_ms": cpu,
+        "node_starts_per_s": node_start_rate(&node)?,
+    }))
+}
+
+/// `node -e 0` back to back in one loop per core for `NODE_RATE_SECONDS`: starts per second,
+/// the ceiling of a process per run on this machine (before any run's own work).
+fn node_start_rate(node: &str) -> anyhow::Result<f64> {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let started = Instant::now();
+    let span = Duration::from_secs(NODE_RATE_SECONDS);
+    let loops: Vec<_> = (0..cores)
+        .map(|_| {
+            let node = node.to_string();
+            std::thread::spawn(move || -> anyhow::Result<u64> {
+                let mut starts = 0;
+                while started.elapsed() < span {
+                    Command::new(&node)
+                        .args(["-e", "0"])
+                        .status()
+                        .context("run node -e 0")?;
+                    starts += 1;
+                }
+                Ok(starts)
+            })
+        })
+        .collect();
+    let mut starts = 0;
+    for one in loops {
+        starts += one.join().map_err(|_| anyhow::anyhow!("a start loop panicked"))??;
+    }
+    Ok(starts as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Busy CPU of the whole machine (ms, every core): the non-idle jiffies of /proc/stat.
+fn machine_cpu_ms() -> anyhow::Result<f64> {
+    const USER_HZ: f64 = 100.0;
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let line = stat.lines().next().context("/proc/stat")?;
+    let fields: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    // user nice system idle iowait irq softirq steal ...: idle and iowait are not busy.
+    let busy: f64 = fields
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| *index != 3 && *index != 4)
+        .map(|(_, v)| v)
+        .sum();
+    Ok(busy * 1e3 / USER_HZ)
 }
 
 /// CPU of this process's waited-for children (ms): cutime + cstime of /proc/self/stat.
@@ -387,6 +482,12 @@ fn children_cpu_ms() -> f64 {
 /// The server's utime + stime (ms), from /proc/<pid>/stat.
 fn server_cpu_ms(pid: i32) -> anyhow::Result<f64> {
     proc_stat_ms(&pid.to_string(), 11, 12)
+}
+
+/// CPU of the server's reaped children (ms): its runner and resolver processes, counted when
+/// they end (cutime + cstime of /proc/<pid>/stat).
+fn server_children_cpu_ms(pid: i32) -> anyhow::Result<f64> {
+    proc_stat_ms(&pid.to_string(), 13, 14)
 }
 
 /// Two tick counters of /proc/<pid>/stat, counted from the field after the command's `)`
@@ -471,25 +572,32 @@ fn print_table(figures: &Value) {
     let f = |value: &Value| value.as_f64().map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
     let baseline = &figures["baseline"];
     println!(
-        "baseline node -e 0: wall p50 {} ms, CPU {} ms",
+        "baseline node -e 0: wall p50 {} ms, CPU {} ms; {} starts/s on all cores",
         f(&baseline["node_e_0_wall_p50_ms"]),
-        f(&baseline["node_e_0_cpu_ms"])
+        f(&baseline["node_e_0_cpu_ms"]),
+        f(&baseline["node_starts_per_s"])
     );
     println!(
-        "{:<22} {:>8} {:>10} {:>10} {:>12} {:>16}",
-        "phase", "runs", "p50 ms", "p99 ms", "runs/s", "server CPU ms/run"
+        "{:<22} {:>8} {:>10} {:>10} {:>12} {:>16} {:>18}",
+        "phase", "runs", "p50 ms", "p99 ms", "runs/s", "server CPU ms/run", "children CPU ms/run"
     );
     for key in ["sequential_poll", "sequential_watch", "clients4_poll", "clients4_watch"] {
         let row = &figures[key];
         println!(
-            "{key:<22} {:>8} {:>10} {:>10} {:>12} {:>16}",
+            "{key:<22} {:>8} {:>10} {:>10} {:>12} {:>16} {:>18}",
             row["runs"],
             f(&row["p50_ms"]),
             f(&row["p99_ms"]),
             f(&row["workflows_per_s"]),
-            f(&row["server_cpu_ms_per_run"])
+            f(&row["server_cpu_ms_per_run"]),
+            f(&row["children_cpu_ms_per_run"])
         );
     }
+    println!(
+        "machine CPU per run (every process, every core), 4 clients: {} ms (poll), {} ms (watch)",
+        f(&figures["clients4_poll"]["machine_cpu_ms_per_run"]),
+        f(&figures["clients4_watch"]["machine_cpu_ms_per_run"])
+    );
     let runner = &figures["runner_start"];
     println!(
         "runner start (epoch recorded → ready): p50 {} ms, p99 {} ms over {} epochs",
@@ -506,6 +614,16 @@ fn print_table(figures: &Value) {
     let phases = &figures["phases"];
     println!(
         "  of which (p50): created → runner epoch recorded {} ms, → ready {} ms, → first node {} ms",
+        f(&phases["queue_admit_p50_ms"]),
+        f(&phases["launch_to_ready_p50_ms"]),
+        f(&phases["ready_to_first_node_p50_ms"])
+    );
+    let first = &figures["idle_start_to_first_node"];
+    let phases = &figures["idle_phases"];
+    println!(
+        "run.start → first node on an idle warm server: p50 {} ms, p99 {} ms; created → epoch {} ms, → ready {} ms, → first node {} ms",
+        f(&first["p50_ms"]),
+        f(&first["p99_ms"]),
         f(&phases["queue_admit_p50_ms"]),
         f(&phases["launch_to_ready_p50_ms"]),
         f(&phases["ready_to_first_node_p50_ms"])

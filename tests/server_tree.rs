@@ -680,6 +680,80 @@ fn a_killed_resolver_is_restarted_and_the_next_run_start_works() {
     assert_eq!(resolver["state"], "running", "{}", pretty(&tree));
 }
 
+/// Fresh imports a served resolver makes before it retires (`SERVED_IMPORTS_MAX` in
+/// resolver-main.ts).
+const RESOLVER_IMPORTS_MAX: usize = 64;
+
+/// A workflow that loads and rejects every input, so a `run start` of it exercises only the
+/// resolver: `stamp` makes each version's bytes (and so its import) new.
+fn input_rejecting_workflow(stamp: usize) -> String {
+    format!(
+        "import {{ compute, defineWorkflow }} from \"pi-workflows\";\n\
+         export default defineWorkflow({{ name: \"quota\", title: \"version {stamp}\", startAt: \"a\",\n\
+         input: () => {{ throw new Error(\"no input accepted\"); }},\n\
+         nodes: {{ a: compute({{ run: () => 1 }}) }}, edges: [] }});\n"
+    )
+}
+
+fn start_rejected(env: &Env, project: &std::path::Path, file: &str) {
+    let out = env.cli_in(project, &["run", "start", file]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("rejected its input"),
+        "a start the workflow's input check refuses: {stderr}"
+    );
+}
+
+#[test]
+fn the_warm_resolver_keeps_its_process_for_unchanged_workflows_and_retires_after_its_import_quota() {
+    require_package();
+    let env = Env::new();
+    start_server(&env);
+    let live_resolver = || {
+        let tree = poll_tree(&env)?;
+        let resolver = at(&tree, &["resolvers", "resolver"])?.clone();
+        let (pid, _) = single_live_process(&resolver)?;
+        (resolver["state"] == "running").then_some((resolver, pid))
+    };
+    let (before, first_pid) = wait_for(&env, "the resolver lists its live Node process", live_resolver);
+    let restarts_before = restarts(&before);
+    let project = short_temp_dir("piwq");
+    let file = project.path().join("quota.workflow.ts");
+    let file_arg = file.to_str().expect("path");
+
+    // One import, then only reuses of the loaded module: the process stays.
+    std::fs::write(&file, input_rejecting_workflow(0)).expect("write the workflow");
+    for _ in 0..RESOLVER_IMPORTS_MAX + 6 {
+        start_rejected(&env, project.path(), file_arg);
+    }
+    let (kept, pid) = wait_for(&env, "the resolver after its reuses", live_resolver);
+    assert_eq!(
+        pid,
+        first_pid,
+        "reusing an unchanged workflow replaced the resolver:\n{}",
+        pretty(&kept)
+    );
+
+    // Each new version is an import: at the quota the process retires, and its end is no
+    // failure (the tree counts no restart).
+    for stamp in 1..RESOLVER_IMPORTS_MAX {
+        std::fs::write(&file, input_rejecting_workflow(stamp)).expect("rewrite the workflow");
+        start_rejected(&env, project.path(), file_arg);
+    }
+    let (after, new_pid) = wait_for(&env, "a new resolver process after the quota", || {
+        live_resolver().filter(|(_, pid)| *pid != first_pid)
+    });
+    assert_eq!(
+        restarts(&after),
+        restarts_before,
+        "a retiring resolver counted as a crash:\n{}",
+        pretty(&after)
+    );
+    assert!(cmdline(new_pid).contains("resolver-main.js"), "{}", describe(new_pid));
+    let out = env.cli(&["run", "start", &example("repo-facts"), "--follow"]);
+    env.expect_code(&out, 0, "run start after the resolver retired");
+}
+
 #[test]
 fn a_killed_runner_leaves_the_tree_and_its_run_is_parked() {
     let env = scripted(LONG_SCRIPT, &[]);

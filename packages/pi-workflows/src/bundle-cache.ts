@@ -3,7 +3,8 @@
 // root file and every mounted file still hash to what the entry recorded and its code
 // imports this process's SDK module; anything else is a miss. The directory is
 // `PI_WORKFLOWS_CACHE_DIR` (user-only, 0700; files 0600); without it nothing is cached.
-import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
+import { readFileSync } from "node:fs";
+import { mkdir, rename, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { sha256Hex } from "./canonical.js";
 import { SDK_URL } from "./runtime-url.js";
@@ -52,7 +53,8 @@ export async function lookup(rootPath: string, env: NodeJS.ProcessEnv = process.
   if (!dir) return undefined;
   let entry: Entry;
   try {
-    entry = JSON.parse(await readFile(metaPath(dir, rootPath), "utf8")) as Entry;
+    // Synchronous reads, like hashFile's: a few small files on a runner's start path.
+    entry = JSON.parse(readFileSync(metaPath(dir, rootPath), "utf8")) as Entry;
   } catch {
     return undefined;
   }
@@ -61,13 +63,13 @@ export async function lookup(rootPath: string, env: NodeJS.ProcessEnv = process.
   if (entry.sdk !== SDK_URL) return undefined;
   for (const file of [source.root, ...source.mounted]) {
     try {
-      if ((await hashFile(file.path)) !== file.hash) return undefined;
+      if (hashFile(file.path) !== file.hash) return undefined;
     } catch {
       return undefined;
     }
   }
   try {
-    const code = await readFile(modulePath(dir, entry.codeHash), "utf8");
+    const code = readFileSync(modulePath(dir, entry.codeHash), "utf8");
     if (sha256Hex(Buffer.from(code)) !== entry.codeHash) return undefined;
     return { code, source };
   } catch {

@@ -100,10 +100,10 @@ async function bundle(filePath: string): Promise<{ code: string; source: Workflo
   for (const input of Object.keys(result.metafile.inputs)) {
     const absolute = path.resolve(workingDir, input);
     if (absolute === filePath) continue;
-    mounted.push({ path: absolute, hash: hashes.get(absolute) ?? (await hashFile(absolute)) });
+    mounted.push({ path: absolute, hash: hashes.get(absolute) ?? hashFile(absolute) });
   }
   mounted.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
-  const rootHash = hashes.get(filePath) ?? (await hashFile(filePath));
+  const rootHash = hashes.get(filePath) ?? hashFile(filePath);
   return { code: result.outputFiles[0]!.text, source: { root: { kind: "file", path: filePath, hash: rootHash }, mounted } };
 }
 

@@ -3,7 +3,8 @@
 // snapshot and normalized input; or `{ "error": { code, message } }` with exit code 2.
 // Served: `node dist/resolver-main.js --serve` answers the same requests
 // (`{id, target, project, inputJson?}` → `{id, answer}` or `{id, error}`) on the channel at
-// fd 3, so the server keeps one resolver warm and `run start` needs no Node start-up.
+// fd 3, so the server keeps one resolver warm and `run start` needs no Node start-up. Its last
+// answer before it retires (an import or request quota below) also carries `retiring: true`.
 // Listing (workflow-list.ts): `--list --project <dir> [--offset N] [--limit N]`, or served
 // `{id, list: {project, offset, limit, budgetMs?}}`, answers one page of the discoverable
 // workflows with their titles (`workflow.list`).
@@ -153,9 +154,13 @@ async function serve(): Promise<void> {
     } catch (error) {
       reply = { id, error: errorOf(error) };
     }
+    // The last answer says so: the server replaces this process at once instead of taking
+    // its exit for a crash.
+    if (served + 1 >= SERVED_REQUESTS_MAX || cache.misses >= SERVED_IMPORTS_MAX) reply.retiring = true;
     await channel.writeFrame(reply);
   }
-  channel.close();
+  // Its last answer must leave before the exit.
+  await channel.end();
   process.exit(0);
 }
 

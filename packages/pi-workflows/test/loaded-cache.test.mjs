@@ -61,17 +61,48 @@ function servedResolver(t) {
     stdio: ["ignore", "ignore", "pipe", "pipe"],
   });
   t.after(() => child.kill("SIGKILL"));
+  const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
   const lines = createInterface({ input: child.stdio[3] })[Symbol.asyncIterator]();
   let id = 0;
-  return async (request) => {
+  const resolve = async (request) => {
     id += 1;
     child.stdio[3].write(canonicalJson({ id, ...request }) + "\n");
-    const { value } = await lines.next();
+    const { value, done } = await lines.next();
+    assert.ok(!done, `the resolver closed its channel instead of answering request ${id}`);
     const reply = JSON.parse(value);
     assert.equal(reply.id, id);
     return reply;
   };
+  resolve.exited = exited;
+  return resolve;
 }
+
+/** Fresh imports a served resolver makes before it retires (resolver-main.ts). */
+const SERVED_IMPORTS_MAX = 64;
+
+test("a served resolver retires after its import quota: its last answer arrives, says so, and it exits 0", async (t) => {
+  const { project } = fixtureCopy(t);
+  const file = path.join(project, ".pi/workflows/quota.workflow.ts");
+  const version = (n) =>
+    `import { compute, defineWorkflow } from "pi-workflows";
+export default defineWorkflow({ name: "quota", title: "version ${n}", startAt: "a", input: () => { throw new Error("no input"); }, nodes: { a: compute({ run: () => 1 }) }, edges: [] });
+`;
+  const resolve = servedResolver(t);
+  const request = { target: "quota", project };
+  writeFileSync(file, version(0));
+  for (let reuse = 0; reuse < 3; reuse += 1) {
+    const reply = await resolve(request);
+    assert.equal(reply.error?.code, "invalidInput", JSON.stringify(reply));
+    assert.equal(reply.retiring, undefined, "reusing a loaded workflow spends no import");
+  }
+  for (let n = 1; n < SERVED_IMPORTS_MAX; n += 1) {
+    writeFileSync(file, version(n));
+    const reply = await resolve(request);
+    assert.equal(reply.error?.code, "invalidInput", JSON.stringify(reply));
+    assert.equal(reply.retiring, n === SERVED_IMPORTS_MAX - 1 ? true : undefined, `answer ${n}`);
+  }
+  assert.deepEqual(await resolve.exited, { code: 0, signal: null });
+});
 
 test("the served resolver reuses an unchanged workflow's module and loads a changed one anew", async (t) => {
   const { project } = fixtureCopy(t);

@@ -1,9 +1,10 @@
 //! The `resolvers` subtree's handle: `run.start` asks it to resolve a workflow, and
 //! `workflow.list` to list the discoverable workflows (loading them for their titles). A request
-//! goes to the warm resolver when it is free; while it is busy (a large or hanging workflow),
-//! to a one-shot `resolver-N` child started for that request, at most
-//! `EXTRA_RESOLVERS_MAX` at once. So one workflow that never finishes loading cannot stall
-//! every other start: it costs one resolver for at most the resolve timeout.
+//! goes to the warm resolver, queueing behind it for up to `WARM_QUEUE_WAIT_MS`; while it
+//! stays busy longer (a large or hanging workflow), to a one-shot `resolver-N` child started
+//! for that request, at most `EXTRA_RESOLVERS_MAX` at once. So one workflow that never
+//! finishes loading cannot stall every other start: it costs one resolver for at most the
+//! resolve timeout, and other starts wait at most `WARM_QUEUE_WAIT_MS` behind it.
 //!
 //! Architecture Invariant: the handle only names resolver actors; each actor owns its Node
 //! process and channel.
@@ -26,6 +27,11 @@ pub const EXTRA_RESOLVERS_MAX: usize = 2;
 /// How long a request waits for a free resolver before it is refused as busy (so the
 /// client's own wait for `run.start` is never the first to run out).
 const RESOLVER_QUEUE_WAIT_MS: u64 = 10_000;
+/// How long a request queues for the warm resolver alone before a one-shot one may take it:
+/// far above a warm resolve of an unchanged workflow (a few ms), far below a Node start-up
+/// plus a load under load (a one-shot process costs 80+ ms of CPU).
+const WARM_QUEUE_WAIT_MS: u64 = 250;
+const _: () = assert!(WARM_QUEUE_WAIT_MS < RESOLVER_QUEUE_WAIT_MS);
 /// How long a request waits for the warm resolver while it (re)starts.
 const RESOLVER_WAIT_MS: u64 = 5_000;
 const RESOLVER_POLL_MS: u64 = 20;
@@ -96,12 +102,22 @@ impl Resolvers {
                     .to_string(),
             ));
         }
-        // The warm resolver when it is free, else a one-shot one; waiting is bounded.
+        // The warm resolver, queueing behind its current request for a while: an unchanged
+        // workflow resolves there in a few milliseconds, while a one-shot process costs a
+        // Node start-up. Only a longer wait (a slow or hanging load) takes a one-shot one.
+        let warm = self.warm_free.acquire();
+        tokio::pin!(warm);
         tokio::select! {
             biased;
-            Ok(_permit) = self.warm_free.acquire() => self.resolve_warm(job).await,
+            Ok(_permit) = &mut warm => return self.resolve_warm(job).await,
+            () = tokio::time::sleep(Duration::from_millis(WARM_QUEUE_WAIT_MS)) => {}
+        }
+        let rest = Duration::from_millis(RESOLVER_QUEUE_WAIT_MS - WARM_QUEUE_WAIT_MS);
+        tokio::select! {
+            biased;
+            Ok(_permit) = &mut warm => self.resolve_warm(job).await,
             Ok(_permit) = self.extras_free.acquire() => self.resolve_once(job).await,
-            () = tokio::time::sleep(Duration::from_millis(RESOLVER_QUEUE_WAIT_MS)) => Err(ResolveFailure::Busy),
+            () = tokio::time::sleep(rest) => Err(ResolveFailure::Busy),
         }
     }
 

@@ -31,10 +31,11 @@ use crate::protocol::{decode_frame, encode_frame};
 use crate::server::frames::{LineRead, read_line};
 use crate::server::spawn::spawn_with_channel;
 
-/// Requests one resolver process serves before it is replaced (it keeps every workflow
-/// version it imported in memory); the same bound as `SERVED_REQUESTS_MAX` in
-/// `resolver-main.ts`.
-pub const SERVED_REQUESTS_MAX: u64 = 64;
+/// Requests one resolver process serves before it is replaced; the same bound as
+/// `SERVED_REQUESTS_MAX` in `resolver-main.ts`. The process also retires itself earlier,
+/// after `SERVED_IMPORTS_MAX` fresh imports (each stays in its memory), and says so in its
+/// last answer (`retiring`), so a repeated start of an unchanged workflow never replaces it.
+pub const SERVED_REQUESTS_MAX: u64 = 4096;
 /// A process that dies within this time of its start counts as a quick death.
 const QUICK_DEATH_MS: u64 = 10_000;
 /// The first and the longest wait before starting again after quick deaths.
@@ -57,6 +58,15 @@ struct Serving {
     writer: OwnedWriteHalf,
     next_id: u64,
     started: Instant,
+    /// Its last answer said it exits now (an import or request quota is spent).
+    retiring: bool,
+}
+
+impl Serving {
+    /// It exits by itself after its current answer: its end is expected, not a failure.
+    fn spent(&self) -> bool {
+        self.retiring || self.next_id >= SERVED_REQUESTS_MAX
+    }
 }
 
 impl Actor for Resolver {
@@ -110,8 +120,14 @@ impl Actor for Resolver {
                 if !state.args.warm {
                     // A one-shot resolver served its one request.
                     myself.stop(Some("served".to_string()));
-                } else if state.serving.is_none() {
-                    // Its process was replaced: start the next one ahead of the next request.
+                    return Ok(());
+                }
+                if state.serving.as_ref().is_some_and(Serving::spent) {
+                    retire(state).await;
+                }
+                if state.serving.is_none() {
+                    // Its process was replaced or retired: start the next one ahead of the
+                    // next request.
                     let _ = myself.cast(ResolverMsg::Prewarm);
                 }
             }
@@ -137,7 +153,7 @@ impl Actor for Resolver {
         else {
             return Ok(());
         };
-        if normal && serving.next_id >= SERVED_REQUESTS_MAX {
+        if normal && serving.spent() {
             // It served its quota and exited by itself, as it should: the next request
             // starts a new one.
             return Ok(());
@@ -167,11 +183,7 @@ fn backoff(quick_deaths: u32) -> Duration {
 async fn resolve(myself: &ActorRef<ResolverMsg>, state: &mut ResolverState, job: ResolverJob) -> Resolution {
     let ResolverJob { mut request, timeout } = job;
     for _ in 0..2 {
-        if state
-            .serving
-            .as_ref()
-            .is_some_and(|serving| serving.next_id >= SERVED_REQUESTS_MAX)
-        {
+        if state.serving.as_ref().is_some_and(Serving::spent) {
             // Its quota is spent (it exits by itself after it): replace it first.
             retire(state).await;
         }
@@ -187,6 +199,7 @@ async fn resolve(myself: &ActorRef<ResolverMsg>, state: &mut ResolverState, job:
         let why = match tokio::time::timeout(timeout, exchange(serving, &request)).await {
             Ok(Ok(reply)) => {
                 state.args.registry.note_healthy();
+                serving.retiring = reply.get("retiring") == Some(&Value::Bool(true));
                 return answer_of(reply);
             }
             Ok(Err(why)) => why,
@@ -226,6 +239,7 @@ async fn start(myself: &ActorRef<ResolverMsg>, state: &mut ResolverState) -> any
         writer,
         next_id: 0,
         started: Instant::now(),
+        retiring: false,
     });
     Ok(())
 }

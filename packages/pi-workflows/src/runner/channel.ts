@@ -7,6 +7,8 @@ export const FRAME_BYTES_MAX = 1024 * 1024;
 export const PING_SCHEMA = "pi-workflows.runner-ping.v1";
 export const PONG_SCHEMA = "pi-workflows.runner-pong.v1";
 const PING_PREFIX = '{"ping":';
+/** The longest `end` waits for written frames to leave before it closes anyway. */
+const END_WAIT_MS_MAX = 2_000;
 
 export class ProtocolError extends Error {
   constructor(message: string) {
@@ -146,6 +148,26 @@ export class FrameChannel {
   }
 
   close() {
+    this.socket.destroy();
+  }
+
+  /**
+   * Close once every frame written so far has left, for a process about to exit: `close`
+   * would drop frames still corked or buffered (an exit right after a write loses it). A peer
+   * that stopped reading holds this for at most `waitMs`.
+   */
+  async end(waitMs = END_WAIT_MS_MAX): Promise<void> {
+    if (this.corked) {
+      this.corked = false;
+      this.socket.uncork();
+    }
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, waitMs);
+      this.socket.end(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
     this.socket.destroy();
   }
 }
