@@ -196,6 +196,8 @@ impl Harness {
             .filter_map(|line| {
                 let fields: Vec<&str> = line.split(' ').collect();
                 match fields.as_slice() {
+                    // An accepted goodbye changes nothing and has no receipt.
+                    [_, _, "runner.exiting", "accepted"] => None,
                     [epoch, id, _kind, "accepted"] => Some((epoch.to_string(), id.to_string())),
                     _ => None,
                 }

@@ -106,7 +106,11 @@ pub fn apply(
             progress(tx, authority, message, checked)?;
             return Ok((None, None));
         }
-        MessageKind::RunnerExiting => return Ok((None, None)),
+        MessageKind::RunnerExiting => {
+            return Err(invalid(
+                "runner.exiting changes nothing; it is answered without a receipt",
+            ));
+        }
         MessageKind::ContentRead => return Err(invalid("content.read is a read; it is answered without a receipt")),
     };
     Ok((Some(revision), None))
