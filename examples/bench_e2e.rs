@@ -34,6 +34,8 @@ use rusqlite::{Connection, OpenFlags};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
+/// Clock ticks per second of /proc's CPU counters (USER_HZ, 100 on Linux).
+const USER_HZ: f64 = 100.0;
 const POLL_MS: u64 = 2;
 const BASELINE_STARTS: usize = 20;
 /// How long the start-rate baseline runs `node -e 0` back to back on every core.
@@ -456,7 +458,6 @@ fn node_start_rate(node: &str) -> anyhow::Result<f64> {
 
 /// Busy CPU of the whole machine (ms, every core): the non-idle jiffies of /proc/stat.
 fn machine_cpu_ms() -> anyhow::Result<f64> {
-    const USER_HZ: f64 = 100.0;
     let stat = std::fs::read_to_string("/proc/stat")?;
     let line = stat.lines().next().context("/proc/stat")?;
     let fields: Vec<f64> = line
@@ -491,9 +492,8 @@ fn server_children_cpu_ms(pid: i32) -> anyhow::Result<f64> {
 }
 
 /// Two tick counters of /proc/<pid>/stat, counted from the field after the command's `)`
-/// (0 is the state), summed in ms. /proc reports in USER_HZ, 100 on Linux.
+/// (0 is the state), summed in ms.
 fn proc_stat_ms(pid: &str, first: usize, second: usize) -> anyhow::Result<f64> {
-    const USER_HZ: f64 = 100.0;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let fields: Vec<&str> = stat.rsplit_once(')').context("stat")?.1.split_whitespace().collect();
     let ticks = fields[first].parse::<f64>()? + fields[second].parse::<f64>()?;
@@ -605,29 +605,20 @@ fn print_table(figures: &Value) {
         f(&runner["p99_ms"]),
         runner["epochs"]
     );
-    let first = &figures["start_to_first_node"];
-    println!(
-        "run.start → first node: p50 {} ms, p99 {} ms",
-        f(&first["p50_ms"]),
-        f(&first["p99_ms"])
-    );
-    let phases = &figures["phases"];
-    println!(
-        "  of which (p50): created → runner epoch recorded {} ms, → ready {} ms, → first node {} ms",
-        f(&phases["queue_admit_p50_ms"]),
-        f(&phases["launch_to_ready_p50_ms"]),
-        f(&phases["ready_to_first_node_p50_ms"])
-    );
-    let first = &figures["idle_start_to_first_node"];
-    let phases = &figures["idle_phases"];
-    println!(
-        "run.start → first node on an idle warm server: p50 {} ms, p99 {} ms; created → epoch {} ms, → ready {} ms, → first node {} ms",
-        f(&first["p50_ms"]),
-        f(&first["p99_ms"]),
-        f(&phases["queue_admit_p50_ms"]),
-        f(&phases["launch_to_ready_p50_ms"]),
-        f(&phases["ready_to_first_node_p50_ms"])
-    );
+    for (label, first, phases) in [
+        ("every run", "start_to_first_node", "phases"),
+        ("runs on an idle warm server", "idle_start_to_first_node", "idle_phases"),
+    ] {
+        let (first, phases) = (&figures[first], &figures[phases]);
+        println!(
+            "run.start → first node, {label}: p50 {} ms, p99 {} ms; of which (p50) created → runner epoch recorded {} ms, → ready {} ms, → first node {} ms",
+            f(&first["p50_ms"]),
+            f(&first["p99_ms"]),
+            f(&phases["queue_admit_p50_ms"]),
+            f(&phases["launch_to_ready_p50_ms"]),
+            f(&phases["ready_to_first_node_p50_ms"])
+        );
+    }
     println!(
         "run.start answered (resolve + queue), sequential: p50 {} ms (poll), {} ms (watch)",
         f(&figures["sequential_poll"]["start_answered_p50_ms"]),

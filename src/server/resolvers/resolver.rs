@@ -183,10 +183,7 @@ fn backoff(quick_deaths: u32) -> Duration {
 async fn resolve(myself: &ActorRef<ResolverMsg>, state: &mut ResolverState, job: ResolverJob) -> Resolution {
     let ResolverJob { mut request, timeout } = job;
     for _ in 0..2 {
-        if state.serving.as_ref().is_some_and(Serving::spent) {
-            // Its quota is spent (it exits by itself after it): replace it first.
-            retire(state).await;
-        }
+        // A spent process was retired right after its last answer (`handle`).
         if state.serving.is_none() {
             start(myself, state)
                 .await
