@@ -225,6 +225,11 @@ fn a_checkpoint_deadline_is_wall_clock_and_keeps_an_idle_server_up_until_it_fire
     request_timed(&t.store, RUN, REQUEST, InteractionKind::Checkpoint, timing);
     let unsettled = |store: &Store| store.read(verify::unsettled_work).expect("unsettled");
     assert_eq!(unsettled(&t.store), 1, "a wall-clock deadline is scheduled work");
+    assert_eq!(
+        next_due(&t.store),
+        Some(deadline_at),
+        "the deadline task sleeps until it"
+    );
     // No turn, no session: the deadline passes anyway.
     t.clock.advance_ms(59_999);
     assert!(time_out_due(&t.store).is_empty());
@@ -250,6 +255,11 @@ fn a_checkpoint_deadline_is_wall_clock_and_keeps_an_idle_server_up_until_it_fire
         "SELECT count(*) FROM interactive_requests WHERE status = 'pending'",
     );
     assert_eq!(waits, 0);
+    assert_eq!(next_due(&t.store), None, "nothing is due once the step timed out");
+}
+
+fn next_due(store: &Store) -> Option<i64> {
+    store.read(deadlines::next_due_ms).expect("next due")
 }
 
 #[test]
@@ -315,7 +325,14 @@ fn running_with_deadline(t: &common::TestStore, ms: i64, with_effect: bool) {
 #[test]
 fn a_reclaimed_step_past_its_deadline_is_timed_out_not_rerun() {
     let t = open_store();
+    assert_eq!(next_due(&t.store), None, "an empty store has no deadline");
+    let started_at = t.store.now_ms();
     running_with_deadline(&t, 1000, false);
+    assert_eq!(
+        next_due(&t.store),
+        Some(started_at + 1000 + deadlines::OVERDUE_GRACE_MS),
+        "the server looks for an overdue runner when its grace is over"
+    );
     // Within the grace its own runner may still end it: a reclaim now interrupts it.
     t.clock.advance_ms(1000 + deadlines::OVERDUE_GRACE_MS - 1);
     let now = t.store.now_ms();

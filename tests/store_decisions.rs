@@ -245,7 +245,13 @@ fn a_paused_run_takes_no_answer_and_keeps_its_deadline_until_resumed() {
         t.store.write(deadlines::time_out_due).expect("pass").is_empty(),
         "a paused run waits"
     );
+    let next_due = |t: &common::TestStore| t.store.read(deadlines::next_due_ms).expect("next due");
+    assert_eq!(next_due(&t), None, "a paused run's deadline wakes nobody");
     t.store.write(|tx| runs::resume_run(tx, RUN, None)).expect("resume");
+    assert!(
+        next_due(&t).is_some_and(|due| due <= t.store.now_ms()),
+        "resumed, it is due at once"
+    );
     let revision: i64 = value(&t.store, "SELECT revision FROM interactive_requests");
     assert_eq!(revision, 1, "resume keeps the answer revision");
     assert_eq!(

@@ -126,10 +126,15 @@ fn a_checkpoint_is_answered_from_the_tui_after_confirmation() {
     // which the header names.
     let screen = tmux.wait_for("the header names the continuation", |s| s.contains("continues as run "));
     assert!(screen.contains("(piw run-"), "{screen}");
+    // The step creates the note, then writes it: wait for its content, not for the file (a
+    // read between the two found it empty under load).
     let note = env.scratch.path().join("release-1.2.0.md");
-    common::wait_until("the release note is written", || note.exists(), || screen.clone());
-    let notes = std::fs::read_to_string(&note).expect("the release note");
-    assert!(notes.contains("Approved by piw"), "{notes}");
+    let read_note = || std::fs::read_to_string(&note).unwrap_or_default();
+    common::wait_until(
+        "the release note says who approved",
+        || read_note().contains("Approved by piw"),
+        || format!("note: {:?}\nscreen:\n{screen}", read_note()),
+    );
 }
 
 #[test]

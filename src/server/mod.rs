@@ -21,6 +21,7 @@ pub mod frames;
 pub mod logging;
 pub mod ops;
 pub mod ownership;
+pub mod path_watch;
 pub mod reclaimer;
 pub mod resolvers;
 pub mod retention;

@@ -51,6 +51,11 @@ impl HeldFiles {
         Ok(Self { held })
     }
 
+    /// The held paths, to watch.
+    pub fn paths(&self) -> Vec<PathBuf> {
+        self.held.iter().map(|(_, path, _)| path.clone()).collect()
+    }
+
     /// The first held file that is gone or is another file now.
     pub fn changed(&self) -> Option<&'static str> {
         self.held

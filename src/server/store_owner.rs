@@ -7,19 +7,19 @@
 //! write after space returns commits (`store/writer.rs`), so nothing here stops the server
 //! for it. It also watches the files the server holds (state directory, lock, database):
 //! one removed or replaced stops the server with `stateRemoved`, so a server never runs on
-//! deleted files next to a new one.
+//! deleted files next to a new one. Both checks run when something happened (the writer
+//! thread ended; a held directory reported a change: `path_watch.rs`), not on a timer, so an
+//! idle server does not wake for them.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::task::JoinHandle;
 
 use super::blocking;
 use super::ownership::HeldFiles;
+use super::path_watch::PathWatch;
 use super::shared::{Shared, StopReason};
-
-/// How often the writer thread and the held files are checked.
-const HEALTH_CHECK_MS: u64 = 1_000;
 
 pub struct StoreOwner;
 
@@ -33,29 +33,48 @@ pub struct StoreOwnerArgs {
     pub held: HeldFiles,
 }
 
+pub struct StoreOwnerState {
+    args: StoreOwnerArgs,
+    /// Sends `CheckHealth` when the writer ends or a held file may have changed.
+    watcher: JoinHandle<()>,
+}
+
 impl Actor for StoreOwner {
     type Msg = StoreOwnerMsg;
-    type State = StoreOwnerArgs;
+    type State = StoreOwnerState;
     type Arguments = StoreOwnerArgs;
 
     async fn pre_start(
         &self,
         myself: ActorRef<StoreOwnerMsg>,
         args: StoreOwnerArgs,
-    ) -> Result<StoreOwnerArgs, ActorProcessingErr> {
+    ) -> Result<StoreOwnerState, ActorProcessingErr> {
         // Fail fast (and let the root decide) when the writer cannot commit.
         blocking::write(&args.shared.store, |_| Ok(())).await?;
-        myself.send_interval(Duration::from_millis(HEALTH_CHECK_MS), || StoreOwnerMsg::CheckHealth);
-        Ok(args)
+        let paths = args.held.paths();
+        let watch = PathWatch::new(&paths.iter().map(|path| path.as_path()).collect::<Vec<_>>());
+        let writer_ended = args.shared.store.writer_ended();
+        let watcher = tokio::spawn(watch_health(myself, watch, writer_ended));
+        Ok(StoreOwnerState { args, watcher })
+    }
+
+    async fn post_stop(
+        &self,
+        _: ActorRef<StoreOwnerMsg>,
+        state: &mut StoreOwnerState,
+    ) -> Result<(), ActorProcessingErr> {
+        state.watcher.abort();
+        Ok(())
     }
 
     async fn handle(
         &self,
         _: ActorRef<StoreOwnerMsg>,
         message: StoreOwnerMsg,
-        args: &mut StoreOwnerArgs,
+        state: &mut StoreOwnerState,
     ) -> Result<(), ActorProcessingErr> {
         let StoreOwnerMsg::CheckHealth = message;
+        let args = &state.args;
         let shared = &args.shared;
         if shared.stop_requested().is_some() {
             return Ok(());
@@ -71,5 +90,24 @@ impl Actor for StoreOwner {
             shared.request_stop(StopReason::StateRemoved);
         }
         Ok(())
+    }
+}
+
+/// Ask for a check when the writer thread ends, and whenever the watch says to look.
+async fn watch_health(
+    myself: ActorRef<StoreOwnerMsg>,
+    mut watch: PathWatch,
+    writer_ended: impl std::future::Future<Output = ()>,
+) {
+    let mut writer_ended = std::pin::pin!(writer_ended);
+    let mut writer_running = true;
+    loop {
+        tokio::select! {
+            () = &mut writer_ended, if writer_running => writer_running = false,
+            () = watch.next() => {}
+        }
+        if myself.cast(StoreOwnerMsg::CheckHealth).is_err() {
+            return;
+        }
     }
 }

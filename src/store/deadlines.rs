@@ -336,6 +336,28 @@ pub fn time_out_due(tx: &WriteTx<'_>) -> StoreResult<Vec<String>> {
 
 // Headless deadlines ------------------------------------------------------------------------
 
+/// The earliest time a wall-clock rule can act: a pending checkpoint's or decision's
+/// deadline (in a waiting, unpaused run), or a running step's deadline plus
+/// `OVERDUE_GRACE_MS`. None when nothing has one. Model-time limits are not in it: model time
+/// grows only while a turn is open, and the deadline task observes every tick then.
+pub fn next_due_ms(conn: &Connection) -> StoreResult<Option<i64>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT min(due) FROM (
+               SELECT a.deadline_at AS due
+               FROM interactive_requests i
+               JOIN node_attempts a ON a.attempt_id = i.attempt_id
+               JOIN runs r ON r.run_id = i.run_id
+               WHERE i.status = 'pending' AND a.status = 'waiting' AND r.status = 'waiting' AND r.paused = 0
+                 AND i.kind IN ('checkpoint', 'decision') AND a.deadline_at IS NOT NULL
+               UNION ALL
+               SELECT a.deadline_at + ?1 AS due
+               FROM node_attempts a JOIN runs r ON r.run_id = a.run_id
+               WHERE a.status = 'running' AND a.deadline_at IS NOT NULL AND r.status = 'running')",
+        )?
+        .query_row(params![OVERDUE_GRACE_MS], |row| row.get(0))?)
+}
+
 /// A running step's own runner gets this long past the step's deadline to end it (its
 /// timer fires at the deadline; stopping a Pi child takes a moment). Past it, the server
 /// stops the runner and the reclaim records the step `timed_out`.

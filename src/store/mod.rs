@@ -122,6 +122,11 @@ impl Store {
         self.writer.is_running()
     }
 
+    /// Completes when the writer thread has ended: no write can commit any more.
+    pub fn writer_ended(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.writer.ended()
+    }
+
     /// Changes after every committed write transaction (see `Writer::commits`).
     pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
         self.writer.commits()

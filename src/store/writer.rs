@@ -158,20 +158,37 @@ pub struct Writer {
     thread: Option<JoinHandle<()>>,
     /// Counts committed transactions; live views wait on it instead of polling.
     commits: tokio::sync::watch::Receiver<u64>,
+    /// Closed when the writer thread ends (its sender lives on the thread's stack, so a
+    /// panic closes it too): a watcher waits on it instead of polling `is_running`.
+    alive: tokio::sync::watch::Receiver<()>,
 }
 
 impl Writer {
     pub fn spawn(conn: Connection, clock: Arc<dyn Clock>) -> StoreResult<Self> {
         let (sender, receiver) = sync_channel(WRITER_QUEUE_LEN_MAX);
         let (committed, commits) = tokio::sync::watch::channel(0);
+        let (running, alive) = tokio::sync::watch::channel(());
         let thread = std::thread::Builder::new()
             .name("store-writer".to_string())
-            .spawn(move || run_writer(conn, clock, receiver, committed))?;
+            .spawn(move || {
+                let _running = running;
+                run_writer(conn, clock, receiver, committed);
+            })?;
         Ok(Self {
             sender: Some(sender),
             thread: Some(thread),
             commits,
+            alive,
         })
+    }
+
+    /// Completes when the writer thread has ended (see `is_running`).
+    pub fn ended(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut alive = self.alive.clone();
+        async move {
+            // Nothing is ever sent: `changed` returns only once the sender is gone.
+            while alive.changed().await.is_ok() {}
+        }
     }
 
     /// Whether the writer thread still runs (it ends only when its last handle is dropped,

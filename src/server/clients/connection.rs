@@ -30,8 +30,9 @@ use crate::server::views::feeds::Feeds;
 
 pub struct Connection;
 
-/// How often a connection checks its deadlines.
-const DEADLINE_CHECK_MS: u64 = 500;
+/// The soonest a connection checks its deadlines again after a check (it checks when its
+/// next deadline falls, not on a timer, so a quiet client costs no wake-ups).
+const DEADLINE_RECHECK_MS_MIN: u64 = 10;
 
 #[derive(Clone)]
 pub struct ConnectionArgs {
@@ -87,8 +88,11 @@ pub struct ConnectionState {
     /// When the last request was answered (or `hello` written).
     last_activity: Instant,
     _slot: ConnectionSlot,
-    timers: Option<tokio::task::JoinHandle<()>>,
+    /// The next deadline check (`until_next_deadline`).
+    deadline_check: Option<DeadlineCheck>,
 }
+
+type DeadlineCheck = tokio::task::JoinHandle<Result<(), ractor::MessagingErr<ConnectionMsg>>>;
 
 impl Actor for Connection {
     type Msg = ConnectionMsg;
@@ -121,7 +125,7 @@ impl Actor for Connection {
             requests: 0,
             last_activity: Instant::now(),
             _slot: slot,
-            timers: None,
+            deadline_check: None,
         };
         let hello = ClientMessage::Hello(Hello {
             schema: ClientSchema::V1,
@@ -135,9 +139,7 @@ impl Actor for Connection {
         write_message(&mut state, &hello).await?;
         state.last_activity = Instant::now();
         state.reader = Some(tokio::spawn(read_lines(read_half, myself.clone())));
-        state.timers = Some(myself.send_interval(Duration::from_millis(DEADLINE_CHECK_MS), || {
-            ConnectionMsg::CheckDeadlines
-        }));
+        state.deadline_check = Some(myself.send_after(until_next_deadline(&state), || ConnectionMsg::CheckDeadlines));
         Ok(state)
     }
 
@@ -146,8 +148,11 @@ impl Actor for Connection {
         _: ActorRef<ConnectionMsg>,
         state: &mut ConnectionState,
     ) -> Result<(), ActorProcessingErr> {
-        for task in [state.reader.take(), state.timers.take()].into_iter().flatten() {
-            task.abort();
+        if let Some(reader) = state.reader.take() {
+            reader.abort();
+        }
+        if let Some(check) = state.deadline_check.take() {
+            check.abort();
         }
         state.subscriptions.clear();
         // Its coordinator epochs end with it (an open Pi turn does not).
@@ -173,6 +178,9 @@ impl Actor for Connection {
                 if let Some(why) = missed_deadline(state) {
                     tracing::info!(connection = state.number, why, "closing a silent connection");
                     myself.stop(Some(why.to_string()));
+                } else {
+                    let wait = until_next_deadline(state);
+                    state.deadline_check = Some(myself.send_after(wait, || ConnectionMsg::CheckDeadlines));
                 }
             }
         }
@@ -183,17 +191,36 @@ impl Actor for Connection {
 /// Why the connection must close now, if it must: silent too long.
 fn missed_deadline(state: &ConnectionState) -> Option<&'static str> {
     let silent = state.last_activity.elapsed();
-    let first = match state.reserved {
-        true => state.deadlines.reserved_first_request,
-        false => state.deadlines.first_request,
-    };
-    if state.requests == 0 && silent >= first {
+    if state.requests == 0 && silent >= first_request_deadline(state) {
         return Some("no request before the first-request deadline");
     }
     if state.subscriptions.is_empty() && silent >= state.deadlines.idle {
         return Some("idle past the idle deadline without a subscription");
     }
     None
+}
+
+fn first_request_deadline(state: &ConnectionState) -> Duration {
+    match state.reserved {
+        true => state.deadlines.reserved_first_request,
+        false => state.deadlines.first_request,
+    }
+}
+
+/// When the deadline that applies now would fall if the client stays silent (activity in
+/// between only makes the next check find it later). A connection with subscriptions is
+/// checked again an idle deadline later: it may have none by then.
+fn until_next_deadline(state: &ConnectionState) -> Duration {
+    let limit = match state.requests {
+        0 => first_request_deadline(state),
+        _ => state.deadlines.idle,
+    };
+    let silent = state.last_activity.elapsed();
+    let rest = limit
+        .checked_sub(silent)
+        .filter(|rest| !rest.is_zero())
+        .unwrap_or(limit);
+    rest.max(Duration::from_millis(DEADLINE_RECHECK_MS_MIN))
 }
 
 /// Operations a connection in the reserve may ask.

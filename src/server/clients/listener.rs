@@ -1,7 +1,8 @@
 //! The listener actor: owns the user-only socket and starts one connection actor per client
-//! under the `clients` supervisor. It checks every second that the socket path is still its
-//! socket: one removed or replaced stops the server (`stateRemoved`), and it never removes
-//! a socket that is not its own.
+//! under the `clients` supervisor. It checks that the socket path is still its socket
+//! whenever the socket's directory reports a change (`path_watch.rs`): one removed or
+//! replaced stops the server (`stateRemoved`), and it never removes a socket that is not its
+//! own.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -16,6 +17,7 @@ use tokio::task::JoinHandle;
 use super::connection::{Connection, ConnectionArgs, ConnectionDeadlines};
 use crate::server::ops::context::OpsContext;
 use crate::server::ownership::{FileIdentity, file_identity};
+use crate::server::path_watch::PathWatch;
 use crate::server::shared::StopReason;
 use crate::server::views::feeds::Feeds;
 
@@ -41,9 +43,6 @@ pub struct ListenerArgs {
     pub deadlines: ConnectionDeadlines,
 }
 
-/// How often the socket path is checked.
-const SOCKET_CHECK_MS: u64 = 1_000;
-
 pub enum ListenerMsg {
     CheckSocket,
 }
@@ -55,6 +54,8 @@ pub struct ListenerState {
     /// Bound in `pre_start`, served from `post_start` (once linked to `clients`).
     listener: Option<UnixListener>,
     accept_loop: Option<JoinHandle<()>>,
+    /// Sends `CheckSocket` when the socket's directory reports a change (`path_watch.rs`).
+    socket_watch: Option<JoinHandle<()>>,
 }
 
 impl Actor for Listener {
@@ -79,15 +80,15 @@ impl Actor for Listener {
         if let Some(identity) = bound {
             args.ops.shared.set_socket(args.socket.clone(), identity);
         }
-        myself.send_interval(std::time::Duration::from_millis(SOCKET_CHECK_MS), || {
-            ListenerMsg::CheckSocket
-        });
+        let watch = PathWatch::new(&[args.socket.as_path()]);
+        let socket_watch = tokio::spawn(watch_socket(myself, watch));
         tracing::info!("listening");
         Ok(ListenerState {
             args,
             bound,
             listener: Some(listener),
             accept_loop: None,
+            socket_watch: Some(socket_watch),
         })
     }
 
@@ -106,8 +107,11 @@ impl Actor for Listener {
     }
 
     async fn post_stop(&self, _: ActorRef<ListenerMsg>, state: &mut ListenerState) -> Result<(), ActorProcessingErr> {
-        if let Some(accept_loop) = state.accept_loop.take() {
-            accept_loop.abort();
+        for task in [state.accept_loop.take(), state.socket_watch.take()]
+            .into_iter()
+            .flatten()
+        {
+            task.abort();
         }
         if state.bound.is_some() && file_identity(&state.args.socket) == state.bound {
             let _ = std::fs::remove_file(&state.args.socket);
@@ -128,6 +132,16 @@ impl Actor for Listener {
             shared.request_stop(StopReason::StateRemoved);
         }
         Ok(())
+    }
+}
+
+/// Ask for a socket check whenever the watch says to look.
+async fn watch_socket(myself: ActorRef<ListenerMsg>, mut watch: PathWatch) {
+    loop {
+        watch.next().await;
+        if myself.cast(ListenerMsg::CheckSocket).is_err() {
+            return;
+        }
     }
 }
 
