@@ -76,14 +76,9 @@ impl Actor for Runner {
             server_epoch: args.shared.epoch,
             launch_envelope_hash: sha256_hex(&launch_bytes),
         };
-        blocking::write(&args.shared.store, move |tx| workers::record_launch(tx, &worker)).await?;
         let memory_bytes_max = super::memory::bound_for(&args).await;
-        let (child, parent_end, mark) = runner_process(&args).await?;
-        let (epoch, pid, identity) = (args.runner_epoch.clone(), child.pid(), child.identity().to_string());
-        blocking::write(&args.shared.store, move |tx| {
-            workers::record_process(tx, &epoch, pid, &identity)
-        })
-        .await?;
+        let (child, parent_end, mark) = launch_process(&args, worker).await?;
+        let pid = child.pid();
         // From here on the process belongs to its actor; the identity is recorded first, so
         // a later server can stop it only while it is provably the same process.
         let end_slot: Arc<Mutex<Option<ProcessEnd>>> = Arc::default();
@@ -277,19 +272,42 @@ async fn settle_ended(myself: &ActorRef<RunnerMsg>, state: &mut RunnerState, out
 /// The runner's process, its channel, and the mark its descendants carry.
 type RunnerProcess = (ProcessChild, std::os::unix::net::UnixStream, String);
 
-async fn runner_process(args: &RunnerArgs) -> Result<RunnerProcess, ActorProcessingErr> {
-    let settings = &args.runners.settings;
-    if let Some(pool) = args.runners.pool() {
-        let timeout = Some(Duration::from_millis(POOL_TAKE_TIMEOUT_MS));
-        if let Ok(ractor::rpc::CallResult::Success(Some(warm))) = pool.call(PoolMsg::Take, timeout).await {
-            let mark = child_mark(&warm.log_stem);
-            let (child, channel) = warm.assign(&settings.logs_dir, &args.runner_epoch);
-            return Ok((child, channel, mark));
-        }
+/// The run's process, its launch (the runner epoch) and its identity recorded before it is
+/// given the launch envelope. A new process is spawned only once its launch is recorded (the
+/// epoch before the spawn), and its identity is recorded right after. A warm process already
+/// runs but cannot act on any run before its envelope: it is taken first, and its launch and
+/// identity are recorded in one commit (one commit and `fsync` less on a run's start). A
+/// failed record drops the taken process, which stops its group.
+async fn launch_process(args: &RunnerArgs, worker: NewWorker) -> Result<RunnerProcess, ActorProcessingErr> {
+    let store = &args.shared.store;
+    let epoch = args.runner_epoch.clone();
+    if let Some((child, channel, mark)) = take_warm(args).await {
+        let (pid, identity) = (child.pid(), child.identity().to_string());
+        blocking::write(store, move |tx| {
+            workers::record_launch(tx, &worker)?;
+            workers::record_process(tx, &epoch, pid, &identity)
+        })
+        .await?;
+        return Ok((child, channel, mark));
     }
+    blocking::write(store, move |tx| workers::record_launch(tx, &worker)).await?;
     let project = (!args.run.project_path.is_empty()).then(|| PathBuf::from(&args.run.project_path));
-    let (child, channel) = spawn_with_channel(settings, &args.program, &args.runner_epoch, project)?;
+    let (child, channel) = spawn_with_channel(&args.runners.settings, &args.program, &args.runner_epoch, project)?;
+    let (pid, identity) = (child.pid(), child.identity().to_string());
+    blocking::write(store, move |tx| workers::record_process(tx, &epoch, pid, &identity)).await?;
     Ok((child, channel, child_mark(&args.runner_epoch)))
+}
+
+/// A warm runner from the pool, assigned to this epoch; None when the pool has none ready.
+async fn take_warm(args: &RunnerArgs) -> Option<RunnerProcess> {
+    let pool = args.runners.pool()?;
+    let timeout = Some(Duration::from_millis(POOL_TAKE_TIMEOUT_MS));
+    let Ok(ractor::rpc::CallResult::Success(Some(warm))) = pool.call(PoolMsg::Take, timeout).await else {
+        return None;
+    };
+    let mark = child_mark(&warm.log_stem);
+    let (child, channel) = warm.assign(&args.runners.settings.logs_dir, &args.runner_epoch);
+    Some((child, channel, mark))
 }
 
 /// Hand the process to a linked `ProcessActor`: it enforces the ready deadline (this actor
