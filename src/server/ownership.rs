@@ -52,8 +52,8 @@ impl HeldFiles {
     }
 
     /// The held paths, to watch.
-    pub fn paths(&self) -> Vec<PathBuf> {
-        self.held.iter().map(|(_, path, _)| path.clone()).collect()
+    pub fn paths(&self) -> impl Iterator<Item = &Path> {
+        self.held.iter().map(|(_, path, _)| path.as_path())
     }
 
     /// The first held file that is gone or is another file now.

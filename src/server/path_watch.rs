@@ -32,7 +32,7 @@ pub struct PathWatch {
 impl PathWatch {
     /// Watch each path that is a directory, and the directory of each other path. Never
     /// fails: without inotify `next` simply waits `CHECK_POLL_MS`.
-    pub fn new(paths: &[&Path]) -> Self {
+    pub fn new<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Self {
         match watch(paths) {
             Ok(inotify) => Self { inotify: Some(inotify) },
             Err(err) => {
@@ -43,7 +43,8 @@ impl PathWatch {
     }
 
     /// Whether events wake the caller (false: it is polled).
-    pub fn is_watching(&self) -> bool {
+    #[cfg(test)]
+    fn is_watching(&self) -> bool {
         self.inotify.is_some()
     }
 
@@ -74,13 +75,13 @@ impl PathWatch {
     }
 }
 
-fn watch(paths: &[&Path]) -> std::io::Result<AsyncFd<OwnedFd>> {
+fn watch<'a>(paths: impl IntoIterator<Item = &'a Path>) -> std::io::Result<AsyncFd<OwnedFd>> {
     let inotify = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)?;
     let entries = WatchFlags::CREATE | WatchFlags::DELETE | WatchFlags::MOVED_FROM | WatchFlags::MOVED_TO;
     let itself = WatchFlags::DELETE_SELF | WatchFlags::MOVE_SELF;
     for path in paths {
         // A directory's own removal or rename is an event on it; a file's is one on its directory.
-        let watched = if path.is_dir() { Some(*path) } else { path.parent() };
+        let watched = if path.is_dir() { Some(path) } else { path.parent() };
         if let Some(directory) = watched.filter(|directory| !directory.as_os_str().is_empty()) {
             inotify::add_watch(&inotify, directory, entries | itself)?;
         }
@@ -114,7 +115,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let held = dir.path().join("held");
         std::fs::write(&held, b"x").unwrap();
-        let mut watch = PathWatch::new(&[dir.path(), &held]);
+        let mut watch = PathWatch::new([dir.path(), held.as_path()]);
         assert!(watch.is_watching());
         let quiet = tokio::time::timeout(Duration::from_millis(200), watch.next()).await;
         assert!(quiet.is_err(), "nothing changed, yet the watch woke");
@@ -133,7 +134,7 @@ mod tests {
         let parent = tempfile::tempdir().unwrap();
         let state = parent.path().join("state");
         std::fs::create_dir(&state).unwrap();
-        let mut watch = PathWatch::new(&[&state]);
+        let mut watch = PathWatch::new([state.as_path()]);
         std::fs::rename(&state, parent.path().join("moved")).unwrap();
         let woke = tokio::time::timeout(Duration::from_secs(5), watch.next()).await;
         assert!(woke.is_ok(), "renaming the watched directory did not wake the watch");

@@ -51,8 +51,7 @@ impl Actor for StoreOwner {
     ) -> Result<StoreOwnerState, ActorProcessingErr> {
         // Fail fast (and let the root decide) when the writer cannot commit.
         blocking::write(&args.shared.store, |_| Ok(())).await?;
-        let paths = args.held.paths();
-        let watch = PathWatch::new(&paths.iter().map(|path| path.as_path()).collect::<Vec<_>>());
+        let watch = PathWatch::new(args.held.paths());
         let writer_ended = args.shared.store.writer_ended();
         let watcher = tokio::spawn(watch_health(myself, watch, writer_ended));
         Ok(StoreOwnerState { args, watcher })

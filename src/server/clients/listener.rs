@@ -80,7 +80,7 @@ impl Actor for Listener {
         if let Some(identity) = bound {
             args.ops.shared.set_socket(args.socket.clone(), identity);
         }
-        let watch = PathWatch::new(&[args.socket.as_path()]);
+        let watch = PathWatch::new([args.socket.as_path()]);
         let socket_watch = tokio::spawn(watch_socket(myself, watch));
         tracing::info!("listening");
         Ok(ListenerState {
