@@ -60,6 +60,10 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<StopReason> {
     logging::install(&paths.logs_dir.join("server.log"), config.json_logs)?;
     let mut signals = StopSignals::install()?;
     supervisors::process::set_child_subreaper().context("could not become a child subreaper")?;
+    if let Err(error) = spawn::adopt_child_limits() {
+        // Children still get their limits, set between fork and exec: slower, not wrong.
+        tracing::warn!(%error, "could not take on the resource limits of children; starting them by fork");
+    }
 
     let database = paths.database.clone();
     let store = tokio::task::spawn_blocking(move || Store::open(&database, Arc::new(SystemClock))).await??;

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use rustix::process::Resource;
-use supervisors::process::{ProcessChild, ProcessError, ProcessSpec, RlimitResource, spawn};
+use supervisors::process::{ProcessChild, ProcessError, ProcessSpec, ResourceLimit, RlimitResource, spawn};
 
 use super::config::{Program, RunnerSettings};
 use crate::protocol::runner::RUNNER_CHANNEL_FD;
@@ -97,6 +97,31 @@ fn bounded(resource: Resource, limit: u64) -> u64 {
         .map_or(limit, |hard| hard.min(limit))
 }
 
+/// The limits every child gets: no core dump (one could hold workflow data), at most
+/// [`CHILD_OPEN_FILES_MAX`] open files and [`CHILD_PROCESSES_MAX`] tasks of the user.
+fn child_limits() -> [ResourceLimit; 3] {
+    let open_files = bounded(Resource::Nofile, CHILD_OPEN_FILES_MAX);
+    let processes = bounded(Resource::Nproc, CHILD_PROCESSES_MAX);
+    let limit = |resource, value| ResourceLimit {
+        resource,
+        soft: Some(value),
+        hard: Some(value),
+    };
+    [
+        limit(RlimitResource::Core, 0),
+        limit(RlimitResource::Nofile, open_files),
+        limit(RlimitResource::Nproc, processes),
+    ]
+}
+
+/// Gives the server itself the limits of its children, once at start: a child then inherits
+/// them and starts by `posix_spawn`, which costs the server far less than a `fork` (no page
+/// table copy, no copy-on-write faults after it). The server gains no core dump (its memory
+/// holds payloads too); its own files and tasks stay far below these bounds.
+pub fn adopt_child_limits() -> Result<(), ProcessError> {
+    supervisors::process::adopt_limits(&child_limits())
+}
+
 /// The program's file name only: a path could name a private directory.
 fn program_name(program: &Program) -> String {
     program.0.file_name().map_or_else(
@@ -120,19 +145,10 @@ fn process_spec(
         .stderr_to(logs.join(format!("{log_stem}.err")))
         .capture_bytes_max(CHILD_CAPTURE_BYTES_MAX)
         .grace(Duration::from_millis(CHILD_GRACE_MS))
-        // A core dump could hold workflow data: none, ever.
-        .rlimit(RlimitResource::Core, Some(0), Some(0))
-        .rlimit(
-            RlimitResource::Nofile,
-            Some(bounded(Resource::Nofile, CHILD_OPEN_FILES_MAX)),
-            Some(bounded(Resource::Nofile, CHILD_OPEN_FILES_MAX)),
-        )
-        .rlimit(
-            RlimitResource::Nproc,
-            Some(bounded(Resource::Nproc, CHILD_PROCESSES_MAX)),
-            Some(bounded(Resource::Nproc, CHILD_PROCESSES_MAX)),
-        )
         .inherit_fd(channel, RUNNER_CHANNEL_FD);
+    for limit in child_limits() {
+        spec = spec.rlimit(limit.resource, limit.soft, limit.hard);
+    }
     if let Some(dir) = cwd.filter(|dir| dir.is_dir()) {
         spec = spec.cwd(dir);
     }

@@ -9,7 +9,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use supervisors::process::{
-    CAPTURE_TRUNCATION_MARKER_PREFIX, ExitOutcome, ProcessError, ProcessSpec, RlimitResource, spawn,
+    CAPTURE_TRUNCATION_MARKER_PREFIX, ExitOutcome, ProcessError, ProcessSpec, ResourceLimit, RlimitResource,
+    adopt_limits, spawn,
 };
 
 const SIGKILL: i32 = 9;
@@ -187,43 +188,22 @@ async fn polling_fallback_terminates_group() {
 
 #[tokio::test]
 async fn rlimits_are_applied_before_exec() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let out = dir.path().join("out.log");
     let spec = sh("ulimit -n; ulimit -c; ulimit -Hn")
-        .stdout_to(&out)
         .rlimit(RlimitResource::Nofile, Some(64), Some(128))
         .rlimit(RlimitResource::Core, Some(0), Some(0));
-    let mut child = spawn(spec).expect("spawn");
-    let exit = tokio::time::timeout(WAIT_BOUND, child.wait_exit())
-        .await
-        .expect("bound")
-        .expect("wait");
-    assert_eq!(exit, ExitOutcome::Exited(0));
-    child.terminate(Duration::from_secs(5)).await.expect("terminate");
-    child.wait_capture(WAIT_BOUND).await;
-    assert_eq!(std::fs::read_to_string(&out).expect("read"), "64\n0\n128\n");
+    assert_eq!(stdout_of(spec).await, "64\n0\n128\n");
 }
 
 #[tokio::test]
 async fn environment_is_explicit_and_cwd_applies() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let out = dir.path().join("out.log");
     let spec = ProcessSpec::new("/bin/sh")
         .args(["-c", r#"printf '%s|%s|%s\n' "$KEEP" "${HOME-unset}" "$(pwd)""#])
         .env_clear(true)
         .env("KEEP", "value")
-        .cwd(dir.path())
-        .stdout_to(&out);
-    let mut child = spawn(spec).expect("spawn");
-    tokio::time::timeout(WAIT_BOUND, child.wait_exit())
-        .await
-        .expect("bound")
-        .expect("wait");
-    child.terminate(Duration::from_secs(5)).await.expect("terminate");
-    child.wait_capture(WAIT_BOUND).await;
+        .cwd(dir.path());
     let cwd = dir.path().canonicalize().expect("canonical");
-    let expected = format!("value|unset|{}\n", cwd.display());
-    assert_eq!(std::fs::read_to_string(&out).expect("read"), expected);
+    assert_eq!(stdout_of(spec).await, format!("value|unset|{}\n", cwd.display()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -313,4 +293,67 @@ async fn exit_watch_resolves_when_the_leader_exits_and_leaves_it_unreaped() {
     assert_eq!(child.try_exit().expect("try_exit"), Some(ExitOutcome::Exited(3)));
     assert!(!child.is_reaped(), "the watch never reaps");
     child.terminate(Duration::ZERO).await.expect("reap");
+}
+
+/// Runs `spec` to its end and returns what it printed on stdout.
+async fn stdout_of(spec: ProcessSpec) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out.log");
+    let mut child = spawn(spec.stdout_to(&out)).expect("spawn");
+    let exit = tokio::time::timeout(WAIT_BOUND, child.wait_exit())
+        .await
+        .expect("bound")
+        .expect("wait");
+    assert_eq!(exit, ExitOutcome::Exited(0));
+    child.terminate(Duration::from_secs(5)).await.expect("terminate");
+    child.wait_capture(WAIT_BOUND).await;
+    std::fs::read_to_string(&out).expect("read")
+}
+
+/// The hexadecimal signal set `field` (`SigIgn`, `SigBlk`) of a `/proc/<pid>/status` text.
+fn signal_set(status: &str, field: &str) -> u64 {
+    let line = status
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("{field} missing from {status}"));
+    u64::from_str_radix(line.trim(), 16).expect("hex signal set")
+}
+
+#[tokio::test]
+async fn a_child_starts_with_sigpipe_at_its_default_no_signal_blocked_and_stdin_null() {
+    // The test harness, like every Rust program, ignores SIGPIPE; an ignored signal would stay
+    // ignored across exec, and a shell pipeline in the child would then see EPIPE errors.
+    let status = stdout_of(ProcessSpec::new("/bin/cat").arg("/proc/self/status")).await;
+    let sigpipe_bit = 1u64 << (13 - 1);
+    assert_eq!(signal_set(&status, "SigIgn") & sigpipe_bit, 0, "{status}");
+    assert_eq!(signal_set(&status, "SigBlk"), 0, "{status}");
+    let stdin = stdout_of(ProcessSpec::new("/bin/readlink").arg("/proc/self/fd/0")).await;
+    assert_eq!(stdin, "/dev/null\n");
+}
+
+#[tokio::test]
+async fn a_bare_program_name_is_looked_up_on_the_childs_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let probe = dir.path().join("piw-path-probe");
+    std::fs::write(&probe, "#!/bin/sh\necho found-on-child-path\n").expect("write");
+    std::fs::set_permissions(&probe, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let path = format!("{}:/usr/bin:/bin", dir.path().display());
+    let spec = ProcessSpec::new("piw-path-probe").env("PATH", &path);
+    assert_eq!(stdout_of(spec).await, "found-on-child-path\n");
+    let err = spawn(ProcessSpec::new("piw-path-probe-absent").env("PATH", &path)).expect_err("must fail");
+    assert!(matches!(err, ProcessError::NotFound { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn limits_the_parent_already_holds_reach_the_child() {
+    // Core dumps off in this test process too: harmless, and what a server adopts at start so its
+    // children need no limit set between fork and exec.
+    let core_off = ResourceLimit {
+        resource: RlimitResource::Core,
+        soft: Some(0),
+        hard: Some(0),
+    };
+    adopt_limits(&[core_off]).expect("adopt");
+    let spec = sh("ulimit -c; ulimit -Hc").rlimit(RlimitResource::Core, Some(0), Some(0));
+    assert_eq!(stdout_of(spec).await, "0\n0\n");
 }

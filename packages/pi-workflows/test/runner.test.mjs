@@ -173,3 +173,15 @@ test("state-changing messages after ready carry an increasing expectedRevision",
   assert.ok(revisions.every((r, i) => i === 0 || r > revisions[i - 1]), JSON.stringify(revisions));
   assert.equal(result.messages[0].expectedRevision, undefined, "runner.ready comes before the runner knows a revision");
 });
+
+test("a waiting runner's warm-up runs the engine in memory and leaves nothing behind", async (t) => {
+  const { project } = fixtureCopy(t);
+  const { readdirSync } = await import("node:fs");
+  const { warmUp } = await import("../dist/runner/warmup.js");
+  const before = readdirSync(project).sort();
+  const cwd = process.cwd();
+  process.chdir(project);
+  t.after(() => process.chdir(cwd));
+  assert.equal(await warmUp(), true, "the two-step workflow completed");
+  assert.deepEqual(readdirSync(project).sort(), before, "no file was created or removed");
+});

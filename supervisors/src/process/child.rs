@@ -1,10 +1,8 @@
 //! Spawning one child in its own process group, waiting without reaping, terminating, reaping.
 
 use std::fmt;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
@@ -15,9 +13,10 @@ use tokio::task::JoinHandle;
 use super::capture::{self, CaptureReport, StreamCapture};
 use super::error::ProcessError;
 use super::identity::{self, StartIdentity};
+use super::launch;
 use super::orphans;
 use super::spec::ProcessSpec;
-use super::sys::{self, ChildLimit, GroupReap, WaitTarget};
+use super::sys::{self, GroupReap, WaitTarget};
 use super::{
     DROP_REAP_MS_MAX, EXIT_POLL_MS, EXIT_RECHECK_MS, GRACE_MS_MAX, GROUP_REAP_MS_MAX, GROUP_REAP_POLL_MS,
     KILL_WAIT_MS_MAX,
@@ -121,18 +120,16 @@ pub fn spawn(mut spec: ProcessSpec) -> Result<ProcessChild, ProcessError> {
     let stderr_file = open_optional_capture(spec.stderr_path.as_deref())?;
     // Recorded as owned under the orphan reaper's lock, so it can never reap this leader.
     let mut owned = orphans::owned();
-    let mut std_child = start_command(&mut spec, stdout_file.is_some(), stderr_file.is_some())?;
-    let pid = i32::try_from(std_child.id()).unwrap_or(i32::MAX);
+    let started = launch::start(&mut spec, stdout_file.is_some(), stderr_file.is_some())?;
+    let pid = started.pid;
     owned.insert(pid);
     drop(owned);
     let waiter = Waiter::open(pid);
     let identity = identity::read_identity(pid).inspect_err(|_| kill_and_reap_blocking(pid))?;
     tracing::debug!(pid, program = %program_name, pidfd = matches!(waiter, Waiter::PidFd(_)), "spawned child");
     let bytes_max = spec.capture_bytes_max;
-    let stdout_task = attach_capture(std_child.stdout.take(), stdout_file, bytes_max, pid)?;
-    let stderr_task = attach_capture(std_child.stderr.take(), stderr_file, bytes_max, pid)?;
-    // Dropping std's handle neither waits for nor kills the child: we own reaping from here on.
-    drop(std_child);
+    let stdout_task = attach_capture(started.stdout, stdout_file, bytes_max, pid)?;
+    let stderr_task = attach_capture(started.stderr, stderr_file, bytes_max, pid)?;
     Ok(ProcessChild {
         pid,
         identity,
@@ -152,64 +149,14 @@ fn open_optional_capture(path: Option<&Path>) -> Result<Option<std::fs::File>, P
     path.map(capture::open_capture_file).transpose()
 }
 
-/// Forks and execs; afterwards closes the parent's copy of the inherited descriptor so the channel
-/// sees end of file when the child exits.
-fn start_command(spec: &mut ProcessSpec, stdout: bool, stderr: bool) -> Result<std::process::Child, ProcessError> {
-    let inherit = spec.inherit_fd.take();
-    let mut command = build_command(spec, stdout, stderr, inherit.as_ref());
-    let started = command.spawn().map_err(|e| spawn_error(&spec.program, e));
-    drop(command);
-    drop(inherit);
-    started
-}
-
 fn program_file_name(program: &Path) -> String {
     program
         .file_name()
         .map_or_else(|| "<program>".to_owned(), |name| name.to_string_lossy().into_owned())
 }
 
-fn build_command(spec: &ProcessSpec, stdout: bool, stderr: bool, inherit: Option<&(OwnedFd, i32)>) -> Command {
-    let mut command = Command::new(&spec.program);
-    command.args(&spec.args).process_group(0).stdin(Stdio::null());
-    command.stdout(if stdout { Stdio::piped() } else { Stdio::null() });
-    command.stderr(if stderr { Stdio::piped() } else { Stdio::null() });
-    if spec.env_clear {
-        command.env_clear();
-    }
-    command.envs(spec.env.iter().map(|(k, v)| (k, v)));
-    if let Some(dir) = &spec.cwd {
-        command.current_dir(dir);
-    }
-    let limits: Vec<ChildLimit> = spec
-        .rlimits
-        .iter()
-        .map(|l| ChildLimit {
-            resource: l.resource.to_rustix(),
-            soft: l.soft,
-            hard: l.hard,
-        })
-        .collect();
-    let fds = inherit.map(|(fd, target)| (fd.as_raw_fd(), *target));
-    // SAFETY: the closure only issues async-signal-safe system calls (dup2, fcntl, setrlimit) on
-    // data prepared before fork; it neither allocates nor takes locks.
-    unsafe {
-        command.pre_exec(move || sys::child_pre_exec(&limits, fds));
-    }
-    command
-}
-
-fn spawn_error(program: &Path, error: std::io::Error) -> ProcessError {
-    let program = program.display().to_string();
-    match error.raw_os_error() {
-        Some(libc::ENOENT) => ProcessError::NotFound { program },
-        Some(libc::EACCES) => ProcessError::PermissionDenied { program },
-        _ => ProcessError::Spawn { program, source: error },
-    }
-}
-
-fn attach_capture<S: Into<OwnedFd>>(
-    pipe: Option<S>,
+fn attach_capture(
+    pipe: Option<OwnedFd>,
     file: Option<std::fs::File>,
     bytes_max: u64,
     pid: i32,
@@ -217,7 +164,6 @@ fn attach_capture<S: Into<OwnedFd>>(
     let (Some(pipe), Some(file)) = (pipe, file) else {
         return Ok(None);
     };
-    let pipe: OwnedFd = pipe.into();
     let reader = tokio::process::ChildStdout::from_std(std::process::ChildStdout::from(pipe)).map_err(|e| {
         kill_and_reap_blocking(pid);
         ProcessError::os(pid, "registering output pipe", e)

@@ -24,6 +24,7 @@ mod capture;
 mod child;
 mod error;
 mod identity;
+mod launch;
 mod orphans;
 mod spec;
 mod sys;
@@ -35,6 +36,7 @@ pub use identity::{
     SignalOutcome, StartIdentity, current_boot_id, group_members, identity_of, is_running, parent_of,
     signal_group_if_identity_matches,
 };
+pub use launch::adopt_limits;
 pub use orphans::{
     ENVIRON_BYTES_MAX, ORPHAN_SCAN_PROCESSES_MAX, kill_orphans_with_env, orphans_with_env, reap_orphans,
 };

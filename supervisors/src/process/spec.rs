@@ -114,7 +114,9 @@ pub struct ProcessSpec {
     pub stderr_path: Option<PathBuf>,
     /// Bytes written per captured stream; the rest is drained and discarded.
     pub capture_bytes_max: u64,
-    /// Limits applied in the child before `exec`.
+    /// Limits the child gets: inherited when this process already holds every one of them
+    /// ([`adopt_limits`](super::adopt_limits); the child is then started by `posix_spawn`),
+    /// else set in the child between `fork` and `exec`.
     pub rlimits: Vec<ResourceLimit>,
     /// Default delay between `SIGTERM` and `SIGKILL` (at most [`GRACE_MS_MAX`]).
     pub grace: Duration,

@@ -13,6 +13,7 @@ import { channelHost } from "./channel-host.js";
 import { FrameChannel, ProtocolError } from "./channel.js";
 import { type ContentRef, readContent } from "./content.js";
 import { type Launch, parseLaunch, RunnerSession } from "./session.js";
+import { warmUp } from "./warmup.js";
 import { parseWorkflowSource, verifySourceOnDisk } from "../source-identity.js";
 
 const EXIT_PROTOCOL = 76;
@@ -123,6 +124,9 @@ export async function runnerMain({ executorUrl }: { executorUrl: URL }): Promise
   const channel = FrameChannel.fromFd(3);
   let session: RunnerSession | undefined;
   try {
+    // A warm runner waits here for its launch anyway; an on-demand one pays now what its run's
+    // first steps would have paid.
+    await warmUp();
     const launch = parseLaunch(await channel.readFrame());
     // A warm runner was started before its run was known: move into the run's project.
     try {
