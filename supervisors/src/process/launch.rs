@@ -79,7 +79,7 @@ fn limits_held(limits: &[ResourceLimit]) -> bool {
     })
 }
 
-pub(crate) fn spawn_error(program: &Path, error: io::Error) -> ProcessError {
+fn spawn_error(program: &Path, error: io::Error) -> ProcessError {
     let program = program.display().to_string();
     match error.raw_os_error() {
         Some(libc::ENOENT) => ProcessError::NotFound { program },

@@ -102,6 +102,8 @@ export class WorkflowMessageCoordinator {
   private pumping = false;
   private pumpAgain = false;
   private stopped = false;
+  /** Tool calls waiting for an active epoch (at most the tool calls made during one reconnection). */
+  private readonly epochWaiters = new Set<() => void>();
 
   constructor(
     private readonly pi: CoordinatorPi,
@@ -129,11 +131,34 @@ export class WorkflowMessageCoordinator {
     return this.epoch !== undefined && this.view?.coordinator?.epoch === this.epoch && this.view.coordinator.active ? this.epoch : undefined;
   }
 
+  /**
+   * The active epoch, waiting up to `waitMs` while there is none: right after a reconnection
+   * the claim is made but its first view has not arrived, and a model's submission in that
+   * window would be refused (and its step reminded) although the session is coordinated again
+   * a moment later. Each view arrival wakes the waiters to look again.
+   */
+  async activeEpochWithin(waitMs: number): Promise<number | undefined> {
+    const deadline = Date.now() + waitMs;
+    for (let left = waitMs; this.activeEpoch === undefined && !this.stopped && left > 0; left = deadline - Date.now()) {
+      await new Promise<void>((resolve) => {
+        const wake = () => {
+          clearTimeout(timer);
+          this.epochWaiters.delete(wake);
+          resolve();
+        };
+        const timer = setTimeout(wake, left);
+        this.epochWaiters.add(wake);
+      });
+    }
+    return this.activeEpoch;
+  }
+
   /** A complete session view arrived (subscription event or read). */
   onView(view: SessionView): void {
     if (this.epoch === undefined || view.coordinator?.epoch !== this.epoch) return; // another epoch's view
     this.viewsSeen += 1;
     this.view = view;
+    for (const wake of [...this.epochWaiters]) wake();
     this.prune(view);
     if (!view.coordinator.active) return; // fenced by another coordinator: send and report nothing
     this.kick();
@@ -201,6 +226,7 @@ export class WorkflowMessageCoordinator {
   stop(): void {
     this.stopped = true;
     this.epoch = undefined;
+    for (const wake of [...this.epochWaiters]) wake();
   }
 
   /** Resolves when the work queued so far is done (tests, shutdown). */

@@ -27,6 +27,8 @@ export const PRINT_WAIT_MS_MAX = 30 * 60_000;
 const PRINT_POLL_MS = 200;
 /** How long a completion waits for the workflow list. */
 const COMPLETION_WAIT_MS = 2_000;
+/** How long a submission waits for a reconnection to coordinate the session again. */
+const COORDINATOR_WAIT_MS_MAX = 5_000;
 
 export default function piWorkflows(pi: PiApi): void {
   new Extension(pi).register();
@@ -320,7 +322,11 @@ class Extension {
     const key = idempotencyKeyOf(toolCallId);
     try {
       const client = await (this.link ?? failNotStarted()).ready();
-      const act = this.actionContext(key, this.coordinator?.activeEpoch, client);
+      // A submission carries the coordinator's epoch: give a reconnection a moment to claim
+      // the session again rather than refuse the model's answer at once.
+      const needsEpoch = params.action === "submit" || params.action === "update";
+      const epoch = needsEpoch ? await this.coordinator?.activeEpochWithin(COORDINATOR_WAIT_MS_MAX) : this.coordinator?.activeEpoch;
+      const act = this.actionContext(key, epoch, client);
       switch (params.action) {
         case "list": {
           const { text } = await actions.listWorkflows(act, typeof params.offset === "number" ? params.offset : 0);

@@ -393,3 +393,20 @@ test("a view read that returns after a newer subscription view never replaces it
     "the stale read did not hide the terminal message",
   );
 });
+
+test("a submission's wait for the epoch ends when the reconnection's first view shows it active, or at its bound", async () => {
+  const pi = new FakePi();
+  const server = new FakeServer(view(4, []));
+  const coordinator = new WorkflowMessageCoordinator(pi, server);
+  assert.equal(await coordinator.activeEpochWithin(20), undefined, "not connected: none after the bound");
+  coordinator.connected(4);
+  assert.equal(coordinator.activeEpoch, undefined, "claimed, but no view yet");
+  const waiting = coordinator.activeEpochWithin(5_000);
+  setTimeout(() => coordinator.onView(structuredClone(server.current)), 10);
+  assert.equal(await waiting, 4, "the view wakes the waiting submission with the active epoch");
+  const fenced = view(4, []);
+  fenced.coordinator.active = false;
+  coordinator.onView(fenced);
+  assert.equal(await coordinator.activeEpochWithin(20), undefined, "fenced by another process: none");
+  coordinator.stop();
+});

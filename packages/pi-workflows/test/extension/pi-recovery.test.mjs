@@ -59,10 +59,10 @@ test("the server is SIGKILLed while a step is delivered: the extension restarts 
   }, "the restarted server to know the step as sent", rpc.context);
   const sentStep = view.messages.find((m) => m.kind === "step");
   assert.equal(view.activeRun?.runId, runId);
-  // The restarted server knows the step before the extension coordinates the session again;
-  // a submission in between is refused `coordinatorRequired` (the model is told to retry),
-  // and a model that ends its turn instead gets a reminder. This test is about the restart
-  // presenting nothing twice, so the model answers once the extension is back.
+  // The restarted server knows the step before the extension coordinates the session again.
+  // A submission then waits (bounded) until the extension's claim shows active in its view:
+  // twice in CI the server had the claim while the extension had not yet seen it, and the
+  // submission was refused `coordinatorRequired` at once, which ended the turn with a reminder.
   await until(() => h.coordinatorEpoch(sessionId), "the extension to coordinate the session again", rpc.context);
 
   h.model.release();
@@ -74,8 +74,7 @@ test("the server is SIGKILLed while a step is delivered: the extension restarts 
   }, "the terminal message", rpc.context);
   const steps = stepEntries(entries).filter(isPickStep);
   // A second (reminder) step means a turn ended without an accepted submission: the tool
-  // results say why (twice in CI a submission raced the extension's reconnection, hence
-  // the wait for its coordinator above).
+  // results say why.
   const results = toolResults(entries).map((r) => textOf(r.message.content).slice(0, 300));
   assert.equal(steps.length, 1, `the step appears exactly once: ${describeEntries(entries)}; tool results: ${JSON.stringify(results)}`);
   assert.equal(steps[0].id, sentStep.piEntryId, "the server knows the step by Pi's entry");
