@@ -146,9 +146,7 @@ fn process_spec(
         .capture_bytes_max(CHILD_CAPTURE_BYTES_MAX)
         .grace(Duration::from_millis(CHILD_GRACE_MS))
         .inherit_fd(channel, RUNNER_CHANNEL_FD);
-    for limit in child_limits() {
-        spec = spec.rlimit(limit.resource, limit.soft, limit.hard);
-    }
+    spec.rlimits.extend(child_limits());
     if let Some(dir) = cwd.filter(|dir| dir.is_dir()) {
         spec = spec.cwd(dir);
     }

@@ -27,7 +27,7 @@ use rustix::pipe::{PipeFlags, pipe_with};
 
 use super::error::ProcessError;
 use super::spec::{ProcessSpec, ResourceLimit};
-use super::sys::{self, ChildLimit};
+use super::sys;
 
 /// Descriptors a file action may take as its source are moved at least this high first, above
 /// every target (0–2, and the usual inherited 3), so no action overwrites a later one's source.
@@ -49,12 +49,7 @@ pub(crate) struct Started {
 pub fn adopt_limits(limits: &[ResourceLimit]) -> Result<(), ProcessError> {
     let me = rustix::process::getpid().as_raw_nonzero().get();
     for limit in limits {
-        let value = rustix::process::Rlimit {
-            current: limit.soft,
-            maximum: limit.hard,
-        };
-        rustix::process::setrlimit(limit.resource.to_rustix(), value)
-            .map_err(|e| ProcessError::os(me, "setrlimit", e))?;
+        sys::set_limit(limit).map_err(|e| ProcessError::os(me, "setrlimit", e))?;
     }
     Ok(())
 }
@@ -105,18 +100,11 @@ fn fork_exec(
     if let Some(dir) = &spec.cwd {
         command.current_dir(dir);
     }
-    let limits: Vec<ChildLimit> = spec
-        .rlimits
-        .iter()
-        .map(|l| ChildLimit {
-            resource: l.resource.to_rustix(),
-            soft: l.soft,
-            hard: l.hard,
-        })
-        .collect();
+    let limits = spec.rlimits.clone();
     let fds = inherit.map(|(fd, target)| (fd.as_raw_fd(), *target));
     // SAFETY: the closure only issues async-signal-safe system calls (dup2, fcntl, setrlimit) on
-    // data prepared before fork; it neither allocates nor takes locks.
+    // data prepared before fork (a resource's number is a plain match); it neither allocates nor
+    // takes locks.
     unsafe {
         command.pre_exec(move || sys::child_pre_exec(&limits, fds));
     }

@@ -4,10 +4,11 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 
 use rustix::io::Errno;
-use rustix::process::{Pid, PidfdFlags, Resource, Rlimit, Signal, WaitId, WaitIdOptions, WaitIdStatus, WaitOptions};
+use rustix::process::{Pid, PidfdFlags, Rlimit, Signal, WaitId, WaitIdOptions, WaitIdStatus, WaitOptions};
 
 use super::child::ExitOutcome;
 use super::error::ProcessError;
+use super::spec::ResourceLimit;
 
 /// Which exact child a wait refers to.
 #[derive(Clone, Copy)]
@@ -108,25 +109,23 @@ pub(crate) fn reap_group_once(pgid: i32) -> GroupReap {
     }
 }
 
-/// One resource limit, prepared in the parent so the child only issues system calls.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ChildLimit {
-    pub(crate) resource: Resource,
-    pub(crate) soft: Option<u64>,
-    pub(crate) hard: Option<u64>,
+/// Sets one of this process's resource limits: one system call, no allocation, so it also
+/// serves between fork and exec.
+pub(crate) fn set_limit(limit: &ResourceLimit) -> rustix::io::Result<()> {
+    let value = Rlimit {
+        current: limit.soft,
+        maximum: limit.hard,
+    };
+    rustix::process::setrlimit(limit.resource.to_rustix(), value)
 }
 
 /// Runs in the forked child before `exec`: async-signal-safe system calls only, no allocation.
-pub(crate) fn child_pre_exec(limits: &[ChildLimit], inherit: Option<(RawFd, RawFd)>) -> io::Result<()> {
+pub(crate) fn child_pre_exec(limits: &[ResourceLimit], inherit: Option<(RawFd, RawFd)>) -> io::Result<()> {
     if let Some((source, target)) = inherit {
         place_fd(source, target)?;
     }
     for limit in limits {
-        let value = Rlimit {
-            current: limit.soft,
-            maximum: limit.hard,
-        };
-        rustix::process::setrlimit(limit.resource, value)?;
+        set_limit(limit)?;
     }
     Ok(())
 }
