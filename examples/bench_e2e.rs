@@ -16,7 +16,8 @@
 //!   per run); the whole machine's busy CPU per run with 4 clients (/proc/stat);
 //! - `run.start` → first node committed (p50), from the run's events, and its phases (queue
 //!   and admission, runner start, first command and node), over every run and over runs
-//!   started one at a time on an idle warm server; `run.start` answered (resolve);
+//!   started one at a time on an idle warm server, there also from the client's send (the
+//!   resolve included); `run.start` answered (resolve);
 //! - idle: the server's RSS before any run, and its CPU per second with nothing to do.
 //!
 //! Nothing here is asserted: it prints a table, and JSON with `--json`.
@@ -124,10 +125,12 @@ fn main() -> anyhow::Result<()> {
         run_once(&bench, &mut client, Detect::Poll)?;
     }
     let mut figures = json!({"baseline": baseline});
-    let mut idle_starts = Vec::new();
+    let (mut idle_starts, mut idle_sent_ms) = (Vec::new(), Vec::new());
     for _ in 0..IDLE_STARTS {
         std::thread::sleep(Duration::from_millis(IDLE_GAP_MS));
+        let sent_ms = unix_ms();
         idle_starts.push(run_once(&bench, &mut client, Detect::Watch)?.run_id);
+        idle_sent_ms.push(sent_ms);
     }
     for detect in [Detect::Poll, Detect::Watch] {
         let cpu_before = server_cpu_ms(server_pid)?;
@@ -155,6 +158,7 @@ fn main() -> anyhow::Result<()> {
     figures["phases"] = phases(&bench.state, None)?;
     figures["idle_start_to_first_node"] = start_to_first_node(&bench.state, Some(&idle_starts))?;
     figures["idle_phases"] = phases(&bench.state, Some(&idle_starts))?;
+    figures["idle_request_to_first_node"] = request_to_first_node(&bench.state, &idle_starts, &idle_sent_ms)?;
     figures["server_rss_kib"] = json!(rss_kib(server_pid)?);
     figures["idle"] = idle(server_pid, fresh_rss_kib)?;
     cli(&bench, &["server", "stop"])?;
@@ -355,6 +359,28 @@ fn start_to_first_node(state: &Path, only: Option<&[String]>) -> anyhow::Result<
         .filter_map(|(_, ms)| ms)
         .map(|ms| ms as f64)
         .collect();
+    Ok(json!({"runs": samples.len(), "p50_ms": percentile(&samples, 0.5), "p99_ms": percentile(&samples, 0.99)}))
+}
+
+/// The wall clock now, in ms since the epoch (the store's timestamps are on the same clock).
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as i64)
+}
+
+/// From the client sending `run.start` (its resolve included) to the first node committed,
+/// over `runs` sent at `sent_ms` (the same clock as the store's timestamps).
+fn request_to_first_node(state: &Path, runs: &[String], sent_ms: &[i64]) -> anyhow::Result<Value> {
+    let db = Connection::open_with_flags(state.join("state.sqlite"), OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    let mut statement =
+        db.prepare("SELECT min(created_at) FROM events WHERE run_id = ?1 AND event_type = 'node.finished'")?;
+    let mut samples = Vec::new();
+    for (run_id, sent) in runs.iter().zip(sent_ms) {
+        if let Some(first) = statement.query_row([run_id], |row| row.get::<_, Option<i64>>(0))? {
+            samples.push((first - sent) as f64);
+        }
+    }
     Ok(json!({"runs": samples.len(), "p50_ms": percentile(&samples, 0.5), "p99_ms": percentile(&samples, 0.99)}))
 }
 
@@ -619,6 +645,12 @@ fn print_table(figures: &Value) {
             f(&phases["ready_to_first_node_p50_ms"])
         );
     }
+    let request = &figures["idle_request_to_first_node"];
+    println!(
+        "run.start sent by the client → first node, idle warm server (resolve included): p50 {} ms, p99 {} ms",
+        f(&request["p50_ms"]),
+        f(&request["p99_ms"])
+    );
     println!(
         "run.start answered (resolve + queue), sequential: p50 {} ms (poll), {} ms (watch)",
         f(&figures["sequential_poll"]["start_answered_p50_ms"]),

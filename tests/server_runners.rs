@@ -181,6 +181,36 @@ fn a_runner_that_never_becomes_ready_is_killed_and_parked_without_relaunch() {
     assert_no_survivors(&server.runner_pids());
 }
 
+/// A runner program that cannot be started: the run was admitted and its launch recorded
+/// before the spawn, and the failed launch parks it (`runnerNoProgress`, never relaunched)
+/// instead of leaving it claimed or retrying it forever.
+#[test]
+fn a_runner_program_that_cannot_start_parks_its_admitted_run_once() {
+    let missing = "/nonexistent/pi-workflows-runner";
+    let server = Server::start(1, "complete", &[("PI_WORKFLOWS_RUNNER", missing)]);
+    server.wait_for(
+        "the failed launch is parked",
+        "SELECT count(*) FROM runs WHERE status_detail = 'runnerNoProgress'",
+    );
+    assert_eq!(server.query::<String>("SELECT status FROM run_queue"), "parked");
+    assert_eq!(
+        server.query::<String>("SELECT status FROM run_workers"),
+        "crashed",
+        "the launch was recorded before the spawn, and its end after the failed start"
+    );
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM run_workers"),
+        1,
+        "a parked launch is not retried"
+    );
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM leases WHERE resource_type = 'run' AND owner_id IS NOT NULL"),
+        0,
+        "the parked run's claim is released"
+    );
+}
+
 #[test]
 fn a_stale_generation_gets_claim_lost_and_the_runner_is_stopped() {
     let server = Server::start(1, "steps=2,stale-generation", &[]);

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
 use super::apply::{Applied, Checked, Registration, SETTINGS_CHANGE_NUMBER, apply};
-use super::channel;
+use super::channel::{self, FirstRead};
 use super::state::RunnerState;
 use crate::protocol::decode_frame;
 use crate::protocol::encode_frame;
@@ -159,27 +159,47 @@ async fn handle(state: &mut RunnerState, message: Message) -> bool {
             .is_ok();
     }
     let submitted = submit(state, &message);
-    let response = finish(state, &message, submitted).await;
+    let (response, first) = finish_with_first(state, &message, submitted).await;
+    if message.kind == MessageKind::RunnerReady && state.ready {
+        return answer_ready(state, response, first).await;
+    }
     let claim_lost = response.outcome == ResponseOutcome::ClaimLost;
     let written = reply(state, response).await.is_ok();
-    if written && message.kind == MessageKind::RunnerReady && state.ready {
-        return send_first_command(state).await;
-    }
     written && !claim_lost && !state.disk_full
 }
 
-/// After `runner.ready`: the one explicit command, with the narrow run state.
-pub async fn send_first_command(state: &mut RunnerState) -> bool {
-    let frame = match channel::first_command_frame(&state.args.shared.store, &state.args.run.run_id).await {
-        Ok(frame) => frame,
-        Err(err) => {
-            tracing::warn!(run_id = %state.args.run.run_id, error = %err, "runner command could not be built; stopping the runner");
-            return false;
+/// The answer to `runner.ready` and, after it, the one explicit command with the narrow run
+/// state, in one write. Its parts were read in the ready's own writer job (`first`); a
+/// repeated ready reads them now.
+async fn answer_ready(state: &mut RunnerState, response: Response, first: Option<FirstRead>) -> bool {
+    let Ok(mut bytes) = encode_frame(&response) else {
+        return false;
+    };
+    let store = std::sync::Arc::clone(&state.args.shared.store);
+    let read = match first {
+        Some(read) => Ok(read),
+        None => {
+            let run_id = state.args.run.run_id.clone();
+            blocking::read(&store, move |conn| channel::read_first_command(conn, &run_id)).await
         }
     };
-    state.advertised.extend(frame.advertised);
-    state.settings_known = frame.settings_change_number;
-    state.writer.write_all(&frame.bytes).await.is_ok()
+    let frame = match read {
+        Ok(read) => channel::first_command_frame(&store, read).await,
+        Err(err) => Err(err),
+    };
+    let built = match frame {
+        Ok(frame) => {
+            state.advertised.extend(frame.advertised);
+            state.settings_known = frame.settings_change_number;
+            bytes.extend_from_slice(&frame.bytes);
+            true
+        }
+        Err(err) => {
+            tracing::warn!(run_id = %state.args.run.run_id, error = %err, "runner command could not be built; stopping the runner");
+            false
+        }
+    };
+    state.writer.write_all(&bytes).await.is_ok() && built
 }
 
 pub async fn reply(state: &mut RunnerState, response: Response) -> Result<(), ActorProcessingErr> {
@@ -224,6 +244,11 @@ fn submit(state: &RunnerState, message: &Message) -> Submitted {
         }
         let (revision, result) = apply(tx, &authority, &owned, &checked)?;
         let settings = newer_settings(tx.conn(), &owned, known)?;
+        // The run is running now: the first command is read in the same transaction.
+        let first = match owned.kind {
+            MessageKind::RunnerReady => Some(channel::read_first_command(tx.conn(), &owned.run_id)?),
+            _ => None,
+        };
         let result_json = result.as_ref().map(Value::to_string);
         let receipt = workers::MessageReceipt {
             outcome: "accepted".to_string(),
@@ -232,7 +257,7 @@ fn submit(state: &RunnerState, message: &Message) -> Submitted {
             message_hash,
         };
         workers::store_message_receipt(tx, &epoch, &owned.message_id, owned.kind.as_str(), &receipt)?;
-        Ok(Answer::Applied((revision, result), settings))
+        Ok(Answer::Applied((revision, result), settings, first))
     }))
 }
 
@@ -253,22 +278,36 @@ fn newer_settings(conn: &rusqlite::Connection, message: &Message, known: Option<
 
 /// The answer to a submitted message, after its commit.
 async fn finish(state: &mut RunnerState, message: &Message, submitted: Submitted) -> Response {
+    finish_with_first(state, message, submitted).await.0
+}
+
+/// The answer, and for an applied `runner.ready` the first command's parts.
+async fn finish_with_first(
+    state: &mut RunnerState,
+    message: &Message,
+    submitted: Submitted,
+) -> (Response, Option<FirstRead>) {
     let applied = match submitted {
-        Submitted::Answered(response) => return response,
+        Submitted::Answered(response) => return (response, None),
         Submitted::Queued(Ok(pending)) => pending.wait().await,
         Submitted::Queued(Err(err)) => Err(err),
     };
     match applied {
-        Ok(Answer::Stored(receipt, settings)) => with_settings(state, stored_response(message, receipt), settings),
-        Ok(Answer::Reused) => Response::new(&message.message_id, ResponseOutcome::Rejected).with_error(
-            "messageIdReused",
-            "this message ID already named another message; nothing changed (use a new ID per message)",
-        ),
-        Ok(Answer::Applied(applied, settings)) => {
-            let response = respond(state, message, Ok(applied)).await;
-            with_settings(state, response, settings)
+        Ok(Answer::Stored(receipt, settings)) => {
+            (with_settings(state, stored_response(message, receipt), settings), None)
         }
-        Err(err) => respond(state, message, Err(err)).await,
+        Ok(Answer::Reused) => (
+            Response::new(&message.message_id, ResponseOutcome::Rejected).with_error(
+                "messageIdReused",
+                "this message ID already named another message; nothing changed (use a new ID per message)",
+            ),
+            None,
+        ),
+        Ok(Answer::Applied(applied, settings, first)) => {
+            let response = respond(state, message, Ok(applied)).await;
+            (with_settings(state, response, settings), first)
+        }
+        Err(err) => (respond(state, message, Err(err)).await, None),
     }
 }
 
@@ -278,8 +317,9 @@ enum Answer {
     Stored(workers::MessageReceipt, Option<Value>),
     /// The ID named another message before: refused, nothing changed, nothing stored.
     Reused,
-    /// Applied now, with newer settings than the message named, if any.
-    Applied(Applied, Option<Value>),
+    /// Applied now, with newer settings than the message named, if any (and for
+    /// `runner.ready`, the first command's parts).
+    Applied(Applied, Option<Value>, Option<FirstRead>),
 }
 
 /// Attach a newer settings version to an accepted or adopted answer (a refusal ends in a
