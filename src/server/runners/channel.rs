@@ -26,26 +26,17 @@ pub struct FirstFrame {
     pub settings_change_number: Option<i64>,
 }
 
-/// What the first command is made of, read in one transaction: which command, and the
-/// run's narrow run state.
-pub struct FirstRead {
-    first: FirstCommand,
-    state: Value,
-}
-
-/// Read the first command's parts; the runner's `runner.ready` reads them in its own writer
-/// job, right after the run became running, so its answer and the command leave together.
-pub fn read_first_command(conn: &rusqlite::Connection, run_id: &str) -> StoreResult<FirstRead> {
-    Ok(FirstRead {
-        first: run_state::first_command(conn, run_id)?,
-        state: run_state::read_run_state(conn, run_id)?,
-    })
-}
-
 /// Build the one explicit command for the run's runner; a run state above the frame
 /// limit is stored as a blob and sent as a digest-bound reference.
-pub async fn first_command_frame(store: &Arc<Store>, read: FirstRead) -> StoreResult<FirstFrame> {
-    let FirstRead { first, state } = read;
+pub async fn first_command_frame(store: &Arc<Store>, run_id: &str) -> StoreResult<FirstFrame> {
+    let owned = run_id.to_string();
+    let (first, state) = blocking::read(store, move |conn| {
+        Ok((
+            run_state::first_command(conn, &owned)?,
+            run_state::read_run_state(conn, &owned)?,
+        ))
+    })
+    .await?;
     let (kind, parent_attempt_id) = match first {
         FirstCommand::Start => (CommandKind::Start, None),
         FirstCommand::Resume => (CommandKind::Resume, None),

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
 use super::apply::{Applied, Checked, Registration, SETTINGS_CHANGE_NUMBER, apply};
-use super::channel::{self, FirstRead};
+use super::channel;
 use super::state::RunnerState;
 use crate::protocol::decode_frame;
 use crate::protocol::encode_frame;
@@ -159,35 +159,23 @@ async fn handle(state: &mut RunnerState, message: Message) -> bool {
             .is_ok();
     }
     let submitted = submit(state, &message);
-    let (response, first) = finish_with_first(state, &message, submitted).await;
+    let response = finish(state, &message, submitted).await;
     if message.kind == MessageKind::RunnerReady && state.ready {
-        return answer_ready(state, response, first).await;
+        return answer_ready(state, response).await;
     }
     let claim_lost = response.outcome == ResponseOutcome::ClaimLost;
     let written = reply(state, response).await.is_ok();
     written && !claim_lost && !state.disk_full
 }
 
-/// The answer to `runner.ready` and, after it, the one explicit command with the narrow run
-/// state, in one write. Its parts were read in the ready's own writer job (`first`); a
-/// repeated ready reads them now.
-async fn answer_ready(state: &mut RunnerState, response: Response, first: Option<FirstRead>) -> bool {
+/// The answer to an accepted `runner.ready` and, after it, the one explicit command with the
+/// narrow run state, in one write: the runner wakes once for both. The run state is read on
+/// the blocking pool, not in the ready's writer job, so a large one never holds the writer.
+async fn answer_ready(state: &mut RunnerState, response: Response) -> bool {
     let Ok(mut bytes) = encode_frame(&response) else {
         return false;
     };
-    let store = std::sync::Arc::clone(&state.args.shared.store);
-    let read = match first {
-        Some(read) => Ok(read),
-        None => {
-            let run_id = state.args.run.run_id.clone();
-            blocking::read(&store, move |conn| channel::read_first_command(conn, &run_id)).await
-        }
-    };
-    let frame = match read {
-        Ok(read) => channel::first_command_frame(&store, read).await,
-        Err(err) => Err(err),
-    };
-    let built = match frame {
+    let built = match channel::first_command_frame(&state.args.shared.store, &state.args.run.run_id).await {
         Ok(frame) => {
             state.advertised.extend(frame.advertised);
             state.settings_known = frame.settings_change_number;
@@ -244,11 +232,6 @@ fn submit(state: &RunnerState, message: &Message) -> Submitted {
         }
         let (revision, result) = apply(tx, &authority, &owned, &checked)?;
         let settings = newer_settings(tx.conn(), &owned, known)?;
-        // The run is running now: the first command is read in the same transaction.
-        let first = match owned.kind {
-            MessageKind::RunnerReady => Some(channel::read_first_command(tx.conn(), &owned.run_id)?),
-            _ => None,
-        };
         let result_json = result.as_ref().map(Value::to_string);
         let receipt = workers::MessageReceipt {
             outcome: "accepted".to_string(),
@@ -257,7 +240,7 @@ fn submit(state: &RunnerState, message: &Message) -> Submitted {
             message_hash,
         };
         workers::store_message_receipt(tx, &epoch, &owned.message_id, owned.kind.as_str(), &receipt)?;
-        Ok(Answer::Applied((revision, result), settings, first))
+        Ok(Answer::Applied((revision, result), settings))
     }))
 }
 
@@ -278,36 +261,22 @@ fn newer_settings(conn: &rusqlite::Connection, message: &Message, known: Option<
 
 /// The answer to a submitted message, after its commit.
 async fn finish(state: &mut RunnerState, message: &Message, submitted: Submitted) -> Response {
-    finish_with_first(state, message, submitted).await.0
-}
-
-/// The answer, and for an applied `runner.ready` the first command's parts.
-async fn finish_with_first(
-    state: &mut RunnerState,
-    message: &Message,
-    submitted: Submitted,
-) -> (Response, Option<FirstRead>) {
     let applied = match submitted {
-        Submitted::Answered(response) => return (response, None),
+        Submitted::Answered(response) => return response,
         Submitted::Queued(Ok(pending)) => pending.wait().await,
         Submitted::Queued(Err(err)) => Err(err),
     };
     match applied {
-        Ok(Answer::Stored(receipt, settings)) => {
-            (with_settings(state, stored_response(message, receipt), settings), None)
-        }
-        Ok(Answer::Reused) => (
-            Response::new(&message.message_id, ResponseOutcome::Rejected).with_error(
-                "messageIdReused",
-                "this message ID already named another message; nothing changed (use a new ID per message)",
-            ),
-            None,
+        Ok(Answer::Stored(receipt, settings)) => with_settings(state, stored_response(message, receipt), settings),
+        Ok(Answer::Reused) => Response::new(&message.message_id, ResponseOutcome::Rejected).with_error(
+            "messageIdReused",
+            "this message ID already named another message; nothing changed (use a new ID per message)",
         ),
-        Ok(Answer::Applied(applied, settings, first)) => {
+        Ok(Answer::Applied(applied, settings)) => {
             let response = respond(state, message, Ok(applied)).await;
-            (with_settings(state, response, settings), first)
+            with_settings(state, response, settings)
         }
-        Err(err) => (respond(state, message, Err(err)).await, None),
+        Err(err) => respond(state, message, Err(err)).await,
     }
 }
 
@@ -317,9 +286,8 @@ enum Answer {
     Stored(workers::MessageReceipt, Option<Value>),
     /// The ID named another message before: refused, nothing changed, nothing stored.
     Reused,
-    /// Applied now, with newer settings than the message named, if any (and for
-    /// `runner.ready`, the first command's parts).
-    Applied(Applied, Option<Value>, Option<FirstRead>),
+    /// Applied now, with newer settings than the message named, if any.
+    Applied(Applied, Option<Value>),
 }
 
 /// Attach a newer settings version to an accepted or adopted answer (a refusal ends in a
