@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pi_workflows::store::runs;
-use pi_workflows::store::{Store, StoreError};
+use pi_workflows::store::{Durability, Store, StoreError};
 
 /// Occupy the writer so the next jobs queue up and share one transaction.
 fn hold_writer(store: &Arc<Store>, hold: Duration) -> std::thread::JoinHandle<()> {
@@ -95,4 +95,49 @@ fn answers_match_durable_state_when_sqlite_aborts_the_transaction() {
     store
         .write(|tx| runs::queue_run(tx, &common::new_run("run-next")))
         .expect("the writer keeps working");
+}
+
+/// The `synchronous` setting in force in the job's own transaction.
+fn synchronous_in(tx: &pi_workflows::store::WriteTx<'_>) -> Result<i64, StoreError> {
+    Ok(tx.conn().query_row("PRAGMA synchronous", [], |row| row.get(0))?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_commits_with_an_fsync_whenever_one_of_its_jobs_needs_the_disk() {
+    const NORMAL: i64 = 1;
+    const FULL: i64 = 2;
+    let t = common::open_store();
+    let store = Arc::new(t.store);
+    let kernel_alone = store
+        .write_async(Durability::Kernel, synchronous_in)
+        .await
+        .expect("kernel job");
+    assert_eq!(kernel_alone, NORMAL, "a batch of kernel jobs alone skips the fsync");
+    let disk_after_kernel = store
+        .write_async(Durability::Disk, synchronous_in)
+        .await
+        .expect("disk job");
+    assert_eq!(
+        disk_after_kernel, FULL,
+        "a disk job after a kernel batch gets its fsync back"
+    );
+    // Both queued behind a held writer share one transaction: the disk job wins.
+    let holder = hold_writer(&store, Duration::from_millis(300));
+    let kernel = store.submit_write(Durability::Kernel, synchronous_in).expect("queued");
+    let disk = store.submit_write(Durability::Disk, |tx| {
+        runs::queue_run(tx, &common::new_run("run-shared"))?;
+        synchronous_in(tx)
+    });
+    let (kernel, disk) = (kernel.wait().await, disk.expect("queued").wait().await);
+    holder.join().expect("holder");
+    assert_eq!(
+        kernel.expect("kernel job"),
+        FULL,
+        "a kernel job sharing a disk job's batch is synced with it"
+    );
+    assert_eq!(disk.expect("disk job"), FULL);
+    assert!(run_exists(&store, "run-shared"));
+    // The synchronous blocking `write` is always a disk write.
+    let blocking = tokio::task::block_in_place(|| store.write(synchronous_in)).expect("blocking write");
+    assert_eq!(blocking, FULL);
 }

@@ -1,6 +1,6 @@
 //! Typed `pi-workflows.client.v1` envelopes and their line codec.
 
-use super::canonical::{CanonicalError, DIAGNOSTIC_BYTES_MAX, bounded_text, to_canonical_vec};
+use super::canonical::{CanonicalError, DIAGNOSTIC_BYTES_MAX, bounded_text, map_to_canonical_vec};
 use super::error::ProtocolError;
 use super::frame::{decode_frame, encode_frame};
 use super::validate::{check_id, check_text, validate_message};
@@ -289,8 +289,7 @@ pub fn request_fingerprint(request: &Request) -> Result<String, ProtocolError> {
     if let Some(Value::Object(payload)) = object.get_mut("payload") {
         payload.remove("coordinator");
     }
-    let bytes = to_canonical_vec(&object).map_err(ProtocolError::Canonical)?;
-    Ok(sha256_hex(&bytes))
+    Ok(sha256_hex(&map_to_canonical_vec(&object)))
 }
 
 fn to_object<T: Serialize>(message: &T) -> Result<JsonObject, ProtocolError> {

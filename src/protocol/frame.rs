@@ -6,7 +6,7 @@
 //! `1e+20`, `-0`), escapes the canonical form writes raw (`\u00e9`, `\/`), and duplicate keys
 //! (the parsed object keeps one of them, so re-encoding comes out shorter).
 
-use super::canonical::{CanonicalError, DIAGNOSTIC_BYTES_MAX, bounded_text, to_canonical_vec};
+use super::canonical::{CanonicalError, DIAGNOSTIC_BYTES_MAX, bounded_text, map_to_canonical_vec, to_canonical_vec};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use thiserror::Error;
@@ -175,7 +175,7 @@ fn value_end_offset(text: &str) -> usize {
 }
 
 fn require_canonical(body: &[u8], object: &Map<String, Value>) -> Result<(), FrameError> {
-    let canonical = to_canonical_vec(object)?;
+    let canonical = map_to_canonical_vec(object);
     if canonical == body {
         return Ok(());
     }

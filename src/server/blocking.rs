@@ -3,15 +3,26 @@
 
 use std::sync::Arc;
 
-use crate::store::{Store, StoreError, StoreResult, WriteTx};
+use crate::store::{Durability, Store, StoreError, StoreResult, WriteTx};
 
-/// `Store::write` from async code.
+/// `Store::write` from async code: answered once the commit is on the disk.
 pub async fn write<T, F>(store: &Arc<Store>, change: F) -> StoreResult<T>
 where
     T: Send + 'static,
     F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send + 'static,
 {
-    store.write_async(change).await
+    store.write_async(Durability::Disk, change).await
+}
+
+/// A write of facts a power loss ends anyway (a run's admission, a runner's launch and end,
+/// content a live view derived): answered once the commit is in the kernel, without an
+/// `fsync` of its own (see `Durability::Kernel` for when that is allowed, and why it is safe).
+pub async fn write_without_fsync<T, F>(store: &Arc<Store>, change: F) -> StoreResult<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send + 'static,
+{
+    store.write_async(Durability::Kernel, change).await
 }
 
 /// `Store::read` from async code.

@@ -238,7 +238,9 @@ async fn admit(state: &mut SchedulerState) -> Admission {
     };
     for run in queued {
         let (run_id, owner) = (run.run_id.clone(), shared.server_id.clone());
-        let authority = match blocking::write(&shared.store, move |tx| runs::start_run(tx, &run_id, &owner)).await {
+        // Admission is a process fact: the claim is held by this server's runner-to-be.
+        let started = blocking::write_without_fsync(&shared.store, move |tx| runs::start_run(tx, &run_id, &owner));
+        let authority = match started.await {
             Ok(started) => started.value,
             Err(err) => {
                 tracing::warn!(run_id = %run.run_id, error = %err, "could not admit a run");

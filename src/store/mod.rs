@@ -52,7 +52,7 @@ use rusqlite::Connection;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{ClaimLostError, ClaimLostReason, StoreError, StoreResult};
-pub use writer::WriteTx;
+pub use writer::{Durability, WriteTx};
 
 use writer::Writer;
 
@@ -99,22 +99,23 @@ impl Store {
         self.writer.write(change)
     }
 
-    /// `write` for async callers (no blocking-pool thread in between).
-    pub async fn write_async<T, F>(&self, change: F) -> StoreResult<T>
+    /// `write` for async callers (no blocking-pool thread in between), as durable as
+    /// `durability` asks (see `Durability`: `Disk` unless the change is a `Kernel` one).
+    pub async fn write_async<T, F>(&self, durability: Durability, change: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send + 'static,
     {
-        self.writer.write_async(change).await
+        self.writer.write_async(durability, change).await
     }
 
     /// Queue a write now; await its answer later (see `Writer::submit`).
-    pub fn submit_write<T, F>(&self, change: F) -> StoreResult<writer::PendingAnswer<T>>
+    pub fn submit_write<T, F>(&self, durability: Durability, change: F) -> StoreResult<writer::PendingAnswer<T>>
     where
         T: Send + 'static,
         F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send + 'static,
     {
-        self.writer.submit(change)
+        self.writer.submit(durability, change)
     }
 
     /// Whether the writer thread still runs; false means no write can commit any more.
@@ -136,9 +137,10 @@ impl Store {
     /// consistent snapshot.
     pub fn read<T>(&self, query: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {
         let conn = self.take_reader()?;
-        conn.execute_batch("BEGIN DEFERRED")?;
+        // Cached statements: each read would otherwise parse both again.
+        conn.prepare_cached("BEGIN DEFERRED")?.execute([])?;
         let result = query(&conn);
-        let ended = conn.execute_batch("COMMIT");
+        let ended = conn.prepare_cached("COMMIT").and_then(|mut commit| commit.execute([]));
         if ended.is_ok() {
             self.return_reader(conn);
         }

@@ -5,6 +5,10 @@
 //! job rolls back alone; every caller gets its answer only after the shared COMMIT. This is
 //! how protected writes keep pace with raw commits under `synchronous = FULL`.
 //!
+//! A job says how durable it must be before its caller hears of it (`Durability`): a batch
+//! with any `Disk` job commits with `synchronous = FULL` (an `fsync`), one of `Kernel` jobs
+//! alone with `synchronous = NORMAL` (the WAL write only).
+//!
 //! A full disk is not fatal: a transaction that SQLite cannot write for space is rolled back
 //! whole, each of its callers gets `StoreError::DiskFull`, and the writer goes on serving
 //! (reads never needed it); the first write after space returns commits, with no restart.
@@ -49,8 +53,43 @@ impl<'c> WriteTx<'c> {
     }
 }
 
+/// How far a commit must reach before its callers hear of it.
+///
+/// Architecture Invariant: a `Kernel` commit records only facts about this machine's own
+/// processes and claims (a run's admission, a runner's launch, readiness and end, content a
+/// live view derived), which a power loss ends anyway, and which nobody off this machine
+/// learns of: every client of the socket, every runner and adapter dies with it too. Every
+/// receipt, workflow fact and run outcome is a `Disk` commit.
+///
+/// Why a power loss cannot leave a contradiction: the WAL is one append-only file, and its
+/// recovery replays frames up to the first one that fails its checksum chain, so a power loss
+/// drops only the newest commits, never an older one without the newer. A `Disk` commit's
+/// `fsync` covers every frame before it, so it makes every earlier `Kernel` commit durable
+/// too. A crash of the server loses neither: a `Kernel` commit's WAL frames reach the kernel
+/// before its callers hear of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// On the disk before any caller hears of it (`synchronous = FULL`): survives power loss.
+    Disk,
+    /// In the kernel's page cache before any caller hears of it (`synchronous = NORMAL`):
+    /// survives a crash of the server; on the disk with the next `Disk` commit.
+    Kernel,
+}
+
+impl Durability {
+    /// The `synchronous` setting a batch needs: FULL (2) if any of its jobs needs the disk.
+    fn synchronous(self) -> i64 {
+        match self {
+            Durability::Disk => 2,
+            Durability::Kernel => 1,
+        }
+    }
+}
+
 /// One queued write: runs once inside its savepoint, then learns the shared commit result.
 trait WriteJob: Send {
+    /// How durable its commit must be before it is answered.
+    fn durability(&self) -> Durability;
     /// Run the change (a disk that refused it for space is reported as `DiskFull` in
     /// `dir`, the state directory).
     fn run(&mut self, tx: &WriteTx<'_>, dir: &Path) -> Ran;
@@ -95,6 +134,7 @@ impl BatchFailure {
 }
 
 struct PendingWrite<T, F> {
+    durability: Durability,
     change: Option<F>,
     result: Option<StoreResult<T>>,
     reply: Reply<T>,
@@ -111,6 +151,10 @@ where
     T: Send,
     F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send,
 {
+    fn durability(&self) -> Durability {
+        self.durability
+    }
+
     fn run(&mut self, tx: &WriteTx<'_>, dir: &Path) -> Ran {
         let Some(change) = self.change.take() else {
             return Ran::RolledBack;
@@ -202,8 +246,8 @@ impl Writer {
         self.commits.clone()
     }
 
-    /// Run `change` in a write transaction and return its result after the commit.
-    /// An `Err` from `change` rolls back everything it wrote.
+    /// Run `change` in a write transaction and return its result after the commit reached
+    /// the disk. An `Err` from `change` rolls back everything it wrote.
     pub fn write<T, F>(&self, change: F) -> StoreResult<T>
     where
         T: Send + 'static,
@@ -211,6 +255,7 @@ impl Writer {
     {
         let (reply, reply_receiver) = sync_channel::<StoreResult<T>>(1);
         let job = PendingWrite {
+            durability: Durability::Disk,
             change: Some(change),
             result: None,
             reply: Reply::Blocking(reply),
@@ -225,25 +270,26 @@ impl Writer {
     /// `write` for async callers: the writer answers the awaiting task directly, without a
     /// blocking-pool thread in between (each thread hop costs about as much as a write's
     /// statements on a small machine).
-    pub async fn write_async<T, F>(&self, change: F) -> StoreResult<T>
+    pub async fn write_async<T, F>(&self, durability: Durability, change: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send + 'static,
     {
-        self.submit(change)?.wait().await
+        self.submit(durability, change)?.wait().await
     }
 
     /// Queue `change` now and return its pending answer. Changes submitted back to back run
     /// in submission order and usually share one commit (group commit): a runner's
     /// pipelined proposals cost one fsync together, each still atomic in its own savepoint.
     /// A full queue is waited for in place (must run on a multi-thread runtime).
-    pub fn submit<T, F>(&self, change: F) -> StoreResult<PendingAnswer<T>>
+    pub fn submit<T, F>(&self, durability: Durability, change: F) -> StoreResult<PendingAnswer<T>>
     where
         T: Send + 'static,
         F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send + 'static,
     {
         let (reply, receiver) = tokio::sync::oneshot::channel::<StoreResult<T>>();
         let job = PendingWrite {
+            durability,
             change: Some(change),
             result: None,
             reply: Reply::Async(reply),
@@ -309,6 +355,8 @@ fn run_writer(
         .map(Path::to_path_buf)
         .unwrap_or_default();
     let mut disk_full = false;
+    // The connection opens with `synchronous = FULL` (`schema::open_writer`).
+    let mut synchronous = Durability::Disk.synchronous();
     while let Some(WriterMessage::Write(first)) = next_message(&receiver) {
         let mut pending = VecDeque::from([first]);
         while pending.len() < GROUP_COMMIT_JOBS_MAX {
@@ -318,7 +366,7 @@ fn run_writer(
             }
         }
         while !pending.is_empty() {
-            let batch = commit_batch(&conn, clock.as_ref(), &dir, &mut pending);
+            let batch = commit_batch(&conn, clock.as_ref(), &dir, &mut pending, &mut synchronous);
             note_disk(&mut disk_full, &batch, &dir);
             if batch.is_ok() {
                 committed.send_modify(|count| *count += 1);
@@ -356,18 +404,22 @@ fn note_disk(disk_full: &mut bool, batch: &Result<bool, BatchFailure>, dir: &Pat
 /// `pending` for a fresh transaction, so no job ever runs outside `BEGIN IMMEDIATE`. A job
 /// the disk refused for space ends the transaction the same way, rolled back whole (SQLite's
 /// advice after `SQLITE_FULL`: its pager may be unusable until then). `Ok` when it committed,
-/// with whether it changed any row.
+/// with whether it changed any row. The batch commits with the `synchronous` setting its
+/// most demanding job needs (`synchronous` holds the connection's current one).
 fn commit_batch(
     conn: &Connection,
     clock: &dyn Clock,
     dir: &Path,
     pending: &mut VecDeque<Box<dyn WriteJob>>,
+    synchronous: &mut i64,
 ) -> Result<bool, BatchFailure> {
     if !conn.is_autocommit() {
         // Never expected: a transaction left open by an earlier failure.
         let _ = control(conn, "ROLLBACK");
     }
-    if let Err(err) = control(conn, "BEGIN IMMEDIATE") {
+    let needed = batch_durability(pending);
+    let begun = set_synchronous(conn, needed, synchronous).and_then(|()| control(conn, "BEGIN IMMEDIATE"));
+    if let Err(err) = begun {
         let failure = BatchFailure::of(err, dir);
         if let BatchFailure::Failed(message) = &failure {
             tracing::error!(error = %message, jobs = pending.len(), "store writer could not begin a transaction");
@@ -398,7 +450,11 @@ fn commit_batch(
                 _ => BatchFailure::Failed("SQLite rolled back the transaction (an I/O error)".to_string()),
             })
         }
-        None => control(conn, "COMMIT").map_err(|err| {
+        None => {
+            debug_assert_synchronous(conn, needed);
+            control(conn, "COMMIT")
+        }
+        .map_err(|err| {
             let _ = control(conn, "ROLLBACK");
             BatchFailure::of(err, dir)
         }),
@@ -411,6 +467,39 @@ fn commit_batch(
         job.deliver(commit.clone());
     }
     commit.map(|()| wrote)
+}
+
+/// `Disk` when any job of the batch needs the disk, else `Kernel`.
+fn batch_durability(pending: &VecDeque<Box<dyn WriteJob>>) -> Durability {
+    match pending.iter().any(|job| job.durability() == Durability::Disk) {
+        true => Durability::Disk,
+        false => Durability::Kernel,
+    }
+}
+
+/// Switch the connection's `synchronous` setting to what `needed` asks, outside any
+/// transaction (SQLite refuses the change inside one). Not a cached statement: SQLite applies
+/// this pragma when it prepares it, so a cached one would not apply again.
+fn set_synchronous(conn: &Connection, needed: Durability, current: &mut i64) -> rusqlite::Result<()> {
+    let level = needed.synchronous();
+    if *current == level {
+        return Ok(());
+    }
+    conn.pragma_update(None, "synchronous", level)?;
+    *current = level;
+    Ok(())
+}
+
+/// A batch with a `Disk` job never commits without its `fsync` (debug builds check it).
+fn debug_assert_synchronous(conn: &Connection, needed: Durability) {
+    if cfg!(debug_assertions) {
+        let level: i64 = conn.query_row("PRAGMA synchronous", [], |row| row.get(0)).unwrap_or(-1);
+        debug_assert_eq!(
+            level,
+            needed.synchronous(),
+            "a batch commits with the durability it needs"
+        );
+    }
 }
 
 /// Transaction-control statements, prepared once.

@@ -19,7 +19,7 @@ use crate::protocol::encode_frame;
 use crate::protocol::runner::{Message, MessageKind, Response, ResponseOutcome, fencing_of, pong_of};
 use crate::server::blocking;
 use crate::store::writer::PendingAnswer;
-use crate::store::{StoreError, StoreResult, settings, workers};
+use crate::store::{Durability, StoreError, StoreResult, settings, workers};
 
 /// Check, apply and answer frames that arrived together; false closes the channel (and
 /// stops the runner).
@@ -223,25 +223,41 @@ fn submit(state: &RunnerState, message: &Message) -> Submitted {
         message.clone(),
         state.settings_known,
     );
-    Submitted::Queued(state.args.shared.store.submit_write(move |tx| {
-        if let Some(stored) = workers::message_receipt(tx.conn(), &epoch, &owned.message_id)? {
-            return Ok(match stored.message_hash == message_hash {
-                true => Answer::Stored(stored, newer_settings(tx.conn(), &owned, known)?),
-                false => Answer::Reused,
-            });
-        }
-        let (revision, result) = apply(tx, &authority, &owned, &checked)?;
-        let settings = newer_settings(tx.conn(), &owned, known)?;
-        let result_json = result.as_ref().map(Value::to_string);
-        let receipt = workers::MessageReceipt {
-            outcome: "accepted".to_string(),
-            revision,
-            result_json,
-            message_hash,
-        };
-        workers::store_message_receipt(tx, &epoch, &owned.message_id, owned.kind.as_str(), &receipt)?;
-        Ok(Answer::Applied((revision, result), settings))
-    }))
+    Submitted::Queued(
+        state
+            .args
+            .shared
+            .store
+            .submit_write(durability_of(message.kind), move |tx| {
+                if let Some(stored) = workers::message_receipt(tx.conn(), &epoch, &owned.message_id)? {
+                    return Ok(match stored.message_hash == message_hash {
+                        true => Answer::Stored(stored, newer_settings(tx.conn(), &owned, known)?),
+                        false => Answer::Reused,
+                    });
+                }
+                let (revision, result) = apply(tx, &authority, &owned, &checked)?;
+                let settings = newer_settings(tx.conn(), &owned, known)?;
+                let result_json = result.as_ref().map(Value::to_string);
+                let receipt = workers::MessageReceipt {
+                    outcome: "accepted".to_string(),
+                    revision,
+                    result_json,
+                    message_hash,
+                };
+                workers::store_message_receipt(tx, &epoch, &owned.message_id, owned.kind.as_str(), &receipt)?;
+                Ok(Answer::Applied((revision, result), settings))
+            }),
+    )
+}
+
+/// `runner.ready` records only that this runner's process is ready (a fact a power loss ends
+/// with the process), so its commit needs no `fsync` of its own; every other message records
+/// workflow facts on the disk.
+fn durability_of(kind: MessageKind) -> Durability {
+    match kind {
+        MessageKind::RunnerReady => Durability::Kernel,
+        _ => Durability::Disk,
+    }
 }
 
 /// The run's current settings version when it is newer than what the runner knows (its

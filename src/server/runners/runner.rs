@@ -276,25 +276,26 @@ type RunnerProcess = (ProcessChild, std::os::unix::net::UnixStream, String);
 /// given the launch envelope. A new process is spawned only once its launch is recorded (the
 /// epoch before the spawn), and its identity is recorded right after. A warm process already
 /// runs but cannot act on any run before its envelope: it is taken first, and its launch and
-/// identity are recorded in one commit (one commit and `fsync` less on a run's start). A
-/// failed record drops the taken process, which stops its group.
+/// identity are recorded in one commit. A failed record drops the taken process, which stops
+/// its group. These records are process facts: committed without an `fsync` of their own
+/// (in the kernel before the spawn, so a crash of the server still finds the epoch).
 async fn launch_process(args: &RunnerArgs, worker: NewWorker) -> Result<RunnerProcess, ActorProcessingErr> {
     let store = &args.shared.store;
     let epoch = args.runner_epoch.clone();
     if let Some((child, channel, mark)) = take_warm(args).await {
         let (pid, identity) = (child.pid(), child.identity().to_string());
-        blocking::write(store, move |tx| {
+        blocking::write_without_fsync(store, move |tx| {
             workers::record_launch(tx, &worker)?;
             workers::record_process(tx, &epoch, pid, &identity)
         })
         .await?;
         return Ok((child, channel, mark));
     }
-    blocking::write(store, move |tx| workers::record_launch(tx, &worker)).await?;
+    blocking::write_without_fsync(store, move |tx| workers::record_launch(tx, &worker)).await?;
     let project = (!args.run.project_path.is_empty()).then(|| PathBuf::from(&args.run.project_path));
     let (child, channel) = spawn_with_channel(&args.runners.settings, &args.program, &args.runner_epoch, project)?;
     let (pid, identity) = (child.pid(), child.identity().to_string());
-    blocking::write(store, move |tx| workers::record_process(tx, &epoch, pid, &identity)).await?;
+    blocking::write_without_fsync(store, move |tx| workers::record_process(tx, &epoch, pid, &identity)).await?;
     Ok((child, channel, child_mark(&args.runner_epoch)))
 }
 

@@ -21,7 +21,7 @@ use crate::store::effects;
 use crate::store::recovery::StaleWorker;
 use crate::store::runs::{self, ParkReason, RunStatus};
 use crate::store::workers::{self, WorkerOutcome};
-use crate::store::{Store, StoreError, StoreResult, WriteTx};
+use crate::store::{Durability, Store, StoreError, StoreResult, WriteTx};
 
 /// After the runner process ended: record its one outcome and decide the run's state.
 pub async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: Option<WorkerOutcome>) {
@@ -61,23 +61,32 @@ pub async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: 
         park.is_some_and(|(_, reason)| reason == ParkReason::Boundary) && state.args.shared.stop_requested().is_none();
     let (authority, epoch) = (state.args.authority.clone(), state.args.runner_epoch.clone());
     let (code, signal) = (exit.and_then(ExitOutcome::code), exit.and_then(ExitOutcome::signal));
-    let settled = blocking::write(&state.args.shared.store, move |tx| {
-        if let Some((revision_at_ready, reason)) = park {
-            park_if_still_running(tx, &authority, revision_at_ready, reason)?;
-        }
-        if requeue {
-            crate::store::recovery::requeue_boundary(tx, &authority.resource_id)?;
-        }
-        if give_up {
-            // After its groups died: whoever reclaims the run next can overlap with nothing.
-            match claims::expire_now(tx, &authority) {
-                Ok(()) | Err(StoreError::ClaimLost(_)) => {}
-                Err(err) => return Err(err),
+    // A runner's end alone is a process fact; a change to its run is a workflow fact.
+    let durability = match park.is_none() && !requeue && !give_up {
+        true => Durability::Kernel,
+        false => Durability::Disk,
+    };
+    let settled = state
+        .args
+        .shared
+        .store
+        .write_async(durability, move |tx| {
+            if let Some((revision_at_ready, reason)) = park {
+                park_if_still_running(tx, &authority, revision_at_ready, reason)?;
             }
-        }
-        workers::record_outcome(tx, &epoch, outcome, code, signal)
-    })
-    .await;
+            if requeue {
+                crate::store::recovery::requeue_boundary(tx, &authority.resource_id)?;
+            }
+            if give_up {
+                // After its groups died: whoever reclaims the run next can overlap with nothing.
+                match claims::expire_now(tx, &authority) {
+                    Ok(()) | Err(StoreError::ClaimLost(_)) => {}
+                    Err(err) => return Err(err),
+                }
+            }
+            workers::record_outcome(tx, &epoch, outcome, code, signal)
+        })
+        .await;
     match settled {
         Ok(_) => tracing::info!(run_id = %state.args.run.run_id, outcome = outcome.as_str(), "runner ended"),
         Err(err) => tracing::warn!(run_id = %state.args.run.run_id, error = %err, "runner end was not recorded"),

@@ -188,7 +188,8 @@ async fn store_contents(views: &Views, run_id: &str, view: &RunView, stored: &mu
     }
     if !missing.is_empty() {
         let owned = run_id.to_string();
-        blocking::write(&views.store, move |tx| {
+        // Derived content, rebuilt from the run's facts whenever it is missing.
+        blocking::write_without_fsync(&views.store, move |tx| {
             for content in &missing {
                 run_view::put_view_content(tx, &owned, content.media_type, &content.bytes)?;
             }
