@@ -50,8 +50,11 @@ pub enum CanonicalError {
 ///
 /// # Errors
 ///
-/// [`CanonicalError::Encode`] when the value has no JSON form: a top-level non-finite float, a
-/// map whose keys are not strings, or duplicate keys.
+/// [`CanonicalError::Encode`] when the value has no JSON form: a top-level non-finite float, or
+/// a map whose keys are not strings (integer keys are written as strings, as `serde_json`
+/// writes them). A type whose serialization repeats a key (possible only with colliding
+/// `#[serde(flatten)]` fields or a hand-written `Serialize`; none of ours does) keeps the last
+/// value, as `serde_json::to_value` does.
 pub fn to_canonical_vec<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CanonicalError> {
     match serde_json::to_value(value) {
         Ok(Value::Null) | Err(_) => reference_canonical_vec(value),
