@@ -39,7 +39,7 @@ pub use validate::check_id;
 mod vocabulary;
 
 pub(crate) use canonical::bounded_text;
-pub use canonical::{CanonicalError, canonical_sha256_hex, to_canonical_vec};
+pub use canonical::{CanonicalError, canonical_sha256_hex, to_canonical_vec, value_to_canonical_vec};
 pub use envelope::{
     ClientMessage, ClientSchema, Event, Hello, JsonObject, OpaqueId, Request, Response, ResponseError, Revision,
     decode_client_message, encode_client_message, request_fingerprint,

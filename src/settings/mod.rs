@@ -284,9 +284,7 @@ fn children(value: &Value) -> Box<dyn Iterator<Item = &Value> + '_> {
 
 /// Refuse a value whose canonical JSON is above `max` bytes.
 pub fn check_size(what: &'static str, value: &Value, max: usize) -> Result<usize, SettingsError> {
-    let bytes = crate::protocol::to_canonical_vec(value)
-        .map_err(|err| SettingsError::InvalidPatch(err.to_string()))?
-        .len();
+    let bytes = crate::protocol::value_to_canonical_vec(value).len();
     if bytes > max {
         return Err(SettingsError::TooLarge { what, bytes, max });
     }

@@ -202,10 +202,7 @@ pub const JSON_MEDIA_TYPE: &str = "application/json";
 
 /// Store a JSON value as canonical JSON of at most `bytes_max` bytes; returns its digest.
 pub fn put_json(tx: &WriteTx<'_>, value: &serde_json::Value, bytes_max: usize) -> StoreResult<String> {
-    let bytes = crate::protocol::to_canonical_vec(value).map_err(|err| super::StoreError::InvalidInput {
-        what: "JSON value",
-        detail: err.to_string(),
-    })?;
+    let bytes = crate::protocol::value_to_canonical_vec(value);
     if bytes.len() > bytes_max {
         return Err(super::StoreError::InvalidInput {
             what: "JSON value",

@@ -84,10 +84,10 @@ pub fn run_command(
     let conn = tx.conn();
     // The change and its receipt commit together or not at all, even for a caller that
     // keeps using the transaction after an error.
-    conn.prepare_cached("SAVEPOINT command_apply")?.execute([])?;
+    super::writer::control(conn, "SAVEPOINT command_apply")?;
     match apply(tx).and_then(|accepted| store_accepted(tx, request, accepted)) {
         Ok(receipt) => {
-            conn.prepare_cached("RELEASE command_apply")?.execute([])?;
+            super::writer::control(conn, "RELEASE command_apply")?;
             Ok(receipt)
         }
         Err(err) => {

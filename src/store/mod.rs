@@ -137,10 +137,9 @@ impl Store {
     /// consistent snapshot.
     pub fn read<T>(&self, query: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {
         let conn = self.take_reader()?;
-        // Cached statements: each read would otherwise parse both again.
-        conn.prepare_cached("BEGIN DEFERRED")?.execute([])?;
+        writer::control(&conn, "BEGIN DEFERRED")?;
         let result = query(&conn);
-        let ended = conn.prepare_cached("COMMIT").and_then(|mut commit| commit.execute([]));
+        let ended = writer::control(&conn, "COMMIT");
         if ended.is_ok() {
             self.return_reader(conn);
         }

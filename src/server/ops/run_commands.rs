@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::context::OpsContext;
 use crate::protocol::{
-    INPUT_DEPTH_MAX, JsonObject, Outcome, Request, canonical_sha256_hex, json_text_depth, to_canonical_vec,
+    INPUT_DEPTH_MAX, JsonObject, Outcome, Request, canonical_sha256_hex, json_text_depth, value_to_canonical_vec,
 };
 use crate::server::answers::{
     Answer, answer_of, command_request, expected_revision_of, page_limit, read_refusal, rejected, run_id_of, to_object,
@@ -261,7 +261,7 @@ impl StartRequest {
 }
 
 fn bounded(value: &Value, bytes_max: usize, what: &str) -> Result<Vec<u8>, Refusal> {
-    let bytes = to_canonical_vec(value).map_err(|err| rejected("invalidRequest", &err.to_string()))?;
+    let bytes = value_to_canonical_vec(value);
     if bytes.len() > bytes_max {
         return Err(rejected(
             "tooLarge",

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use crate::protocol::runner::{COMMAND_SCHEMA, Command, CommandKind, Message};
-use crate::protocol::{encode_frame, to_canonical_vec};
+use crate::protocol::{encode_frame, value_to_canonical_vec};
 use crate::server::blocking;
 use crate::store::blobs::{self, BLOB_PART_BYTES_MAX, BlobRef};
 use crate::store::run_state::{self, FirstCommand};
@@ -62,7 +62,7 @@ pub async fn first_command_frame(store: &Arc<Store>, run_id: &str) -> StoreResul
         Err(crate::protocol::FrameError::TooLarge { .. }) => {}
         Err(err) => return Err(frame_error(&err.to_string())),
     }
-    let content = to_canonical_vec(&state).map_err(|err| frame_error(&err.to_string()))?;
+    let content = value_to_canonical_vec(&state);
     let reference = blocking::write(store, move |tx| blobs::put_blob(tx, &content, RUN_STATE_MEDIA_TYPE)).await?;
     let by_reference = command(Map::from_iter([("runStateRef".to_string(), content_ref(&reference))]));
     let bytes = encode_frame(&by_reference).map_err(|err| frame_error(&err.to_string()))?;

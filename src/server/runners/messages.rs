@@ -223,31 +223,26 @@ fn submit(state: &RunnerState, message: &Message) -> Submitted {
         message.clone(),
         state.settings_known,
     );
-    Submitted::Queued(
-        state
-            .args
-            .shared
-            .store
-            .submit_write(durability_of(message.kind), move |tx| {
-                if let Some(stored) = workers::message_receipt(tx.conn(), &epoch, &owned.message_id)? {
-                    return Ok(match stored.message_hash == message_hash {
-                        true => Answer::Stored(stored, newer_settings(tx.conn(), &owned, known)?),
-                        false => Answer::Reused,
-                    });
-                }
-                let (revision, result) = apply(tx, &authority, &owned, &checked)?;
-                let settings = newer_settings(tx.conn(), &owned, known)?;
-                let result_json = result.as_ref().map(Value::to_string);
-                let receipt = workers::MessageReceipt {
-                    outcome: "accepted".to_string(),
-                    revision,
-                    result_json,
-                    message_hash,
-                };
-                workers::store_message_receipt(tx, &epoch, &owned.message_id, owned.kind.as_str(), &receipt)?;
-                Ok(Answer::Applied((revision, result), settings))
-            }),
-    )
+    let store = &state.args.shared.store;
+    Submitted::Queued(store.submit_write(durability_of(message.kind), move |tx| {
+        if let Some(stored) = workers::message_receipt(tx.conn(), &epoch, &owned.message_id)? {
+            return Ok(match stored.message_hash == message_hash {
+                true => Answer::Stored(stored, newer_settings(tx.conn(), &owned, known)?),
+                false => Answer::Reused,
+            });
+        }
+        let (revision, result) = apply(tx, &authority, &owned, &checked)?;
+        let settings = newer_settings(tx.conn(), &owned, known)?;
+        let result_json = result.as_ref().map(Value::to_string);
+        let receipt = workers::MessageReceipt {
+            outcome: "accepted".to_string(),
+            revision,
+            result_json,
+            message_hash,
+        };
+        workers::store_message_receipt(tx, &epoch, &owned.message_id, owned.kind.as_str(), &receipt)?;
+        Ok(Answer::Applied((revision, result), settings))
+    }))
 }
 
 /// `runner.ready` records only that this runner's process is ready (a fact a power loss ends
