@@ -393,6 +393,67 @@ fn pipelined_pure_results_are_each_committed_and_answered_in_order() {
 }
 
 #[test]
+fn a_run_end_sent_behind_unanswered_results_is_applied_after_them_in_order() {
+    let dir = Dir::new(&["run-finish-ahead"]);
+    // Ten results and the run's end in flight at once, fenced by revision as the Node
+    // runner sends them: all accepted, in order (the runner exits on an answer out of order).
+    dir.start(&dir.script("steps=10,pipeline=16,finish-ahead,fenced"));
+    dir.wait_completed();
+    assert_eq!(
+        dir.count("SELECT count(*) FROM node_attempts WHERE run_id = 'run-finish-ahead' AND status = 'completed'"),
+        10
+    );
+    let acks = dir.acks();
+    let kinds: Vec<&str> = acks.lines().filter_map(|line| line.split(' ').nth(2)).collect();
+    assert_eq!(
+        kinds.iter().filter(|kind| **kind == "node.finished").count(),
+        10,
+        "{acks}"
+    );
+    assert_eq!(kinds.last(), Some(&"runner.exiting"), "{acks}");
+    assert_eq!(kinds.get(kinds.len() - 2), Some(&"run.finished"), "{acks}");
+    // `<runner epoch> <message ID> <kind> <outcome>` per answer (the command line has three).
+    let answers: Vec<&str> = acks.lines().filter(|line| line.split(' ').count() == 4).collect();
+    assert_eq!(answers.len(), 13, "ready, ten results, the end, the goodbye: {acks}");
+    assert!(answers.iter().all(|line| line.ends_with(" accepted")), "{acks}");
+}
+
+#[test]
+fn a_run_end_behind_a_refused_result_is_refused_and_the_run_does_not_end() {
+    let dir = Dir::new(&["run-finish-refused"]);
+    // Step 4's result names a revision the run never had: refused. Steps 5 and 6 and the
+    // run's end were sent behind it expecting what it would have led to: refused as well.
+    dir.start(&dir.script("steps=6,pipeline=16,finish-ahead,fenced,bad-revision-at=4"));
+    dir.wait(
+        "the runner exits",
+        "SELECT count(*) FROM run_workers WHERE status = 'exited'",
+    );
+    assert_eq!(
+        dir.count("SELECT count(*) FROM node_attempts WHERE run_id = 'run-finish-refused' AND status = 'completed'"),
+        3,
+        "only the results before the refused one committed"
+    );
+    assert_eq!(
+        dir.count(
+            "SELECT count(*) FROM runs WHERE run_id = 'run-finish-refused' AND status IN ('completed', 'failed')"
+        ),
+        0,
+        "the run did not end"
+    );
+    let acks = dir.acks();
+    let refused: Vec<&str> = acks
+        .lines()
+        .filter(|line| line.ends_with(" rejected"))
+        .filter_map(|line| line.split(' ').nth(2))
+        .collect();
+    assert_eq!(
+        refused,
+        ["node.finished", "node.finished", "node.finished", "run.finished"],
+        "{acks}"
+    );
+}
+
+#[test]
 fn a_runner_that_crashes_with_results_in_flight_resumes_without_repeating_committed_nodes() {
     let dir = Dir::new(&["run-pipe-crash"]);
     // Crash right after writing the 20th message, with up to 8 results unanswered.

@@ -34,6 +34,12 @@
 //! - `pipeline=N`         send up to N pure-node results before reading their answers
 //!   (answers still arrive in order, each after its commit); timings then measure each
 //!   step from its send to its answer
+//! - `finish-ahead`       send `run.finished` behind the results still unanswered, as the
+//!   Node runner does, then read every answer
+//! - `fenced`             carry `expectedRevision` as the Node runner does: the ready answer
+//!   gives the revision, each state-changing message sent expects one more
+//! - `bad-revision-at=N`  (with `fenced`) step N's result expects a revision the run never
+//!   had, so it is refused; what was sent after it still expects what it would have led to
 //! - `reuse-id`           at step 1 send a `node.update`, then another one under the same
 //!   message ID, then the first again; log `reuse|repeat <outcome> <code>` to the ack file
 //! - `bad-reads`          before reading its run state, send bad `content.read` requests
@@ -99,6 +105,9 @@ struct Script {
     bad_reads: bool,
     reuse_id: bool,
     pipeline: usize,
+    finish_ahead: bool,
+    fenced: bool,
+    bad_revision_at: Option<u64>,
     register_child: bool,
     register_foreign: bool,
 }
@@ -145,6 +154,9 @@ fn parse_script() -> Script {
             "reuse-id" => script.reuse_id = true,
             "bad-reads" => script.bad_reads = true,
             "pipeline" => script.pipeline = number() as usize,
+            "finish-ahead" => script.finish_ahead = true,
+            "fenced" => script.fenced = true,
+            "bad-revision-at" => script.bad_revision_at = Some(number()),
             "register-child" => script.register_child = true,
             "register-foreign" => script.register_foreign = true,
             _ => exit_with(EXIT_PROTOCOL, "unknown script directive"),
@@ -192,6 +204,10 @@ struct Channel {
     next_id: u64,
     generation: u64,
     acks: Option<File>,
+    /// The revision the next state-changing message expects (`fenced`; from the ready answer).
+    revision: Option<u64>,
+    /// The next state-changing message expects a revision the run never had.
+    spoil_next: bool,
 }
 
 impl Channel {
@@ -216,6 +232,8 @@ impl Channel {
             next_id: 0,
             generation,
             acks,
+            revision: None,
+            spoil_next: false,
         }
     }
 
@@ -236,7 +254,7 @@ impl Channel {
             run_id: self.launch.run_id.clone(),
             generation: self.generation,
             runner_epoch: self.launch.runner_epoch.clone(),
-            expected_revision: None,
+            expected_revision: self.expect(kind, script),
             attempt_id,
             payload: match payload {
                 Value::Object(map) => map,
@@ -253,6 +271,21 @@ impl Channel {
             message_id: message.message_id,
             kind,
         }
+    }
+
+    /// The revision a message expects under `fenced` (advancing the next one's), else none.
+    fn expect(&mut self, kind: MessageKind, script: &Script) -> Option<u64> {
+        let changes_revision = !matches!(
+            kind,
+            MessageKind::RunnerReady
+                | MessageKind::RunnerProgress
+                | MessageKind::RunnerExiting
+                | MessageKind::ContentRead
+        );
+        let expected = self.revision.filter(|_| script.fenced && changes_revision)?;
+        self.revision = Some(expected + 1);
+        let spoiled = std::mem::take(&mut self.spoil_next);
+        Some(if spoiled { expected + 1_000_000 } else { expected })
     }
 
     fn receive(&mut self, sent: Sent) -> Response {
@@ -588,7 +621,8 @@ fn main() {
     if script.hang_before_ready {
         std::thread::sleep(Duration::from_secs(600));
     }
-    channel.send(MessageKind::RunnerReady, None, json!({}), &script);
+    let ready = channel.send(MessageKind::RunnerReady, None, json!({}), &script);
+    channel.revision = ready.revision;
     let command = channel.next_frame();
     let carried = if command["payload"].get("runState").is_some() {
         "inline"
@@ -692,6 +726,7 @@ fn main() {
         std::thread::sleep(Duration::from_millis(script.work_ms));
         let mut finished = if two_phase { json!({}) } else { node };
         finished["output"] = output.clone();
+        channel.spoil_next = script.bad_revision_at == Some(step);
         let sent = channel.send_only(MessageKind::NodeFinished, attempt, finished, &script);
         in_flight.push_back((sent, wall_start, started));
         // Pure steps may run ahead of their answers, up to the pipeline window.
@@ -701,6 +736,14 @@ fn main() {
             record_step(&mut timings, &channel, wall_start, started);
         }
     }
+    let finish = if script.fail {
+        json!({"outcome": "failed", "error": {"code": "nodeFailed", "message": "scripted failure"}})
+    } else {
+        json!({"outcome": "completed", "output": {"steps": script.steps}})
+    };
+    // Sent ahead, the run's end follows the results still unanswered (one group commit).
+    let finish_ahead = (script.finish_ahead && !script.updates)
+        .then(|| channel.send_only(MessageKind::RunFinished, None, finish.clone(), &script));
     while let Some((sent, wall_start, started)) = in_flight.pop_front() {
         channel.receive(sent);
         record_step(&mut timings, &channel, wall_start, started);
@@ -711,11 +754,7 @@ fn main() {
                             "output": null, "notification": {"kind": "final", "message": "done"}});
         channel.send(MessageKind::NotificationRequested, Some(attempt), notify, &script);
     }
-    let finish = if script.fail {
-        json!({"outcome": "failed", "error": {"code": "nodeFailed", "message": "scripted failure"}})
-    } else {
-        json!({"outcome": "completed", "output": {"steps": script.steps}})
-    };
-    channel.send(MessageKind::RunFinished, None, finish, &script);
+    let finish = finish_ahead.unwrap_or_else(|| channel.send_only(MessageKind::RunFinished, None, finish, &script));
+    channel.receive(finish);
     channel.send(MessageKind::RunnerExiting, None, json!({}), &script);
 }

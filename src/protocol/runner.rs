@@ -52,6 +52,9 @@ pub struct Launch {
     pub definition_digest: String,
     pub input_hash: String,
     pub protocol_version: u32,
+    /// How long the runner may load the workflow after `runner.ready`, which it sends at once
+    /// (the server's ready deadline, carried on; docs/RUNNER-PROTOCOL.md).
+    pub load_deadline_ms: u64,
 }
 
 wire_enum! {

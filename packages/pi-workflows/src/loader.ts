@@ -151,7 +151,7 @@ async function loadModule(filePath: string, expected?: WorkflowSource): Promise<
 }
 
 /** Import code held in memory (a data: URL; its imports are absolute file URLs or builtins). */
-async function importVerified(code: string): Promise<Record<string, unknown>> {
+export async function importVerified(code: string): Promise<Record<string, unknown>> {
   return (await import(`data:text/javascript;base64,${Buffer.from(code).toString("base64")}`)) as Record<string, unknown>;
 }
 
@@ -170,17 +170,21 @@ export async function loadWorkflowFile(filePath: string, name?: string, expected
     if ((error as NodeJS.ErrnoException)?.syscall) throw error;
     throw new WorkflowError("invalidDefinition", `loading ${filePath} failed: ${(error as Error)?.message ?? error}`);
   }
+  const { definition, compiled } = compileDefaultExport(filePath, module);
+  return { name: name ?? definition.name, definition, compiled, source };
+}
+
+/** The workflow a module default-exports, compiled; `label` names the module in errors. */
+export function compileDefaultExport(label: string, module: Record<string, unknown>): { definition: WorkflowDefinition; compiled: CompiledWorkflow } {
   const definition = module.default as WorkflowDefinition | undefined;
   if (definition?.kind !== "workflow") {
-    throw new WorkflowError("invalidDefinition", `${filePath} must default-export defineWorkflow(...)`);
+    throw new WorkflowError("invalidDefinition", `${label} must default-export defineWorkflow(...)`);
   }
-  let compiled: CompiledWorkflow;
   try {
-    compiled = compileWorkflow(definition);
+    return { definition, compiled: compileWorkflow(definition) };
   } catch (error) {
     throw new WorkflowError("invalidDefinition", (error as Error).message);
   }
-  return { name: name ?? definition.name, definition, compiled, source };
 }
 
 /** Resolve `<name>` or a path for `projectPath`, then load it. */

@@ -62,11 +62,14 @@ pub async fn on_frames(state: &mut RunnerState, lines: Vec<Vec<u8>>) -> bool {
 }
 
 /// Proposals a runner may send without waiting for the previous answer: nothing it does
-/// next depends on their results (a pure node reruns if its result was not committed).
+/// next depends on their results (a pure node reruns if its result was not committed). A
+/// run's end may follow them unanswered too (the runner then waits for every answer): it
+/// expects the revision they lead to, so it commits with them or, after a refusal, not at
+/// all, and the run's last results and its end share one group commit.
 fn pipelinable(kind: MessageKind) -> bool {
     matches!(
         kind,
-        MessageKind::NodeFinished | MessageKind::NodeFailed | MessageKind::NodeUpdate
+        MessageKind::NodeFinished | MessageKind::NodeFailed | MessageKind::NodeUpdate | MessageKind::RunFinished
     )
 }
 

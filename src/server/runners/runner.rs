@@ -399,6 +399,7 @@ fn launch_envelope(args: &RunnerArgs) -> Launch {
         definition_digest: args.run.definition_digest.clone(),
         input_hash: args.run.input_hash.clone(),
         protocol_version: RUNNER_PROTOCOL_VERSION,
+        load_deadline_ms: u64::try_from(args.runners.settings.ready_timeout.as_millis()).unwrap_or(u64::MAX),
     }
 }
 

@@ -19,7 +19,12 @@ export function channelHost(session: RunnerSession): Host {
       start?.nodeType === "compute"
         ? session.sendAhead("node.failed", { ...start, error }, attemptId)
         : send("node.failed", { ...start, error }, attemptId),
-    runFinished: (result) => send("run.finished", { ...result }),
+    // The run's end goes out behind the results still in flight (their last burst and the
+    // end share one commit), and the runner still waits for every answer before it goes on.
+    runFinished: async (result) => {
+      await session.sendAhead("run.finished", { ...result });
+      await session.flush();
+    },
     runParked: (reason) => send("run.parked", { reason }),
     interactionAccepted: (attemptId, verdict) => send("interaction.accepted", { ...verdict }, attemptId),
     interactionRejected: (attemptId, verdict) => send("interaction.rejected", { ...verdict }, attemptId),

@@ -1,5 +1,6 @@
 // Line framing on the runner socket: one canonical JSON object per line, at most 1 MiB.
 import net from "node:net";
+import type { Duplex } from "node:stream";
 import { canonicalJson } from "../canonical.js";
 
 export const FRAME_BYTES_MAX = 1024 * 1024;
@@ -26,7 +27,8 @@ export class FrameChannel {
   /** Whether writes of this tick are being gathered (see writeFrame). */
   private corked = false;
 
-  constructor(private readonly socket: net.Socket) {
+  /** Over the inherited socket, or any byte stream (the warm-up's in-memory pair). */
+  constructor(private readonly socket: Duplex) {
     socket.on("data", (chunk: Buffer) => this.onData(chunk));
     socket.on("end", () => this.fail(new ProtocolError("the server closed the runner channel")));
     socket.on("error", (error) => this.fail(error));

@@ -2,23 +2,18 @@
 // fd 3, executes one run generation, and returns the exit code: 0 done, 75 claim lost, 76
 // protocol or launch error, 70 anything else.
 import { fileURLToPath } from "node:url";
-import { sha256Hex } from "../canonical.js";
-import { runWorkflow, type RunCommand } from "../engine.js";
-import type { AgentExecutor, RunState } from "../engine/host.js";
+import type { AgentExecutor } from "../engine/host.js";
 import { nodeError } from "../engine/limits.js";
-import { LiveSettings } from "../settings.js";
 import { WorkflowError } from "../errors.js";
 import { loadWorkflowFile, type LoadedWorkflow, SourceChangedError } from "../loader.js";
-import { channelHost } from "./channel-host.js";
 import { FrameChannel, ProtocolError } from "./channel.js";
-import { type ContentRef, readContent } from "./content.js";
+import { readyWhileLoading, runGeneration } from "./generation.js";
 import { type Launch, parseLaunch, RunnerSession } from "./session.js";
 import { warmUp } from "./warmup.js";
-import { parseWorkflowSource, verifySourceOnDisk } from "../source-identity.js";
+import { parseWorkflowSource, verifySourceOnDisk, type WorkflowSource } from "../source-identity.js";
 
 const EXIT_PROTOCOL = 76;
 const EXIT_INTERNAL = 70;
-const COMMANDS: readonly RunCommand[] = ["start", "resume", "continue", "restart"];
 
 function log(message: string) {
   process.stderr.write(`pi-workflows runner: ${message}\n`);
@@ -42,10 +37,9 @@ function lazyAgentExecutor(executorUrl: URL, projectPath: string): () => Promise
     })());
 }
 
-/** Ready, take the command (it always follows the ready response), park, leave: no workflow code ran. */
+/** Take the command (it always follows the ready answer), park, leave: no workflow code ran. */
 async function parkSourceChanged(session: RunnerSession, why: string): Promise<void> {
   log(`workflow source changed: ${why}`);
-  await session.send("runner.ready", {});
   await session.readCommand();
   await session.send("run.parked", { reason: "workflowSourceChanged" });
 }
@@ -58,9 +52,7 @@ type Verified = { loaded: LoadedWorkflow } | { changed: string } | { loadError: 
  * from changed sources by hashing the saved files: a missing or edited file parks the run,
  * only an unchanged source that no longer loads fails it.
  */
-async function loadVerified(launch: Launch): Promise<Verified> {
-  const saved = parseWorkflowSource(launch.workflowSource);
-  if (!saved) throw new ProtocolError("the launch envelope has no usable workflowSource.root");
+async function loadVerified(launch: Launch, saved: WorkflowSource): Promise<Verified> {
   let loaded: LoadedWorkflow;
   try {
     loaded = await loadWorkflowFile(saved.root.path, undefined, saved);
@@ -79,40 +71,19 @@ async function loadVerified(launch: Launch): Promise<Verified> {
 /** The unchanged source no longer loads (e.g. a missing external package): fail the run clearly. */
 async function failUnloadable(session: RunnerSession, why: string): Promise<void> {
   log(`workflow does not load: ${why}`);
-  await session.send("runner.ready", {});
   await session.readCommand();
   await session.send("run.finished", { outcome: "failed", error: nodeError("invalidDefinition", why) });
 }
 
-async function readRunState(session: RunnerSession, payload: Record<string, unknown>): Promise<RunState> {
-  if (payload.runState) return payload.runState as RunState;
-  const ref = payload.runStateRef as ContentRef | undefined;
-  if (!ref) throw new ProtocolError("the command payload has neither runState nor runStateRef");
-  const parsed = JSON.parse((await readContent(session, ref)).toString("utf8")) as RunState | { runState: RunState };
-  return "runState" in parsed && parsed.runState ? parsed.runState : (parsed as RunState);
-}
-
 async function execute(session: RunnerSession, launch: Launch, loaded: LoadedWorkflow, executorUrl: URL): Promise<void> {
-  await session.send("runner.ready", {});
-  const frame = await session.readCommand();
-  const command = frame.command as RunCommand;
-  if (!COMMANDS.includes(command)) throw new ProtocolError(`unknown command ${JSON.stringify(frame.command)}`);
-  const runState = await readRunState(session, (frame.payload ?? {}) as Record<string, unknown>);
-  const controller = new AbortController();
-  process.once("SIGTERM", () => controller.abort(new Error("runner stopped (SIGTERM)")));
-  // Settings changed while the run goes on reach the runner in answers to node starts.
-  const settings = new LiveSettings(runState.settings);
-  session.onSettings = (version) => settings.offer(version);
-  const outcome = await runWorkflow({
-    workflow: loaded.compiled,
-    host: channelHost(session),
-    runState,
-    command,
-    projectPath: launch.projectPath,
-    attemptIdPrefix: "a" + sha256Hex(`${launch.runId}\0${launch.generation}\0${launch.runnerEpoch}`).slice(0, 20),
+  const outcome = await runGeneration(session, loaded.compiled, {
+    // From the command on, SIGTERM stops the workflow between steps; before it, the default kill.
+    signal: () => {
+      const controller = new AbortController();
+      process.once("SIGTERM", () => controller.abort(new Error("runner stopped (SIGTERM)")));
+      return controller.signal;
+    },
     loadAgentExecutor: lazyAgentExecutor(executorUrl, launch.projectPath),
-    signal: controller.signal,
-    settings,
   });
   log(`run ${launch.runId} generation ${launch.generation}: ${outcome.kind}`);
 }
@@ -134,8 +105,10 @@ export async function runnerMain({ executorUrl }: { executorUrl: URL }): Promise
     } catch {
       // No usable project directory: steps that need one fail with their own error.
     }
+    const saved = parseWorkflowSource(launch.workflowSource);
+    if (!saved) throw new ProtocolError("the launch envelope has no usable workflowSource.root");
     session = new RunnerSession(channel, launch);
-    const verified = await loadVerified(launch);
+    const verified = await readyWhileLoading(session, () => loadVerified(launch, saved));
     if ("changed" in verified) await parkSourceChanged(session, verified.changed);
     else if ("loadError" in verified) await failUnloadable(session, verified.loadError);
     else await execute(session, launch, verified.loaded, executorUrl);

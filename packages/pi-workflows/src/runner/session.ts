@@ -18,6 +18,8 @@ export interface Launch {
   definitionDigest: string;
   inputHash: string;
   protocolVersion: number;
+  /** How long the workflow's load may take after `runner.ready` (the server's ready deadline). */
+  loadDeadlineMs?: number;
 }
 
 export interface RunnerResponse {

@@ -1,46 +1,47 @@
-// A waiting runner's warm-up. V8 compiles a function when it is first called, so the first run
-// through the engine pays for compiling define, compile, the engine loop and frame encoding:
-// a 10-step workflow took ~7 ms the first time in a fresh Node and ~1 ms the next. A warm
-// runner pays that while it waits for its launch, by running a two-step workflow against a host
-// that keeps and sends nothing, so a launched run starts on compiled code.
+// A waiting runner's warm-up. V8 compiles a function when it is first called, so a runner's
+// first launch pays for compiling every function on its path: the frame reader and writer,
+// the session, the loader's in-memory import, compile, the engine loop, the channel host. A
+// warm runner pays that while it waits for its launch, by rehearsing a whole generation: an
+// in-memory peer plays the server (launch, answers, the command), a two-step workflow is
+// imported from memory through the SDK a real workflow imports while `runner.ready` is
+// answered, and runGeneration runs it exactly as a launched run does.
 //
-// Invariant: the warm-up touches no file, no channel and no global state a run could see; a
-// failed warm-up only leaves the code cold.
-import { canonicalJson, sha256Hex } from "../canonical.js";
-import { compileWorkflow } from "../compile.js";
-import { defineWorkflow } from "../define.js";
-import { runWorkflow } from "../engine.js";
-import type { Host, RunState } from "../engine/host.js";
-import { compute } from "../nodes.js";
+// Invariant: the warm-up touches no file, no process channel and no state a run could see
+// (its module is a data: URL no workflow bundle can equal); a failed or slow warm-up only
+// leaves the code cold.
+import { Duplex } from "node:stream";
+import { compileDefaultExport, importVerified } from "../loader.js";
+import type { RunState } from "../engine/host.js";
+import { SDK_URL } from "../runtime-url.js";
+import { FrameChannel } from "./channel.js";
+import { readyWhileLoading, runGeneration } from "./generation.js";
+import { COMMAND_SCHEMA, LAUNCH_SCHEMA, parseLaunch, RESPONSE_SCHEMA, RunnerSession } from "./session.js";
 
-const done = async (): Promise<void> => {};
+/** The longest a warm-up may hold a runner before it takes its launch (it takes ~10 ms). */
+export const WARM_UP_MS_MAX = 2_000;
 
-/** A host that accepts every message and keeps nothing. */
-function silentHost(): Host {
-  return {
-    nodeStarted: done,
-    nodeUpdate: done,
-    nodeFinished: done,
-    nodeFailed: done,
-    runFinished: done,
-    runParked: done,
-    interactionAccepted: done,
-    interactionRejected: done,
-    interactionRequested: done,
-    notificationRequested: done,
-    effectReserve: async () => ({ effectId: "warm", status: "pending", execute: false }),
-    effectSettle: done,
-    processRegister: done,
-    processUnregister: done,
-  };
+const WARM_UP_ID = "warm-up";
+
+/** The rehearsal's workflow, as a bundle would import it (the SDK by its URL). */
+function warmUpCode(): string {
+  return [
+    "// pi-workflows runner warm-up (never a workflow's bundle)",
+    `import { compute, defineWorkflow } from ${JSON.stringify(SDK_URL)};`,
+    "export default defineWorkflow({",
+    '  name: "warm-up",',
+    '  startAt: "first",',
+    "  nodes: { first: compute({ run: () => ({ n: 1 }) }), second: compute({ run: ({ outputs }) => outputs.first }) },",
+    '  edges: [{ from: "first", to: "second" }],',
+    "});",
+  ].join("\n");
 }
 
 function emptyRunState(): RunState {
   return {
     schema: "pi-workflows.run-state.v1",
-    runId: "warm-up",
-    workflowName: "warm-up",
-    revision: 0,
+    runId: WARM_UP_ID,
+    workflowName: WARM_UP_ID,
+    revision: 1,
     input: {},
     attempts: [],
     effects: [],
@@ -49,29 +50,86 @@ function emptyRunState(): RunState {
   };
 }
 
-/** Run a two-step workflow in memory and encode a frame like the ones a run sends; whether
- * the workflow completed. */
-export async function warmUp(): Promise<boolean> {
+/** Two in-memory streams joined end to end: what one writes, the other reads. */
+function streamPair(): [Duplex, Duplex] {
+  const ends: Duplex[] = [];
+  const end = (peer: () => Duplex) =>
+    new Duplex({
+      read() {},
+      write(chunk, _encoding, callback) {
+        peer().push(chunk);
+        callback();
+      },
+      final(callback) {
+        peer().push(null);
+        callback();
+      },
+    });
+  ends.push(end(() => ends[1]!), end(() => ends[0]!));
+  return [ends[0]!, ends[1]!];
+}
+
+/** The server's part: the launch, an accepted answer to every message, the command after ready. */
+async function playServer(server: FrameChannel): Promise<void> {
+  await server.writeFrame({
+    schema: LAUNCH_SCHEMA,
+    runId: WARM_UP_ID,
+    generation: 1,
+    runnerEpoch: WARM_UP_ID,
+    projectPath: process.cwd(),
+    workflowSource: null,
+    definitionDigest: "",
+    inputHash: "",
+    protocolVersion: 1,
+  });
+  let revision = 1;
+  for (;;) {
+    const message = await server.readFrame();
+    if (typeof message.expectedRevision === "number") revision = message.expectedRevision + 1;
+    await server.writeFrame({ schema: RESPONSE_SCHEMA, messageId: message.messageId, outcome: "accepted", revision });
+    if (message.kind === "runner.ready") {
+      await server.writeFrame({ schema: COMMAND_SCHEMA, command: "start", payload: { runState: emptyRunState() } });
+    }
+    if (message.kind === "runner.exiting") return;
+  }
+}
+
+const claimLost = (): never => {
+  throw new Error("the warm-up's peer answered claimLost");
+};
+
+async function rehearse(): Promise<boolean> {
+  const [runnerEnd, serverEnd] = streamPair();
+  const runner = new FrameChannel(runnerEnd);
+  const server = new FrameChannel(serverEnd);
+  const serving = playServer(server);
+  serving.catch(() => undefined); // a runner-side failure closes the pair; awaited below otherwise
   try {
-    const workflow = defineWorkflow({
-      name: "warm-up",
-      startAt: "first",
-      nodes: { first: compute({ run: () => 1 }), second: compute({ run: ({ outputs }) => outputs.first }) },
-      edges: [{ from: "first", to: "second" }],
-    });
-    const outcome = await runWorkflow({
-      workflow: compileWorkflow(workflow),
-      host: silentHost(),
-      runState: emptyRunState(),
-      command: "start",
-      projectPath: process.cwd(),
-      attemptIdPrefix: "warm",
-    });
-    const frame = canonicalJson({ type: "message", kind: "node.finished", payload: { output: { n: 1 }, nodeId: "first" } });
-    JSON.parse(frame);
-    sha256Hex(frame);
+    const launch = parseLaunch(await runner.readFrame());
+    const session = new RunnerSession(runner, launch, claimLost);
+    const load = async () => compileDefaultExport(WARM_UP_ID, await importVerified(warmUpCode()));
+    const { compiled } = await readyWhileLoading(session, load);
+    const outcome = await runGeneration(session, compiled, {});
+    await session.send("runner.exiting", {});
+    await serving;
     return outcome.kind === "completed";
+  } finally {
+    runner.close();
+    server.close();
+  }
+}
+
+/** Rehearse one generation in memory, within WARM_UP_MS_MAX; whether it completed. */
+export async function warmUp(): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<boolean>((resolve) => {
+    timer = setTimeout(() => resolve(false), WARM_UP_MS_MAX);
+  });
+  try {
+    return await Promise.race([rehearse(), late]);
   } catch {
     return false;
+  } finally {
+    clearTimeout(timer);
   }
 }
