@@ -17,7 +17,7 @@ import { FrameChannel } from "./channel.js";
 import { readyWhileLoading, runGeneration } from "./generation.js";
 import { COMMAND_SCHEMA, LAUNCH_SCHEMA, parseLaunch, RESPONSE_SCHEMA, RunnerSession } from "./session.js";
 
-/** The longest a warm-up may hold a runner before it takes its launch (it takes ~10 ms). */
+/** The longest a warm-up may hold a runner before it takes its launch (it takes ~20 ms of CPU). */
 export const WARM_UP_MS_MAX = 2_000;
 
 const WARM_UP_ID = "warm-up";
