@@ -471,9 +471,10 @@ fn commit_batch(
 
 /// `Disk` when any job of the batch needs the disk, else `Kernel`.
 fn batch_durability(pending: &VecDeque<Box<dyn WriteJob>>) -> Durability {
-    match pending.iter().any(|job| job.durability() == Durability::Disk) {
-        true => Durability::Disk,
-        false => Durability::Kernel,
+    if pending.iter().any(|job| job.durability() == Durability::Disk) {
+        Durability::Disk
+    } else {
+        Durability::Kernel
     }
 }
 

@@ -62,9 +62,10 @@ pub async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: 
     let (authority, epoch) = (state.args.authority.clone(), state.args.runner_epoch.clone());
     let (code, signal) = (exit.and_then(ExitOutcome::code), exit.and_then(ExitOutcome::signal));
     // A runner's end alone is a process fact; a change to its run is a workflow fact.
-    let durability = match park.is_none() && !requeue && !give_up {
-        true => Durability::Kernel,
-        false => Durability::Disk,
+    let durability = if park.is_none() && !requeue && !give_up {
+        Durability::Kernel
+    } else {
+        Durability::Disk
     };
     let settled = state
         .args

@@ -41,7 +41,7 @@ export const LOAD_MS_MAX = 10 * 60_000;
 /** The load deadline a launch names, if it is usable; else the default. */
 export function loadDeadlineMs(launch: Launch): number {
   const named = launch.loadDeadlineMs;
-  return Number.isSafeInteger(named) && named! > 0 ? Math.min(named!, LOAD_MS_MAX) : LOAD_MS_DEFAULT;
+  return typeof named === "number" && Number.isSafeInteger(named) && named > 0 ? Math.min(named, LOAD_MS_MAX) : LOAD_MS_DEFAULT;
 }
 
 export class LoadTimeoutError extends Error {}
