@@ -187,6 +187,13 @@ test("a waiting runner's warm-up rehearses a whole generation in memory and leav
   assert.deepEqual(readdirSync(project).sort(), before, "no file was created or removed");
 });
 
+test("a runner rehearses only while it waits: a launch that is already there is taken at once", async () => {
+  const { warmUpUnlessLaunched } = await import("../dist/runner/warmup.js");
+  assert.equal(await warmUpUnlessLaunched(Promise.resolve({})), false, "a waiting launch skips the rehearsal");
+  assert.equal(await warmUpUnlessLaunched(Promise.reject(new Error("end of file"))), false, "so does a closed channel");
+  assert.equal(await warmUpUnlessLaunched(new Promise(() => {})), true, "a runner left waiting rehearses");
+});
+
 test("runner.ready goes out before the workflow loads, and a load that never settles ends the runner", async () => {
   const { Duplex, PassThrough } = await import("node:stream");
   const { FrameChannel } = await import("../dist/runner/channel.js");

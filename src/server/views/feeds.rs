@@ -11,14 +11,16 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use supervisors::{ChildSpec, Restart, SupervisorMsg};
 
 use super::cache::{self, Views};
+use super::pace::Pace;
 use super::sessions::{self, SessionView};
 use crate::protocol::JsonObject;
 use crate::server::blocking;
@@ -27,10 +29,18 @@ use crate::store::{Store, run_view};
 
 /// Views a run feed keeps for reconnecting subscribers (a retained revision gets a patch).
 pub const RETAINED_REVISIONS_MAX: usize = 16;
-/// A feed rebuilds at most this often (leading edge, see `pace`); commits in between coalesce.
+/// Under a long stream of changes a run feed rebuilds this often; commits in between coalesce
+/// (`pace.rs`).
 pub const RUN_FEED_INTERVAL_MS: u64 = 50;
-/// The run list is rebuilt at most this often.
+/// Rebuilds a run feed makes at once before its interval applies: more than a short run's
+/// changes from its subscription to its end (admission, ready, result batches, the end).
+pub const RUN_FEED_BURST_MAX: u32 = 16;
+/// Under a long stream of changes the run list is rebuilt this often.
 pub const LIST_FEED_INTERVAL_MS: u64 = 100;
+/// Rebuilds of the run list at once before its interval applies.
+pub const LIST_FEED_BURST_MAX: u32 = 4;
+/// The least time between two looks of a feed at the store, rebuilt or not.
+pub const FEED_CHECK_GAP_MS: u64 = 2;
 /// Items of the watched run list (its first page).
 pub const LIST_FEED_ITEMS: usize = 50;
 
@@ -164,10 +174,13 @@ pub type SessionReceiver = watch::Receiver<Option<Arc<SessionView>>>;
 /// A session feed rebuilds at least this often without commits: a retained terminal run
 /// leaves the view by time alone.
 pub const SESSION_FEED_REFRESH_MS: u64 = 5_000;
-/// A session feed rebuilds at most this often. Shorter than a run feed's: a rebuild is one
-/// small read when nothing of the session changed, and a step usually commits a few ms after
-/// the turn end before it (measured: 50 ms here put ~30 ms on every step's delivery).
+/// Under a long stream of changes a session feed rebuilds this often. Shorter than a run
+/// feed's: a look is one small read when nothing of the session changed, and a step usually
+/// commits a few ms after the turn end before it (measured: 50 ms here put ~30 ms on every
+/// step's delivery).
 pub const SESSION_FEED_INTERVAL_MS: u64 = 10;
+/// Session views rebuilt at once before the session feed's interval applies.
+pub const SESSION_FEED_BURST_MAX: u32 = 4;
 /// Sessions watched at once, at most (one per open Pi session, plus viewers).
 pub const SESSION_FEEDS_MAX: usize = 1024;
 
@@ -385,30 +398,21 @@ impl Feeds {
     }
 }
 
-/// A leading-edge rate limit: the first commit after a quiet spell is rebuilt at once (a
-/// trailing wait put a fixed 50 ms between a commit and every view of it); under a burst the
-/// rebuilds stay `interval_ms` apart and the commits between them coalesce.
-async fn pace(built_at: Instant, interval_ms: u64) {
-    let since = built_at.elapsed();
-    let interval = Duration::from_millis(interval_ms);
-    if since < interval {
-        tokio::time::sleep(interval - since).await;
-    }
-}
-
 async fn run_feed(feeds: Arc<Feeds>, run_id: String, feed: Arc<RunFeed>) -> Result<(), String> {
     let _serving = feed.served.serving();
     let mut commits = feeds.store().commits();
     let mut published: Option<i64> = None;
     let mut stored = HashSet::new();
+    let mut pace = Pace::new(RUN_FEED_INTERVAL_MS, RUN_FEED_BURST_MAX, FEED_CHECK_GAP_MS);
     loop {
-        let built_at = Instant::now();
+        let looked_at = Instant::now();
         commits.borrow_and_update();
-        match refresh_run(&feeds.views, &run_id, published, &mut stored).await {
-            Refresh::Unchanged => {}
+        let rebuilt = match refresh_run(&feeds.views, &run_id, published, &mut stored).await {
+            Refresh::Unchanged => false,
             Refresh::Published(snapshot) => {
                 published = Some(snapshot.revision);
                 feed.publish(snapshot);
+                true
             }
             Refresh::Gone => {
                 feed.publish(Snapshot {
@@ -416,13 +420,14 @@ async fn run_feed(feeds: Arc<Feeds>, run_id: String, feed: Arc<RunFeed>) -> Resu
                     document: None,
                     patch_from_previous: None,
                 });
+                true
             }
-        }
+        };
         tokio::select! {
             changed = commits.changed() => if changed.is_err() { break },
             () = feed.latest.closed() => if feeds.retire_run(&run_id, &feed) { return Ok(()) },
         }
-        pace(built_at, RUN_FEED_INTERVAL_MS).await;
+        pace.wait_after(looked_at, rebuilt).await;
     }
     feeds.retire_run(&run_id, &feed);
     Ok(())
@@ -469,8 +474,9 @@ async fn list_feed(
     let _serving = served.serving();
     let mut commits = feeds.store().commits();
     let mut last: Option<Arc<JsonObject>> = None;
+    let mut pace = Pace::new(LIST_FEED_INTERVAL_MS, LIST_FEED_BURST_MAX, FEED_CHECK_GAP_MS);
     loop {
-        let built_at = Instant::now();
+        let looked_at = Instant::now();
         let revision = *commits.borrow_and_update();
         match cache::runs_page(&feeds.views, None, LIST_FEED_ITEMS).await {
             Ok(page) if last.as_deref() != Some(&page) => {
@@ -485,20 +491,22 @@ async fn list_feed(
             changed = commits.changed() => if changed.is_err() { break },
             () = sender.closed() => if feeds.retire_list(&sender) { return Ok(()) },
         }
-        pace(built_at, LIST_FEED_INTERVAL_MS).await;
+        // Every look builds the page, changed or not.
+        pace.wait_after(looked_at, true).await;
     }
     feeds.retire_list(&sender);
     Ok(())
 }
 
-/// Rebuild a session's view after commits (at most every `SESSION_FEED_INTERVAL_MS`) and
-/// publish it when it changed.
+/// Rebuild a session's view after commits (paced: `SESSION_FEED_BURST_MAX` at once, then one
+/// every `SESSION_FEED_INTERVAL_MS`) and publish it when it changed.
 async fn session_feed(feeds: Arc<Feeds>, session_id: String, feed: SessionFeed) -> Result<(), String> {
     let _serving = feed.served.serving();
     let mut commits = feeds.store().commits();
     let (mut last_key, mut last_digest): (Option<String>, Option<String>) = (None, None);
+    let mut pace = Pace::new(SESSION_FEED_INTERVAL_MS, SESSION_FEED_BURST_MAX, FEED_CHECK_GAP_MS);
     loop {
-        let built_at = Instant::now();
+        let looked_at = Instant::now();
         commits.borrow_and_update();
         let key = sessions::session_key(&feeds.views, &session_id).await;
         let changed = !matches!((&key, &last_key), (Ok(key), Some(last)) if key == last);
@@ -520,7 +528,7 @@ async fn session_feed(feeds: Arc<Feeds>, session_id: String, feed: SessionFeed) 
             // Time alone changes a session view too (a retained terminal run leaves it).
             () = tokio::time::sleep(Duration::from_millis(SESSION_FEED_REFRESH_MS)) => {}
         }
-        pace(built_at, SESSION_FEED_INTERVAL_MS).await;
+        pace.wait_after(looked_at, changed).await;
     }
     feeds.retire_session(&session_id, &feed.sender);
     Ok(())

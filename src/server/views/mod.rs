@@ -5,4 +5,5 @@
 
 pub mod cache;
 pub mod feeds;
+pub mod pace;
 pub mod sessions;

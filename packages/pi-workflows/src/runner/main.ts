@@ -9,7 +9,7 @@ import { loadWorkflowFile, type LoadedWorkflow, SourceChangedError } from "../lo
 import { FrameChannel, ProtocolError } from "./channel.js";
 import { readyWhileLoading, runGeneration } from "./generation.js";
 import { type Launch, parseLaunch, RunnerSession } from "./session.js";
-import { warmUp } from "./warmup.js";
+import { warmUpUnlessLaunched } from "./warmup.js";
 import { parseWorkflowSource, verifySourceOnDisk, type WorkflowSource } from "../source-identity.js";
 
 const EXIT_PROTOCOL = 76;
@@ -95,10 +95,10 @@ export async function runnerMain({ executorUrl }: { executorUrl: URL }): Promise
   const channel = FrameChannel.fromFd(3);
   let session: RunnerSession | undefined;
   try {
-    // A warm runner waits here for its launch anyway; an on-demand one pays now what its run's
-    // first steps would have paid.
-    await warmUp();
-    const launch = parseLaunch(await channel.readFrame());
+    // A warm runner left waiting rehearses its run's path meanwhile; one taken at once does not.
+    const launchFrame = channel.readFrame();
+    await warmUpUnlessLaunched(launchFrame);
+    const launch = parseLaunch(await launchFrame);
     // A warm runner was started before its run was known: move into the run's project.
     try {
       process.chdir(launch.projectPath);

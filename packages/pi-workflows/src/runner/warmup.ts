@@ -1,10 +1,11 @@
 // A waiting runner's warm-up. V8 compiles a function when it is first called, so a runner's
 // first launch pays for compiling every function on its path: the frame reader and writer,
 // the session, the loader's in-memory import, compile, the engine loop, the channel host. A
-// warm runner pays that while it waits for its launch, by rehearsing a whole generation: an
-// in-memory peer plays the server (launch, answers, the command), a two-step workflow is
-// imported from memory through the SDK a real workflow imports while `runner.ready` is
-// answered, and runGeneration runs it exactly as a launched run does.
+// warm runner whose launch is not already waiting pays that meanwhile, by
+// rehearsing a whole generation: an in-memory peer plays the server (launch, answers, the
+// command), a two-step workflow is imported from memory through the SDK a real workflow
+// imports while `runner.ready` is answered, and runGeneration runs it exactly as a launched
+// run does.
 //
 // Invariant: the warm-up touches no file, no process channel and no state a run could see
 // (its module is a data: URL no workflow bundle can equal); a failed or slow warm-up only
@@ -117,6 +118,24 @@ async function rehearse(): Promise<boolean> {
     runner.close();
     server.close();
   }
+}
+
+/**
+ * Rehearse unless the launch is already waiting (the runner was started for a run, or taken
+ * while it was still starting up): then its run would wait for the rehearsal, and pays a few
+ * ms of compiling instead. Whether a rehearsal ran.
+ */
+export async function warmUpUnlessLaunched(launch: Promise<unknown>): Promise<boolean> {
+  // A launch already in the channel is read in the event loop's next poll phase (the socket
+  // starts reading on a later tick), which comes before the next-but-one check phase.
+  const waited = new Promise<boolean>((resolve) => setImmediate(() => setImmediate(() => resolve(true))));
+  const arrived = launch.then(
+    () => false,
+    () => false,
+  );
+  if (!(await Promise.race([waited, arrived]))) return false;
+  await warmUp();
+  return true;
 }
 
 /** Rehearse one generation in memory, within WARM_UP_MS_MAX; whether it completed. */

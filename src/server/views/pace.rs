@@ -1,0 +1,133 @@
+//! How often a live feed rebuilds: at once after a change, up to a burst; under a longer
+//! stream of changes at a steady rate, the changes in between coalescing into the next view.
+//!
+//! Why a burst: a short run's whole life (admission, ready, a few batches of results, its
+//! end) is a handful of commits within a few ms. A fixed interval after each rebuild put
+//! every change after the subscription's first view up to one interval late — a 20 ms run
+//! was seen ending ~50 ms after it started. A run that changes all the time still costs its
+//! feed at most one rebuild per interval once its burst is spent.
+//!
+//! A check that found nothing new (another run committed) spends no rebuild; it is only
+//! spaced by a small gap, so a feed rechecks at most `1000 / check_gap_ms` times a second.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// A rebuild budget: `burst_max` back to back, refilled one per `interval` (a generic cell
+/// rate: `due` is when the next rebuild would be due on a steady schedule).
+#[derive(Debug)]
+pub struct Pace {
+    interval: Duration,
+    /// How far ahead of now the schedule may run: `burst_max - 1` intervals.
+    tolerance: Duration,
+    check_gap: Duration,
+    due: Instant,
+}
+
+impl Pace {
+    pub fn new(interval_ms: u64, burst_max: u32, check_gap_ms: u64) -> Self {
+        assert!(
+            interval_ms > 0 && burst_max >= 1,
+            "a pace needs an interval and a burst of at least one"
+        );
+        assert!(
+            check_gap_ms <= interval_ms,
+            "a check is never spaced wider than a rebuild"
+        );
+        let interval = Duration::from_millis(interval_ms);
+        Self {
+            interval,
+            tolerance: interval * (burst_max - 1),
+            check_gap: Duration::from_millis(check_gap_ms),
+            due: Instant::now(),
+        }
+    }
+
+    /// Record the look that started at `looked_at` (`rebuilt`: it built and published a view),
+    /// and return when the next look may start.
+    pub fn next_after(&mut self, looked_at: Instant, rebuilt: bool) -> Instant {
+        if rebuilt {
+            self.due = self.due.max(looked_at) + self.interval;
+        }
+        let budget_allows = self.due.checked_sub(self.tolerance).unwrap_or(looked_at);
+        budget_allows.max(looked_at + self.check_gap)
+    }
+
+    /// Wait until the next look after the one that started at `looked_at` may start.
+    pub async fn wait_after(&mut self, looked_at: Instant, rebuilt: bool) {
+        tokio::time::sleep_until(self.next_after(looked_at, rebuilt)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INTERVAL_MS: u64 = 50;
+    const BURST_MAX: u32 = 4;
+    const CHECK_GAP_MS: u64 = 2;
+
+    fn ms(duration: Duration) -> u64 {
+        duration.as_millis() as u64
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_changes_is_rebuilt_at_once_then_one_per_interval() {
+        let start = Instant::now();
+        let mut pace = Pace::new(INTERVAL_MS, BURST_MAX, CHECK_GAP_MS);
+        let mut offsets = Vec::new();
+        for _ in 0..BURST_MAX + 3 {
+            let looked_at = Instant::now();
+            offsets.push(ms(looked_at - start));
+            pace.wait_after(looked_at, true).await;
+        }
+        // The burst goes out a check gap apart; after it, one rebuild per interval.
+        assert_eq!(offsets, vec![0, 2, 4, 6, 50, 100, 150]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn checks_that_find_nothing_spend_no_rebuild() {
+        let start = Instant::now();
+        let mut pace = Pace::new(INTERVAL_MS, BURST_MAX, CHECK_GAP_MS);
+        for _ in 0..100 {
+            pace.wait_after(Instant::now(), false).await;
+        }
+        // A hundred empty checks are spaced by the gap alone, and the budget stays whole:
+        // a whole burst follows, a check gap apart.
+        assert_eq!(ms(Instant::now() - start), 100 * CHECK_GAP_MS);
+        let before_burst = Instant::now();
+        for _ in 1..BURST_MAX {
+            pace.wait_after(Instant::now(), true).await;
+        }
+        assert_eq!(
+            ms(Instant::now() - before_burst),
+            u64::from(BURST_MAX - 1) * CHECK_GAP_MS
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_spent_budget_waits_and_refills_after_a_quiet_spell() {
+        let start = Instant::now();
+        let mut pace = Pace::new(INTERVAL_MS, BURST_MAX, CHECK_GAP_MS);
+        let mut next = start;
+        for _ in 0..BURST_MAX {
+            next = pace.next_after(start, true);
+        }
+        // Spent: the next rebuild waits for one interval's refill, not only a check gap.
+        assert_eq!(next, start + Duration::from_millis(INTERVAL_MS));
+        // Quiet for a whole burst's worth of intervals: the next change is rebuilt at once again.
+        tokio::time::advance(Duration::from_millis(INTERVAL_MS * u64::from(BURST_MAX))).await;
+        let later = Instant::now();
+        assert_eq!(
+            pace.next_after(later, true),
+            later + Duration::from_millis(CHECK_GAP_MS)
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "a burst of at least one")]
+    fn a_pace_without_a_burst_is_refused() {
+        let _ = Pace::new(INTERVAL_MS, 0, CHECK_GAP_MS);
+    }
+}
