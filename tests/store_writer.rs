@@ -141,3 +141,27 @@ async fn a_batch_commits_with_an_fsync_whenever_one_of_its_jobs_needs_the_disk()
     let blocking = tokio::task::block_in_place(|| store.write(synchronous_in)).expect("blocking write");
     assert_eq!(blocking, FULL);
 }
+
+#[test]
+fn only_a_commit_that_changed_rows_wakes_the_watchers_of_commits() {
+    let t = common::open_store();
+    let store = Arc::new(t.store);
+    let commits = store.commits();
+    let before = *commits.borrow();
+    // A write that finds nothing to change commits, but is no news to a live view; two that
+    // change rows follow. The writer moves the counter after a batch's answers and before it
+    // takes the next job, so once the closing empty write is answered, every earlier write
+    // has moved it or not.
+    store.write(|_| Ok(())).expect("an empty write");
+    for run_id in ["run-news-1", "run-news-2"] {
+        store
+            .write(|tx| runs::queue_run(tx, &common::new_run(run_id)))
+            .expect("a run queued");
+    }
+    store.write(|_| Ok(())).expect("the closing empty write");
+    assert_eq!(
+        *commits.borrow(),
+        before + 2,
+        "the commit counter moves once per write that changed rows, never for one that changed nothing"
+    );
+}

@@ -1,6 +1,7 @@
 //! The scheduler (a permanent worker under the root): server-lease renewal, run admission
-//! (a new `runner-N` child under `runners` per admitted run generation) and the idle-exit
-//! rule. Claim renewal is each runner's own timer.
+//! (the run's claim, its runner's launch and a warm process's identity in one commit, then a
+//! new `runner-N` child under `runners` per admitted run generation) and the idle-exit rule.
+//! Claim renewal is each runner's own timer.
 //!
 //! Idle exit: the server stops after `idle_exit` with no client connection, no runner and
 //! no unsettled work (admitted or running runs, deadlines, unsettled effects, validating
@@ -21,11 +22,10 @@ use supervisors::{ChildSpec, Restart, Shutdown, SupervisorMsg};
 
 use super::blocking;
 use super::runners::registry::Runners;
-use super::runners::runner::{RUNNER_GRACE_MS, Runner};
+use super::runners::runner::{RUNNER_GRACE_MS, Runner, admit_run};
 use super::runners::settle::abandon_launch;
 use super::runners::state::{RunnerArgs, runner_epoch_name};
 use super::shared::{Shared, StopReason};
-use crate::store::runs;
 use crate::store::server_lease::{self, Renewal, SERVER_LEASE_MS, ServerLease};
 use crate::store::verify;
 use crate::store::workers;
@@ -123,13 +123,18 @@ impl Actor for Scheduler {
         match message {
             SchedulerMsg::Tick => {
                 renew_lease_when_due(state).await;
-                if admit(state).await == Admission::RetrySoon {
+                let admission = admit(state).await;
+                if admission == Admission::RetrySoon {
                     // Queued work but the tree is still starting (no `runners` yet): try
                     // again shortly instead of a whole tick later.
                     myself.send_after(Duration::from_millis(ADMISSION_RETRY_MS), || SchedulerMsg::Tick);
                 }
                 check_idle(state).await;
-                let quiet = state.runners.live() == 0 && nothing_queued(&state.shared).await;
+                let quiet = state.runners.live() == 0
+                    && match admission {
+                        Admission::NothingAdmissible { queued } => queued == 0,
+                        Admission::Done | Admission::RetrySoon => nothing_queued(&state.shared).await,
+                    };
                 state.quiet.store(quiet, Ordering::Relaxed);
             }
         }
@@ -214,6 +219,11 @@ const ADMISSION_RETRY_MS: u64 = 10;
 enum Admission {
     Done,
     RetrySoon,
+    /// The queue was read and held nothing to admit now; `queued` runs wait (not yet due,
+    /// or paused), read in the same snapshot, so the quiet check needs no read of its own.
+    NothingAdmissible {
+        queued: u64,
+    },
 }
 
 /// Start queued runs while capacity allows (running and pending launches both count).
@@ -227,35 +237,36 @@ async fn admit(state: &mut SchedulerState) -> Admission {
         return Admission::Done;
     }
     let now = shared.store.now_ms();
-    let Ok(queued) = blocking::read(&shared.store, move |conn| workers::admissible_runs(conn, now, free)).await else {
+    let read = blocking::read(&shared.store, move |conn| {
+        Ok((workers::admissible_runs(conn, now, free)?, workers::queued_runs(conn)?))
+    });
+    let Ok((queued, queued_total)) = read.await else {
         return Admission::Done;
     };
     if queued.is_empty() {
-        return Admission::Done;
+        return Admission::NothingAdmissible { queued: queued_total };
     }
     let Some(supervisor) = runners_supervisor(state).await else {
         return Admission::RetrySoon;
     };
     for run in queued {
-        let (run_id, owner) = (run.run_id.clone(), shared.server_id.clone());
-        // Admission is a process fact: the claim is held by this server's runner-to-be.
-        let started = blocking::write_without_fsync(&shared.store, move |tx| runs::start_run(tx, &run_id, &owner));
-        let authority = match started.await {
-            Ok(started) => started.value,
+        let number = runners.next_launch();
+        let suffix = crate::digest::random_hex(8).unwrap_or_else(|| number.to_string());
+        let runner_epoch = runner_epoch_name(shared.epoch, &suffix);
+        let (authority, launch) = match admit_run(&shared, &runners, &run, &runner_epoch).await {
+            Ok(admitted) => admitted,
             Err(err) => {
                 tracing::warn!(run_id = %run.run_id, error = %err, "could not admit a run");
                 continue;
             }
         };
-        let number = runners.next_launch();
-        let suffix = crate::digest::random_hex(8).unwrap_or_else(|| number.to_string());
-        let runner_epoch = runner_epoch_name(shared.epoch, &suffix);
         let details = supervisors::DetailsCell::default();
         let args = RunnerArgs {
             shared: Arc::clone(&shared),
             runners: Arc::clone(&runners),
             run,
             authority: authority.clone(),
+            launch,
             runner_epoch: runner_epoch.clone(),
             program: program.clone(),
             details: details.clone(),

@@ -200,7 +200,8 @@ enum WriterMessage {
 pub struct Writer {
     sender: Option<SyncSender<WriterMessage>>,
     thread: Option<JoinHandle<()>>,
-    /// Counts committed transactions; live views wait on it instead of polling.
+    /// Counts committed transactions that changed rows; live views wait on it instead of
+    /// polling.
     commits: tokio::sync::watch::Receiver<u64>,
     /// Closed when the writer thread ends (its sender lives on the thread's stack, so a
     /// panic closes it too): a watcher waits on it instead of polling `is_running`.
@@ -241,7 +242,8 @@ impl Writer {
         self.thread.as_ref().is_some_and(|thread| !thread.is_finished())
     }
 
-    /// The commit counter: it changes after every committed transaction (answers first).
+    /// The commit counter: it changes after every committed transaction that changed rows
+    /// (answers first).
     pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
         self.commits.clone()
     }
@@ -368,7 +370,9 @@ fn run_writer(
         while !pending.is_empty() {
             let batch = commit_batch(&conn, clock.as_ref(), &dir, &mut pending, &mut synchronous);
             note_disk(&mut disk_full, &batch, &dir);
-            if batch.is_ok() {
+            // Only a commit that changed rows is news: a write that found its rows already
+            // in place (a view's content stored again) wakes no watcher.
+            if matches!(batch, Ok(true)) {
                 committed.send_modify(|count| *count += 1);
             }
         }

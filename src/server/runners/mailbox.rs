@@ -3,10 +3,13 @@
 
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use ractor::RpcReplyPort;
 use supervisors::process::ProcessChild;
 
+use crate::server::shared::lock;
+use crate::server::spawn::child_mark;
 use crate::store::StoreResult;
 use crate::store::commands::{CommandReceipt, CommandRequest};
 
@@ -51,6 +54,8 @@ pub enum PoolMsg {
     Refill,
     /// The demand window after the last take may have passed: back to the idle target.
     Shrink,
+    /// A taken warm runner whose run was not admitted: it saw no launch and holds nothing.
+    Return(Box<WarmRunner>),
 }
 
 /// One started runner process and the server's end of its channel, not yet assigned.
@@ -72,5 +77,37 @@ impl WarmRunner {
             }
         }
         (self.child, self.channel)
+    }
+}
+
+/// What an admission hands the new runner actor (`runner::admit_run`): the launch envelope
+/// recorded for it, and the warm process taken for its run, if any (handed over once; a
+/// runner actor is never restarted).
+#[derive(Clone)]
+pub struct LaunchHandOver {
+    envelope: Vec<u8>,
+    warm: Arc<Mutex<Option<WarmRunner>>>,
+}
+
+impl LaunchHandOver {
+    pub fn new(envelope: Vec<u8>, warm: Option<WarmRunner>) -> Self {
+        Self {
+            envelope,
+            warm: Arc::new(Mutex::new(warm)),
+        }
+    }
+
+    /// The launch envelope, encoded as recorded (its hash is in the launch's row).
+    pub fn envelope(&self) -> &[u8] {
+        &self.envelope
+    }
+
+    /// The warm process, assigned to `runner_epoch` (its captures renamed), with the mark its
+    /// descendants carry; `None` after the first call, or when the pool had none.
+    pub fn take_warm(&self, logs_dir: &Path, runner_epoch: &str) -> Option<(ProcessChild, StdUnixStream, String)> {
+        let warm = lock(&self.warm).take()?;
+        let mark = child_mark(&warm.log_stem);
+        let (child, channel) = warm.assign(logs_dir, runner_epoch);
+        Some((child, channel, mark))
     }
 }

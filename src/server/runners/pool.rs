@@ -19,10 +19,11 @@
 //! failed were killed and reaped when their `ProcessChild`ren were dropped.
 //!
 //! Architecture Invariant: a warm runner holds nothing: no claim, no runner epoch, no
-//! workflow code. It becomes a run's runner only after that run's epoch is recorded; if the
-//! server dies first, the channel closes and the warm runner exits on its own (end of file
-//! before any launch). The pool owns its processes until it hands one over; then the runner
-//! actor that took it owns it.
+//! workflow code. It becomes a run's runner only after that run's admission and epoch are
+//! recorded; if the server dies first, the channel closes and the warm runner exits on its
+//! own (end of file before any launch). The pool owns its processes until it hands one over;
+//! then the runner actor that took it owns it, or hands it back unused when its run was not
+//! admitted.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -118,6 +119,13 @@ impl Actor for Pool {
             PoolMsg::Refill => {
                 refill(state);
                 show(state);
+            }
+            PoolMsg::Return(runner) => {
+                // The oldest again: it was the oldest when it was taken.
+                if !state.args.stopping() {
+                    state.warm.push_front(*runner);
+                    show(state);
+                }
             }
             PoolMsg::Shrink => {
                 if let Some(last) = state.last_take.filter(|_| arriving(state)) {

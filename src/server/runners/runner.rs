@@ -23,8 +23,9 @@ use supervisors::{EndCause, ProcessActor, ProcessConfig, ProcessEnd, ProcessInfo
 use tokio::io::{AsyncWriteExt, BufReader};
 
 use super::apply::invalid;
-use super::mailbox::{PoolMsg, RunControl, RunnerMsg};
+use super::mailbox::{LaunchHandOver, PoolMsg, RunControl, RunnerMsg, WarmRunner};
 use super::messages;
+use super::registry::Runners;
 use super::settle::settle;
 use super::state::{RunnerArgs, RunnerFence, RunnerState};
 use crate::digest::sha256_hex;
@@ -32,14 +33,14 @@ use crate::protocol::encode_frame;
 use crate::protocol::runner::{LAUNCH_SCHEMA, Launch, RUNNER_PROTOCOL_VERSION};
 use crate::server::blocking;
 use crate::server::frames::{LineRead, read_line};
-use crate::server::shared::lock;
+use crate::server::shared::{Shared, lock};
 use crate::server::spawn::{CHILD_GRACE_MS, child_mark, spawn_with_channel};
 use crate::store::StoreError;
 use crate::store::StoreResult;
-use crate::store::claims::RUN_CLAIM_LEASE_MS;
+use crate::store::claims::{ClaimAuthority, RUN_CLAIM_LEASE_MS};
 use crate::store::commands::{self, CommandOutcome, CommandReceipt, CommandRequest};
 use crate::store::runs;
-use crate::store::workers::{self, NewWorker, WorkerOutcome};
+use crate::store::workers::{self, Admissible, NewWorker, WorkerOutcome};
 
 /// SIGTERM-to-SIGKILL grace of a runner's process group.
 pub const RUNNER_GRACE_MS: u64 = CHILD_GRACE_MS;
@@ -68,16 +69,14 @@ impl Actor for Runner {
             details.generation = Some(args.authority.generation as u64);
             details.processes.clear();
         });
-        let launch_bytes = encode_frame(&launch_envelope(&args))?;
-        let worker = NewWorker {
-            runner_epoch: args.runner_epoch.clone(),
-            run_id: args.run.run_id.clone(),
-            generation: args.authority.generation,
-            server_epoch: args.shared.epoch,
-            launch_envelope_hash: sha256_hex(&launch_bytes),
-        };
         let memory_bytes_max = super::memory::bound_for(&args).await;
-        let (child, parent_end, mark) = launch_process(&args, worker).await?;
+        let (child, parent_end, mark) = match args
+            .launch
+            .take_warm(&args.runners.settings.logs_dir, &args.runner_epoch)
+        {
+            Some(warm) => warm,
+            None => spawn_runner(&args).await?,
+        };
         let pid = child.pid();
         // From here on the process belongs to its actor; the identity is recorded first, so
         // a later server can stop it only while it is provably the same process.
@@ -85,7 +84,7 @@ impl Actor for Runner {
         let process = own_process(&myself, &args, child, &end_slot).await?;
         parent_end.set_nonblocking(true)?;
         let (read_half, mut writer) = tokio::net::UnixStream::from_std(parent_end)?.into_split();
-        writer.write_all(&launch_bytes).await?;
+        writer.write_all(args.launch.envelope()).await?;
         let reader = tokio::spawn(read_frames(read_half, myself.clone())).abort_handle();
         let renewals = myself.send_interval(Duration::from_millis(CLAIM_RENEW_MS), || RunnerMsg::RenewClaim);
         let pings = myself.send_interval(args.runners.settings.ping_interval, || RunnerMsg::Ping);
@@ -267,48 +266,93 @@ async fn settle_ended(myself: &ActorRef<RunnerMsg>, state: &mut RunnerState, out
     myself.stop(Some("runner exited".to_string()));
 }
 
-/// A warm runner (already started, waiting for its launch) saves a Node start-up; else a
-/// new process in the run's project.
 /// The runner's process, its channel, and the mark its descendants carry.
 type RunnerProcess = (ProcessChild, std::os::unix::net::UnixStream, String);
 
-/// The run's process, its launch (the runner epoch) and its identity recorded before it is
-/// given the launch envelope. A new process is spawned only once its launch is recorded (the
-/// epoch before the spawn), and its identity is recorded right after. A warm process already
-/// runs but cannot act on any run before its envelope: it is taken first, and its launch and
-/// identity are recorded in one commit. A failed record drops the taken process, which stops
-/// its group. These records are process facts: committed without an `fsync` of their own
-/// (in the kernel before the spawn, so a crash of the server still finds the epoch).
-async fn launch_process(args: &RunnerArgs, worker: NewWorker) -> Result<RunnerProcess, ActorProcessingErr> {
-    let store = &args.shared.store;
-    let epoch = args.runner_epoch.clone();
-    if let Some((child, channel, mark)) = take_warm(args).await {
-        let (pid, identity) = (child.pid(), child.identity().to_string());
-        blocking::write_without_fsync(store, move |tx| {
-            workers::record_launch(tx, &worker)?;
-            workers::record_process(tx, &epoch, pid, &identity)
-        })
-        .await?;
-        return Ok((child, channel, mark));
+/// Admit `run` for a runner of `runner_epoch`: its claim (`running`), the runner's launch
+/// (the envelope, by hash) and, when the pool had a warm process, that process's start
+/// identity, in one commit. A warm process already runs but cannot act on any run before
+/// its envelope, which it gets only after this commit; refused, nothing was recorded, the run
+/// stays queued and the warm process (which saw no launch) goes back to the pool. These are
+/// process facts: committed without an `fsync` of their own (in the kernel before any process
+/// acts, so a crash of the server still finds the epoch). A runner without a warm process
+/// spawns one once this commit made its epoch durable in the kernel (`spawn_runner`).
+pub async fn admit_run(
+    shared: &Arc<Shared>,
+    runners: &Arc<Runners>,
+    run: &Admissible,
+    runner_epoch: &str,
+) -> StoreResult<(ClaimAuthority, LaunchHandOver)> {
+    let warm = take_warm(runners).await;
+    let identity = warm
+        .as_ref()
+        .map(|warm| (warm.child.pid(), warm.child.identity().to_string()));
+    let mut envelope = launch_envelope(run, runner_epoch, runners.settings.ready_timeout);
+    let (run_id, owner, epoch, server_epoch) = (
+        run.run_id.clone(),
+        shared.server_id.clone(),
+        runner_epoch.to_string(),
+        shared.epoch,
+    );
+    let admitted = blocking::write_without_fsync(&shared.store, move |tx| {
+        let authority = runs::start_run(tx, &run_id, &owner)?.value;
+        envelope.generation = authority.generation as u64;
+        let bytes = encode_frame(&envelope).map_err(|err| StoreError::InvalidInput {
+            what: "launch envelope",
+            detail: err.to_string(),
+        })?;
+        let worker = NewWorker {
+            runner_epoch: epoch.clone(),
+            run_id,
+            generation: authority.generation,
+            server_epoch,
+            launch_envelope_hash: sha256_hex(&bytes),
+        };
+        workers::record_launch(tx, &worker)?;
+        if let Some((pid, identity)) = &identity {
+            workers::record_process(tx, &epoch, *pid, identity)?;
+        }
+        Ok((authority, bytes))
+    })
+    .await;
+    match admitted {
+        Ok((authority, envelope)) => Ok((authority, LaunchHandOver::new(envelope, warm))),
+        Err(err) => {
+            give_back(runners, warm);
+            Err(err)
+        }
     }
-    blocking::write_without_fsync(store, move |tx| workers::record_launch(tx, &worker)).await?;
+}
+
+/// A new runner process in the run's project (the pool had none ready), spawned only now that
+/// its launch is recorded; its identity is recorded right after.
+async fn spawn_runner(args: &RunnerArgs) -> Result<RunnerProcess, ActorProcessingErr> {
     let project = (!args.run.project_path.is_empty()).then(|| PathBuf::from(&args.run.project_path));
     let (child, channel) = spawn_with_channel(&args.runners.settings, &args.program, &args.runner_epoch, project)?;
-    let (pid, identity) = (child.pid(), child.identity().to_string());
-    blocking::write_without_fsync(store, move |tx| workers::record_process(tx, &epoch, pid, &identity)).await?;
+    let (pid, identity, epoch) = (child.pid(), child.identity().to_string(), args.runner_epoch.clone());
+    blocking::write_without_fsync(&args.shared.store, move |tx| {
+        workers::record_process(tx, &epoch, pid, &identity)
+    })
+    .await?;
     Ok((child, channel, child_mark(&args.runner_epoch)))
 }
 
-/// A warm runner from the pool, assigned to this epoch; None when the pool has none ready.
-async fn take_warm(args: &RunnerArgs) -> Option<RunnerProcess> {
-    let pool = args.runners.pool()?;
+/// A warm runner from the pool, not yet assigned; None when the pool has none ready.
+async fn take_warm(runners: &Runners) -> Option<WarmRunner> {
+    let pool = runners.pool()?;
     let timeout = Some(Duration::from_millis(POOL_TAKE_TIMEOUT_MS));
-    let Ok(ractor::rpc::CallResult::Success(Some(warm))) = pool.call(PoolMsg::Take, timeout).await else {
-        return None;
-    };
-    let mark = child_mark(&warm.log_stem);
-    let (child, channel) = warm.assign(&args.runners.settings.logs_dir, &args.runner_epoch);
-    Some((child, channel, mark))
+    match pool.call(PoolMsg::Take, timeout).await {
+        Ok(ractor::rpc::CallResult::Success(warm)) => warm,
+        _ => None,
+    }
+}
+
+/// A taken warm runner whose run was not admitted held nothing and saw no launch: back to
+/// the pool (dropped, which stops its group, when the pool is gone).
+fn give_back(runners: &Runners, warm: Option<WarmRunner>) {
+    if let (Some(warm), Some(pool)) = (warm, runners.pool()) {
+        let _ = pool.cast(PoolMsg::Return(Box::new(warm)));
+    }
 }
 
 /// Hand the process to a linked `ProcessActor`: it enforces the ready deadline (this actor
@@ -387,19 +431,21 @@ async fn control_run(
     .await
 }
 
-fn launch_envelope(args: &RunnerArgs) -> Launch {
+/// The launch envelope of `run` for `runner_epoch`; its generation is the claim's, set by the
+/// admission that records it.
+fn launch_envelope(run: &Admissible, runner_epoch: &str, load_deadline: Duration) -> Launch {
     Launch {
         schema: LAUNCH_SCHEMA.to_string(),
-        run_id: args.run.run_id.clone(),
-        generation: args.authority.generation as u64,
-        runner_epoch: args.runner_epoch.clone(),
-        project_path: args.run.project_path.clone(),
+        run_id: run.run_id.clone(),
+        generation: 0,
+        runner_epoch: runner_epoch.to_string(),
+        project_path: run.project_path.clone(),
         // Stored canonical by the run's creator; an unreadable value sends `{}` (no file source).
-        workflow_source: serde_json::from_str(&args.run.workflow_source_json).unwrap_or(Value::Object(Map::new())),
-        definition_digest: args.run.definition_digest.clone(),
-        input_hash: args.run.input_hash.clone(),
+        workflow_source: serde_json::from_str(&run.workflow_source_json).unwrap_or(Value::Object(Map::new())),
+        definition_digest: run.definition_digest.clone(),
+        input_hash: run.input_hash.clone(),
         protocol_version: RUNNER_PROTOCOL_VERSION,
-        load_deadline_ms: u64::try_from(args.runners.settings.ready_timeout.as_millis()).unwrap_or(u64::MAX),
+        load_deadline_ms: u64::try_from(load_deadline.as_millis()).unwrap_or(u64::MAX),
     }
 }
 

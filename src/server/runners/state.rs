@@ -11,6 +11,7 @@ use supervisors::{Fence, ProcessEnd, ProcessMsg, Refused, Stamp};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::task::AbortHandle;
 
+use super::mailbox::LaunchHandOver;
 use super::registry::Runners;
 use crate::protocol::runner::Fencing;
 use crate::server::shared::Shared;
@@ -23,6 +24,8 @@ pub struct RunnerArgs {
     pub runners: Arc<Runners>,
     pub run: Admissible,
     pub authority: ClaimAuthority,
+    /// The envelope recorded at admission, and the warm process taken for the run.
+    pub launch: LaunchHandOver,
     pub runner_epoch: String,
     /// The runner program and its arguments.
     pub program: (PathBuf, Vec<std::ffi::OsString>),

@@ -168,29 +168,20 @@ fn describe_detail(code: &str) -> &'static str {
     }
 }
 
-/// Store the content a view references (already stored content is left as is).
+/// Store the content a view references that `stored` does not know yet, in one write
+/// (already stored content is left as is: the insert ignores a present row).
 async fn store_contents(views: &Views, run_id: &str, view: &RunView, stored: &mut HashSet<String>) -> StoreResult<()> {
-    let mut missing = Vec::new();
-    for content in view
+    let unknown: Vec<_> = view
         .contents
         .iter()
         .filter(|content| !stored.contains(&content.digest_hex()))
-    {
-        let (owned, digest, media) = (run_id.to_string(), content.digest_hex(), content.media_type);
-        let present = blocking::read(&views.store, move |conn| {
-            run_view::view_content_ref(conn, &owned, &digest, media)
-        })
-        .await?
-        .is_some();
-        if !present {
-            missing.push(content.clone());
-        }
-    }
-    if !missing.is_empty() {
+        .cloned()
+        .collect();
+    if !unknown.is_empty() {
         let owned = run_id.to_string();
         // Derived content, rebuilt from the run's facts whenever it is missing.
         blocking::write_without_fsync(&views.store, move |tx| {
-            for content in &missing {
+            for content in &unknown {
                 run_view::put_view_content(tx, &owned, content.media_type, &content.bytes)?;
             }
             Ok(())

@@ -439,26 +439,41 @@ enum Refresh {
     Gone,
 }
 
+/// What one look at the store found: the run is gone, its view did not move since the
+/// published one, or the facts of its new view.
+enum Look {
+    Gone,
+    Unchanged,
+    Changed(Box<cache::RunViewRead>),
+}
+
 async fn refresh_run(views: &Views, run_id: &str, published: Option<i64>, stored: &mut HashSet<String>) -> Refresh {
     let owned = run_id.to_string();
-    let revision = match blocking::read(&views.store, move |conn| run_view::presentation_revision(conn, &owned)).await {
-        Ok(Some(revision)) => revision,
-        Ok(None) => return Refresh::Gone,
+    // The revision and, when it moved, the view's facts: one snapshot, one trip off the
+    // async workers (most looks of a watched run find a change).
+    let look = blocking::read(&views.store, move |conn| {
+        match run_view::presentation_revision(conn, &owned)? {
+            None => Ok(Look::Gone),
+            Some(revision) if published == Some(revision) => Ok(Look::Unchanged),
+            Some(_) => cache::read_run_view(conn, &owned).map(|read| Look::Changed(Box::new(read))),
+        }
+    })
+    .await;
+    let read = match look {
+        Ok(Look::Changed(read)) => read,
+        Ok(Look::Unchanged) => return Refresh::Unchanged,
+        Ok(Look::Gone) | Err(crate::store::StoreError::RunNotFound { .. }) => return Refresh::Gone,
         Err(err) => {
-            tracing::warn!(error = %err, "run feed could not read the run's revision");
+            tracing::warn!(error = %err, "run feed could not read the run's view");
             return Refresh::Unchanged;
         }
     };
-    if published == Some(revision) {
-        return Refresh::Unchanged;
-    }
-    match cache::build_run_view_storing(views, run_id, stored).await {
+    match cache::finish_run_view(views, run_id, *read, stored).await {
         Ok(view) => Refresh::Published(Snapshot {
             revision: view.revision,
             document: Some(Arc::new(view.document)),
             patch_from_previous: None,
         }),
-        Err(crate::store::StoreError::RunNotFound { .. }) => Refresh::Gone,
         Err(err) => {
             tracing::warn!(error = %err, "run feed could not build the view");
             Refresh::Unchanged
