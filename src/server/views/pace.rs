@@ -7,8 +7,11 @@
 //! was seen ending ~50 ms after it started. A run that changes all the time still costs its
 //! feed at most one rebuild per interval once its burst is spent.
 //!
-//! A check that found nothing new (another run committed) spends no rebuild; it is only
-//! spaced by a small gap, so a feed rechecks at most `1000 / check_gap_ms` times a second.
+//! A look that found nothing new (another run committed) spends no rebuild; it is spaced by
+//! a gap that starts small (a run whose own commits interleave with others' is seen at once)
+//! and doubles with each empty look up to the interval, so a quiet run's feed beside busy
+//! ones looks at most once per interval, as it always did, and a rebuild makes it small
+//! again. With no commits at all a feed waits for one and looks at once (the gap has passed).
 
 use std::time::Duration;
 
@@ -21,6 +24,8 @@ pub struct Pace {
     interval: Duration,
     /// How far ahead of now the schedule may run: `burst_max - 1` intervals.
     tolerance: Duration,
+    check_gap_min: Duration,
+    /// The gap after the next empty look: doubles per empty look, up to `interval`.
     check_gap: Duration,
     due: Instant,
 }
@@ -39,6 +44,7 @@ impl Pace {
         Self {
             interval,
             tolerance: interval * (burst_max - 1),
+            check_gap_min: Duration::from_millis(check_gap_ms),
             check_gap: Duration::from_millis(check_gap_ms),
             due: Instant::now(),
         }
@@ -47,11 +53,17 @@ impl Pace {
     /// Record the look that started at `looked_at` (`rebuilt`: it built and published a view),
     /// and return when the next look may start.
     pub fn next_after(&mut self, looked_at: Instant, rebuilt: bool) -> Instant {
-        if rebuilt {
+        let gap = if rebuilt {
             self.due = self.due.max(looked_at) + self.interval;
-        }
+            self.check_gap = self.check_gap_min;
+            self.check_gap_min
+        } else {
+            let gap = self.check_gap;
+            self.check_gap = (gap * 2).min(self.interval);
+            gap
+        };
         let budget_allows = self.due.checked_sub(self.tolerance).unwrap_or(looked_at);
-        budget_allows.max(looked_at + self.check_gap)
+        budget_allows.max(looked_at + gap)
     }
 
     /// Wait until the next look after the one that started at `looked_at` may start.
@@ -87,15 +99,18 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn checks_that_find_nothing_spend_no_rebuild() {
-        let start = Instant::now();
+    async fn empty_looks_back_off_to_the_interval_and_spend_no_rebuild() {
         let mut pace = Pace::new(INTERVAL_MS, BURST_MAX, CHECK_GAP_MS);
-        for _ in 0..100 {
-            pace.wait_after(Instant::now(), false).await;
+        let mut gaps = Vec::new();
+        for _ in 0..8 {
+            let looked_at = Instant::now();
+            pace.wait_after(looked_at, false).await;
+            gaps.push(ms(Instant::now() - looked_at));
         }
-        // A hundred empty checks are spaced by the gap alone, and the budget stays whole:
-        // a whole burst follows, a check gap apart.
-        assert_eq!(ms(Instant::now() - start), 100 * CHECK_GAP_MS);
+        // A quiet run's feed beside busy ones: at most one look per interval after a few.
+        assert_eq!(gaps, vec![2, 4, 8, 16, 32, 50, 50, 50]);
+        // The budget stayed whole, and a rebuild makes the gap small again: a whole burst
+        // follows, a check gap apart.
         let before_burst = Instant::now();
         for _ in 1..BURST_MAX {
             pace.wait_after(Instant::now(), true).await;
@@ -103,6 +118,12 @@ mod tests {
         assert_eq!(
             ms(Instant::now() - before_burst),
             u64::from(BURST_MAX - 1) * CHECK_GAP_MS
+        );
+        let looked_at = Instant::now();
+        assert_eq!(
+            pace.next_after(looked_at, false),
+            looked_at + Duration::from_millis(CHECK_GAP_MS),
+            "after a rebuild an empty look is spaced by the smallest gap again"
         );
     }
 
