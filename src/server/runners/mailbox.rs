@@ -80,6 +80,9 @@ impl WarmRunner {
     }
 }
 
+/// A runner's process, the server's end of its channel, and the mark its descendants carry.
+pub type RunnerProcess = (ProcessChild, StdUnixStream, String);
+
 /// What an admission hands the new runner actor (`runner::admit_run`): the launch envelope
 /// recorded for it, and the warm process taken for its run, if any (handed over once; a
 /// runner actor is never restarted).
@@ -104,7 +107,7 @@ impl LaunchHandOver {
 
     /// The warm process, assigned to `runner_epoch` (its captures renamed), with the mark its
     /// descendants carry; `None` after the first call, or when the pool had none.
-    pub fn take_warm(&self, logs_dir: &Path, runner_epoch: &str) -> Option<(ProcessChild, StdUnixStream, String)> {
+    pub fn take_warm(&self, logs_dir: &Path, runner_epoch: &str) -> Option<RunnerProcess> {
         let warm = lock(&self.warm).take()?;
         let mark = child_mark(&warm.log_stem);
         let (child, channel) = warm.assign(logs_dir, runner_epoch);

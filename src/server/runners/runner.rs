@@ -23,7 +23,7 @@ use supervisors::{EndCause, ProcessActor, ProcessConfig, ProcessEnd, ProcessInfo
 use tokio::io::{AsyncWriteExt, BufReader};
 
 use super::apply::invalid;
-use super::mailbox::{LaunchHandOver, PoolMsg, RunControl, RunnerMsg, WarmRunner};
+use super::mailbox::{LaunchHandOver, PoolMsg, RunControl, RunnerMsg, RunnerProcess, WarmRunner};
 use super::messages;
 use super::registry::Runners;
 use super::settle::settle;
@@ -265,9 +265,6 @@ async fn settle_ended(myself: &ActorRef<RunnerMsg>, state: &mut RunnerState, out
     settle(state, outcome, None).await;
     myself.stop(Some("runner exited".to_string()));
 }
-
-/// The runner's process, its channel, and the mark its descendants carry.
-type RunnerProcess = (ProcessChild, std::os::unix::net::UnixStream, String);
 
 /// Admit `run` for a runner of `runner_epoch`: its claim (`running`), the runner's launch
 /// (the envelope, by hash) and, when the pool had a warm process, that process's start

@@ -53,17 +53,12 @@ impl Views {
     }
 }
 
-/// Build the run view of `run_id` now, with its referenced content stored.
+/// Build the run view of `run_id` now, with its referenced content stored. (A feed reads and
+/// finishes its views itself, remembering the content it stored.)
 pub async fn build_run_view(views: &Views, run_id: &str) -> StoreResult<RunView> {
-    build_run_view_storing(views, run_id, &mut HashSet::new()).await
-}
-
-/// `build_run_view` for a feed: `stored` remembers the content digests known to be stored
-/// already, so a rebuild does not look them up again.
-pub async fn build_run_view_storing(views: &Views, run_id: &str, stored: &mut HashSet<String>) -> StoreResult<RunView> {
     let owned = run_id.to_string();
     let read = blocking::read(&views.store, move |conn| read_run_view(conn, &owned)).await?;
-    finish_run_view(views, run_id, read, stored).await
+    finish_run_view(views, run_id, read, &mut HashSet::new()).await
 }
 
 /// What a run view is built from, read inside the caller's snapshot (so a view that shows
