@@ -165,3 +165,28 @@ fn only_a_commit_that_changed_rows_wakes_the_watchers_of_commits() {
         "the commit counter moves once per write that changed rows, never for one that changed nothing"
     );
 }
+
+#[tokio::test]
+async fn releasing_cache_memory_keeps_every_read_and_write_working() {
+    let t = common::open_store();
+    let store = t.store;
+    store
+        .write(|tx| runs::queue_run(tx, &common::new_run("run-before")))
+        .unwrap();
+    assert!(run_exists(&store, "run-before"));
+
+    store.release_memory().await.unwrap();
+    assert!(
+        run_exists(&store, "run-before"),
+        "a read after the release opens a reader again and sees the data"
+    );
+    store
+        .write(|tx| runs::queue_run(tx, &common::new_run("run-after")))
+        .unwrap();
+    assert!(
+        run_exists(&store, "run-after"),
+        "the writer works after its caches were released"
+    );
+    store.release_memory().await.unwrap();
+    assert!(run_exists(&store, "run-before") && run_exists(&store, "run-after"));
+}

@@ -19,6 +19,7 @@ pub mod coordinators;
 pub mod deadlines;
 pub mod frames;
 pub mod logging;
+pub mod memory;
 pub mod ops;
 pub mod ownership;
 pub mod path_watch;

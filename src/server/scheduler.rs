@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 use supervisors::{ChildSpec, Restart, Shutdown, SupervisorMsg};
 
 use super::blocking;
+use super::memory;
 use super::runners::registry::Runners;
 use super::runners::runner::{RUNNER_GRACE_MS, Runner, admit_run};
 use super::runners::settle::abandon_launch;
@@ -36,6 +37,9 @@ pub const TICK_MS: u64 = 500;
 /// work is a commit, and a commit wakes it (at most every `TICK_MS`), so an idle server does
 /// not wake twice a second for nothing. Still well inside the lease's renewal period.
 pub const QUIET_TICK_MS: u64 = 5_000;
+/// A server quiet this long gives back the memory its last runs left in caches and
+/// allocator arenas (`memory::release`): long enough that back-to-back runs never pay it.
+pub const MEMORY_RELEASE_QUIET_MS: u64 = 2_000;
 /// The server lease is renewed after a third of its life.
 pub const LEASE_RENEW_MS: u64 = (SERVER_LEASE_MS / 3) as u64;
 const _: () = assert!(TICK_MS < QUIET_TICK_MS && QUIET_TICK_MS < LEASE_RENEW_MS);
@@ -60,6 +64,10 @@ pub struct SchedulerState {
     lease: ServerLease,
     idle_exit: Duration,
     idle_since: Option<Instant>,
+    /// Since when nothing was queued and no runner ran, and whether memory was released
+    /// since (once per quiet spell).
+    quiet_since: Option<Instant>,
+    memory_released: bool,
     renewed_at: Instant,
     ticker: Option<JoinHandle<()>>,
     /// Told to the ticker after each tick: nothing queued and no runner.
@@ -95,6 +103,8 @@ impl Actor for Scheduler {
             lease: args.lease,
             idle_exit: args.idle_exit,
             idle_since: None,
+            quiet_since: None,
+            memory_released: false,
             // A restarted scheduler renews at once: it cannot know when the lease was renewed.
             renewed_at: Instant::now()
                 .checked_sub(Duration::from_millis(LEASE_RENEW_MS))
@@ -136,6 +146,7 @@ impl Actor for Scheduler {
                         Admission::Done | Admission::RetrySoon => nothing_queued(&state.shared).await,
                     };
                 state.quiet.store(quiet, Ordering::Relaxed);
+                release_memory_once_quiet(state, quiet).await;
             }
         }
         Ok(())
@@ -297,6 +308,22 @@ async fn runners_supervisor(state: &mut SchedulerState) -> Option<ActorRef<Super
         state.runners_supervisor = state.shared.supervisor(&["runners"]).await;
     }
     state.runners_supervisor.clone()
+}
+
+/// Once per quiet spell, after `MEMORY_RELEASE_QUIET_MS`: a burst of runs grows the caches
+/// and arenas, and a server that then idles for hours should not keep them.
+async fn release_memory_once_quiet(state: &mut SchedulerState, quiet: bool) {
+    if !quiet {
+        state.quiet_since = None;
+        state.memory_released = false;
+        return;
+    }
+    let quiet_since = *state.quiet_since.get_or_insert_with(Instant::now);
+    if state.memory_released || quiet_since.elapsed() < Duration::from_millis(MEMORY_RELEASE_QUIET_MS) {
+        return;
+    }
+    state.memory_released = true;
+    memory::release(&state.shared.store).await;
 }
 
 async fn check_idle(state: &mut SchedulerState) {

@@ -146,6 +146,27 @@ impl Store {
         result
     }
 
+    /// Give back the memory of SQLite's caches, for a server that went quiet: the idle read
+    /// connections close (their page and statement caches go with them; the next read opens
+    /// one again) and the writer's connection frees its statement cache and its unpinned
+    /// cache pages. Nothing a later read or write sees changes.
+    pub async fn release_memory(&self) -> StoreResult<()> {
+        let idle = std::mem::take(
+            &mut *self
+                .idle_readers
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        drop(idle);
+        self.writer
+            .write_async(Durability::Kernel, |tx| {
+                tx.conn().flush_prepared_statement_cache();
+                tx.conn().release_memory()?;
+                Ok(())
+            })
+            .await
+    }
+
     fn take_reader(&self) -> StoreResult<Connection> {
         let idle = self
             .idle_readers
