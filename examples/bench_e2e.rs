@@ -60,6 +60,12 @@ struct Options {
     json: bool,
 }
 
+const USAGE: &str = "usage: bench_e2e [--sequential N] [--seconds N] [--json]
+  --sequential N  runs one at a time per completion mode (default 200)
+  --seconds N     length of each 4-client phase (default 10)
+  --json          print the figures as JSON instead of a table
+Environment: PI_WORKFLOWS_BIN (a baseline server build), PI_WORKFLOWS_PACKAGE_DIR, PI_WORKFLOWS_NODE.";
+
 fn options() -> anyhow::Result<Options> {
     let mut options = Options {
         sequential: 200,
@@ -72,7 +78,11 @@ fn options() -> anyhow::Result<Options> {
             "--sequential" => options.sequential = args.next().context("--sequential N")?.parse()?,
             "--seconds" => options.seconds = args.next().context("--seconds N")?.parse()?,
             "--json" => options.json = true,
-            other => bail!("unknown argument {other}; use --sequential N, --seconds N, --json"),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other}\n{USAGE}"),
         }
     }
     Ok(options)

@@ -199,9 +199,7 @@ impl Ticks {
 
 /// Whether no run is queued at all (due or not): a quiet scheduler waits for a commit.
 async fn nothing_queued(shared: &Arc<Shared>) -> bool {
-    blocking::read(&shared.store, workers::queued_runs)
-        .await
-        .is_ok_and(|queued| queued == 0)
+    blocking::read_small(&shared.store, workers::queued_runs).is_ok_and(|queued| queued == 0)
 }
 
 async fn renew_lease_when_due(state: &mut SchedulerState) {
@@ -248,10 +246,11 @@ async fn admit(state: &mut SchedulerState) -> Admission {
         return Admission::Done;
     }
     let now = shared.store.now_ms();
-    let read = blocking::read(&shared.store, move |conn| {
+    // At most `free` candidates and a count over the queue's index: read in place.
+    let read = blocking::read_small(&shared.store, move |conn| {
         Ok((workers::admissible_runs(conn, now, free)?, workers::queued_runs(conn)?))
     });
-    let Ok((queued, queued_total)) = read.await else {
+    let Ok((queued, queued_total)) = read else {
         return Admission::Done;
     };
     if queued.is_empty() {

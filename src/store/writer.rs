@@ -19,7 +19,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
@@ -326,23 +325,6 @@ impl Drop for Writer {
     }
 }
 
-/// After a commit the writer polls this long for the next job before it sleeps: a caller
-/// that writes again right after its answer then needs no thread wake-up, which on small
-/// VMs costs as much as the statements of a write.
-pub const WRITER_SPIN_MICROS_MAX: u64 = 100;
-
-fn next_message(receiver: &Receiver<WriterMessage>) -> Option<WriterMessage> {
-    let spin_until = Instant::now() + Duration::from_micros(WRITER_SPIN_MICROS_MAX);
-    while Instant::now() < spin_until {
-        match receiver.try_recv() {
-            Ok(message) => return Some(message),
-            Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) => std::hint::spin_loop(),
-        }
-    }
-    receiver.recv().ok()
-}
-
 fn run_writer(
     conn: Connection,
     clock: Arc<dyn Clock>,
@@ -359,7 +341,10 @@ fn run_writer(
     let mut disk_full = false;
     // The connection opens with `synchronous = FULL` (`schema::open_writer`).
     let mut synchronous = Durability::Disk.synchronous();
-    while let Some(WriterMessage::Write(first)) = next_message(&receiver) {
+    // No spin for the next job after a commit: in a server's work the next job comes from
+    // another thread after an answer went out, far later than a spin could wait, so a spin
+    // only burned CPU (docs/PERFORMANCE.md, tenth round).
+    while let Ok(WriterMessage::Write(first)) = receiver.recv() {
         let mut pending = VecDeque::from([first]);
         while pending.len() < GROUP_COMMIT_JOBS_MAX {
             match receiver.try_recv() {

@@ -374,7 +374,7 @@ const CONTINUATION_ID_HEX: usize = 24;
 pub async fn run_status(ctx: &OpsContext, request: &Request) -> Answer {
     let run_id = run_id_of(request)?;
     let include_result = request.payload.get("includeResult").and_then(Value::as_bool) == Some(true);
-    let read = blocking::read(&ctx.store, move |conn| {
+    let query = move |conn: &rusqlite::Connection| {
         let summary = run_summary::run_summary(conn, &run_id)?;
         let result = match include_result && summary.finished_at.is_some() {
             true => run_summary::run_result(conn, &run_id)?,
@@ -385,8 +385,13 @@ pub async fn run_status(ctx: &OpsContext, request: &Request) -> Answer {
             false => None,
         };
         Ok((summary, result, contract))
-    })
-    .await;
+    };
+    // A plain status is one run's summary row (read in place); a result or a request
+    // contract may be large content, read off the async workers.
+    let read = match include_result {
+        false => blocking::read_small(&ctx.store, query),
+        true => blocking::read(&ctx.store, query).await,
+    };
     let (summary, result, contract) = read.map_err(read_refusal)?;
     let mut receipt = to_object(&summary)?;
     if let Some(result) = result {

@@ -111,10 +111,14 @@ async fn stop_escaped(mark: &str) {
 /// of every runner epoch (startup recovery, when no runner of this server is alive yet).
 pub async fn reap_registered(store: &Arc<Store>, runner_epoch: Option<String>) {
     use supervisors::process::{ProcessSignal, StartIdentity, signal_group_if_identity_matches};
-    let attached = blocking::read(store, move |conn| {
-        crate::store::processes::attached(conn, runner_epoch.as_deref())
-    })
-    .await;
+    // The process groups one runner epoch registered (a handful) or, at startup, every
+    // epoch's: in place only for one epoch.
+    let one_epoch = runner_epoch.is_some();
+    let query = move |conn: &rusqlite::Connection| crate::store::processes::attached(conn, runner_epoch.as_deref());
+    let attached = match one_epoch {
+        true => blocking::read_small(store, query),
+        false => blocking::read(store, query).await,
+    };
     let Ok(attached) = attached.inspect_err(|err| tracing::warn!(error = %err, "registered processes unreadable"))
     else {
         return;

@@ -450,16 +450,15 @@ enum Look {
 
 async fn refresh_run(views: &Views, run_id: &str, published: Option<i64>, stored: &mut HashSet<String>) -> Refresh {
     let owned = run_id.to_string();
-    // The revision and, when it moved, the view's facts: one snapshot, one trip off the
-    // async workers (most looks of a watched run find a change).
-    let look = blocking::read(&views.store, move |conn| {
+    // The revision and, when it moved, the view's facts (indexed lookups of one run's rows,
+    // its recent attempts bounded): one snapshot, read in place.
+    let look = blocking::read_small(&views.store, move |conn| {
         match run_view::presentation_revision(conn, &owned)? {
             None => Ok(Look::Gone),
             Some(revision) if published == Some(revision) => Ok(Look::Unchanged),
             Some(_) => cache::read_run_view(conn, &owned).map(|read| Look::Changed(Box::new(read))),
         }
-    })
-    .await;
+    });
     let read = match look {
         Ok(Look::Changed(read)) => read,
         Ok(Look::Unchanged) => return Refresh::Unchanged,
