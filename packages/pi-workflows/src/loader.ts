@@ -3,8 +3,6 @@
 import type { Plugin } from "esbuild";
 import * as bundleCache from "./bundle-cache.js";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
-import { isBuiltin } from "node:module";
-import { tmpdir } from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { sha256Hex } from "./canonical.js";
@@ -39,6 +37,9 @@ function importsPlugin(): Plugin {
       pluginBuild.onResolve({ filter: SDK_IMPORTS }, () => ({ path: SDK_URL, external: true }));
       pluginBuild.onResolve({ filter: /^[^./]/ }, async (args) => {
         if (args.pluginData?.piwResolving || path.isAbsolute(args.path)) return undefined;
+        // `node:module` and `node:os` load only on a bundle-cache miss: a runner's start-up
+        // imports neither (each builtin costs start-up CPU in every runner process).
+        const { isBuiltin } = await import("node:module");
         if (args.path.startsWith("node:") || isBuiltin(args.path)) return { path: args.path, external: true };
         // The bundle is imported from a temp directory: point it at the absolute file.
         const resolved = await pluginBuild.resolve(args.path, {
@@ -109,6 +110,7 @@ async function bundle(filePath: string): Promise<{ code: string; source: Workflo
 
 /** Import bundled code through a 0600 file in a 0700 temp directory, removed right after. */
 async function importBundle(code: string): Promise<Record<string, unknown>> {
+  const { tmpdir } = await import("node:os");
   const dir = await mkdtemp(path.join(tmpdir(), "pi-workflows-load-"));
   try {
     const file = path.join(dir, "workflow.mjs");

@@ -155,7 +155,8 @@ impl Subscriptions {
         let owned = run_id.clone();
         // The first event is at least this new: a client that changed the run and then
         // watches it never gets a view from before its own change (a feed may lag a commit).
-        let floor = match blocking::read_small(feeds.store(), move |conn| run_view::presentation_revision(conn, &owned)) {
+        let floor = match blocking::read_small(feeds.store(), move |conn| run_view::presentation_revision(conn, &owned))
+        {
             Ok(Some(revision)) => revision,
             Ok(None) => {
                 let missing = crate::store::StoreError::RunNotFound { run_id };

@@ -1,5 +1,4 @@
 // Run one shell node command in its own process group with bounded output and a timeout.
-import { spawn } from "node:child_process";
 import path from "node:path";
 import type { ShellReceipt, ShellSpec } from "../types.js";
 
@@ -66,6 +65,9 @@ export interface ShellHooks {
 
 /** Spawn, capture, and always leave no process of the group behind. Rejects only if spawning fails. */
 export async function runShell(spec: Required<ShellSpec>, hooks: ShellHooks): Promise<ShellReceipt> {
+  // Loaded by the first shell step only: most runs never start a process, and every builtin
+  // a runner imports at start costs CPU in each runner process.
+  const { spawn } = await import("node:child_process");
   const started = Date.now();
   const child = spawn(spec.command, spec.args, {
     cwd: spec.cwd,

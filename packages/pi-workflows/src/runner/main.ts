@@ -89,15 +89,16 @@ async function execute(session: RunnerSession, launch: Launch, loaded: LoadedWor
 }
 
 /** Run one generation; the entry passes where the lazily loaded parts live. */
-export async function runnerMain({ executorUrl }: { executorUrl: URL }): Promise<number> {
+export async function runnerMain({ executorUrl, warmUp = true }: { executorUrl: URL; warmUp?: boolean }): Promise<number> {
   // Workflow code must never write to stdout as if it were protocol (it is only a log).
   for (const method of ["log", "info", "debug"] as const) console[method] = console.error;
   const channel = FrameChannel.fromFd(3);
   let session: RunnerSession | undefined;
   try {
-    // A warm runner left waiting rehearses its run's path meanwhile; one taken at once does not.
+    // A warm runner left waiting rehearses its run's path meanwhile; one taken at once does
+    // not, nor one the pool started beside running runs (`warmUp` false).
     const launchFrame = channel.readFrame();
-    await warmUpUnlessLaunched(launchFrame);
+    if (warmUp) await warmUpUnlessLaunched(launchFrame);
     const launch = parseLaunch(await launchFrame);
     // A warm runner was started before its run was known: move into the run's project.
     try {
