@@ -9,8 +9,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use supervisors::process::{
-    CAPTURE_TRUNCATION_MARKER_PREFIX, ExitOutcome, ProcessError, ProcessSpec, ResourceLimit, RlimitResource,
-    adopt_limits, spawn,
+    CAPTURE_TRUNCATION_MARKER_PREFIX, CaptureReport, ExitOutcome, ProcessChild, ProcessError, ProcessSpec,
+    ResourceLimit, RlimitResource, adopt_limits, spawn,
 };
 
 const SIGKILL: i32 = 9;
@@ -23,6 +23,16 @@ fn sh(script: &str) -> ProcessSpec {
 
 fn mode_of(path: &Path) -> u32 {
     std::fs::metadata(path).expect("metadata").permissions().mode() & 0o777
+}
+
+/// Wait for a child that ends on its own, clean it up and return its capture report.
+async fn run_to_end(mut child: ProcessChild) -> CaptureReport {
+    tokio::time::timeout(WAIT_BOUND, child.wait_exit())
+        .await
+        .expect("bound")
+        .expect("wait");
+    child.terminate(Duration::from_secs(5)).await.expect("terminate");
+    child.wait_capture(WAIT_BOUND).await
 }
 
 async fn wait_for_file(path: &Path) {
@@ -71,15 +81,45 @@ async fn existing_capture_file_is_truncated_and_made_private() {
     let out = dir.path().join("out.log");
     std::fs::write(&out, "old content that must disappear\n").expect("write");
     std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o644)).expect("chmod");
-    let mut child = spawn(sh("echo new").stdout_to(&out)).expect("spawn");
-    tokio::time::timeout(WAIT_BOUND, child.wait_exit())
-        .await
-        .expect("bound")
-        .expect("wait");
-    child.terminate(Duration::from_secs(5)).await.expect("terminate");
-    child.wait_capture(WAIT_BOUND).await;
+    run_to_end(spawn(sh("echo new").stdout_to(&out)).expect("spawn")).await;
     assert_eq!(std::fs::read_to_string(&out).expect("read"), "new\n");
     assert_eq!(mode_of(&out), 0o600);
+}
+
+#[tokio::test]
+async fn a_child_that_prints_nothing_leaves_no_capture_file_and_no_stale_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("logs/quiet.out");
+    let err = dir.path().join("logs/quiet.err");
+    std::fs::create_dir_all(dir.path().join("logs")).expect("mkdir");
+    std::fs::write(&err, "an earlier child's output\n").expect("write");
+    let report = run_to_end(spawn(sh("exit 0").stdout_to(&out).stderr_to(&err)).expect("spawn")).await;
+    let stdout = report.stdout.expect("stdout captured");
+    assert!(stdout.complete && !stdout.write_failed && stdout.bytes_written == 0);
+    assert!(!out.exists(), "no output, no file");
+    assert!(
+        !err.exists(),
+        "an earlier file at the path never passes for this child's output"
+    );
+}
+
+#[tokio::test]
+async fn moved_captures_land_at_the_new_path_before_and_after_the_first_byte() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (out, err) = (dir.path().join("warm.out"), dir.path().join("warm.err"));
+    let (out_moved, err_moved) = (dir.path().join("run.out"), dir.path().join("run.err"));
+    // stderr prints at once (its file exists before the move); stdout only after it.
+    let script = "echo early >&2; while [ ! -e go ]; do sleep 0.01; done; echo late; echo later >&2";
+    let child = spawn(sh(script).stdout_to(&out).stderr_to(&err).cwd(dir.path())).expect("spawn");
+    wait_for_file(&err).await;
+    assert!(!out.exists(), "only the stream that printed has a file");
+    child.move_captures(&out_moved, &err_moved).expect("move");
+    std::fs::write(dir.path().join("go"), "").expect("go");
+    run_to_end(child).await;
+    assert!(!out.exists() && !err.exists(), "nothing is left at the old paths");
+    assert_eq!(std::fs::read_to_string(&out_moved).expect("read"), "late\n");
+    assert_eq!(std::fs::read_to_string(&err_moved).expect("read"), "early\nlater\n");
+    assert_eq!(mode_of(&out_moved), 0o600);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -69,12 +69,9 @@ impl WarmRunner {
     /// Hand the process to a run: its captures are renamed after the run's runner epoch
     /// (where operators look for them).
     pub fn assign(self, logs_dir: &Path, runner_epoch: &str) -> (ProcessChild, StdUnixStream) {
-        for extension in ["out", "err"] {
-            let from = logs_dir.join(format!("{}.{extension}", self.log_stem));
-            let to = logs_dir.join(format!("{runner_epoch}.{extension}"));
-            if let Err(err) = std::fs::rename(&from, &to) {
-                tracing::debug!(error = %err, "warm runner capture not renamed");
-            }
+        let named = |extension: &str| logs_dir.join(format!("{runner_epoch}.{extension}"));
+        if let Err(err) = self.child.move_captures(&named("out"), &named("err")) {
+            tracing::debug!(error = %err, "warm runner capture not renamed");
         }
         (self.child, self.channel)
     }

@@ -1,8 +1,13 @@
 //! Bounded capture of a child's stdout/stderr into user-only files.
+//!
+//! A capture file is created at its stream's first byte, not at the spawn: most children of a
+//! workflow server print nothing, and creating two files per child was a measurable part of a
+//! run's cost (ext4's inode allocation, then a rename and a later delete of each).
 
 use std::fs::{DirBuilder, File, OpenOptions, Permissions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
@@ -37,9 +42,64 @@ pub struct CaptureReport {
     pub stderr: Option<StreamCapture>,
 }
 
+/// Where one stream's capture goes, shared by its pump (which creates the file at the first
+/// byte) and its `ProcessChild` (which may move it, before or after the file exists). The
+/// file is created under the lock, so a move never races a creation.
+#[derive(Debug, Clone)]
+pub(crate) struct CaptureTarget(Arc<Mutex<TargetState>>);
+
+#[derive(Debug)]
+struct TargetState {
+    path: PathBuf,
+    created: bool,
+}
+
+impl CaptureTarget {
+    /// A capture to `path`. A file already there is removed now: it must never pass for this
+    /// child's output when the child prints nothing.
+    pub(crate) fn prepare(path: &Path) -> Result<Self, ProcessError> {
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(ProcessError::CaptureFile {
+                    path: path.to_owned(),
+                    source,
+                });
+            }
+        }
+        Ok(Self(Arc::new(Mutex::new(TargetState {
+            path: path.to_owned(),
+            created: false,
+        }))))
+    }
+
+    fn state(&self) -> MutexGuard<'_, TargetState> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Create the file (the stream's first byte arrived).
+    fn create(&self) -> Result<File, ProcessError> {
+        let mut state = self.state();
+        let file = open_capture_file(&state.path)?;
+        state.created = true;
+        Ok(file)
+    }
+
+    /// Capture to `to` from now on; a file already created is renamed there.
+    pub(crate) fn move_to(&self, to: &Path) -> std::io::Result<()> {
+        let mut state = self.state();
+        if state.created {
+            std::fs::rename(&state.path, to)?;
+        }
+        state.path = to.to_owned();
+        Ok(())
+    }
+}
+
 /// Creates (or truncates) a capture file with mode 0600, creating missing parents with mode 0700.
 /// Refuses to follow a symlink at the final path component.
-pub(crate) fn open_capture_file(path: &Path) -> Result<File, ProcessError> {
+fn open_capture_file(path: &Path) -> Result<File, ProcessError> {
     let fail = |source| ProcessError::CaptureFile {
         path: path.to_owned(),
         source,
@@ -65,12 +125,12 @@ pub(crate) fn open_capture_file(path: &Path) -> Result<File, ProcessError> {
     Ok(file)
 }
 
-/// Starts a task draining `reader` into `file`, writing at most `bytes_max` bytes.
-pub(crate) fn start_capture<R>(reader: R, file: File, bytes_max: u64) -> JoinHandle<StreamCapture>
+/// Starts a task draining `reader` into `target`'s file, writing at most `bytes_max` bytes.
+pub(crate) fn start_capture<R>(reader: R, target: CaptureTarget, bytes_max: u64) -> JoinHandle<StreamCapture>
 where
     R: AsyncRead + Unpin + Send + 'static,
 {
-    tokio::spawn(pump(reader, tokio::fs::File::from_std(file), bytes_max))
+    tokio::spawn(pump(reader, target, bytes_max))
 }
 
 fn truncation_marker(bytes_max: u64, last_byte: Option<u8>) -> String {
@@ -83,7 +143,9 @@ fn truncation_marker(bytes_max: u64, last_byte: Option<u8>) -> String {
 }
 
 struct Sink {
-    file: tokio::fs::File,
+    target: CaptureTarget,
+    /// Created at the first byte.
+    file: Option<tokio::fs::File>,
     bytes_max: u64,
     last_byte: Option<u8>,
     report: StreamCapture,
@@ -123,7 +185,20 @@ impl Sink {
 
     /// Writes `bytes`; on failure marks the stream failed (the rest is discarded) and returns false.
     async fn write(&mut self, bytes: &[u8]) -> bool {
-        match self.file.write_all(bytes).await {
+        if self.file.is_none() {
+            match self.target.create() {
+                Ok(file) => self.file = Some(tokio::fs::File::from_std(file)),
+                Err(error) => {
+                    tracing::warn!(%error, "creating the capture file failed; discarding the output");
+                    self.report.write_failed = true;
+                    return false;
+                }
+            }
+        }
+        let Some(file) = self.file.as_mut() else {
+            return false;
+        };
+        match file.write_all(bytes).await {
             Ok(()) => true,
             Err(error) => {
                 tracing::warn!(%error, "writing captured output failed; discarding the rest");
@@ -134,7 +209,10 @@ impl Sink {
     }
 
     async fn finish(mut self) -> StreamCapture {
-        if let Err(error) = self.file.flush().await {
+        let Some(file) = self.file.as_mut() else {
+            return self.report;
+        };
+        if let Err(error) = file.flush().await {
             tracing::warn!(%error, "flushing captured output failed");
             self.report.write_failed = true;
         }
@@ -142,9 +220,10 @@ impl Sink {
     }
 }
 
-async fn pump<R: AsyncRead + Unpin>(mut reader: R, file: tokio::fs::File, bytes_max: u64) -> StreamCapture {
+async fn pump<R: AsyncRead + Unpin>(mut reader: R, target: CaptureTarget, bytes_max: u64) -> StreamCapture {
     let mut sink = Sink {
-        file,
+        target,
+        file: None,
         bytes_max,
         last_byte: None,
         report: StreamCapture::default(),

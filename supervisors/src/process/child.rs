@@ -10,7 +10,7 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::task::JoinHandle;
 
-use super::capture::{self, CaptureReport, StreamCapture};
+use super::capture::{self, CaptureReport, CaptureTarget, StreamCapture};
 use super::error::ProcessError;
 use super::identity::{self, StartIdentity};
 use super::launch;
@@ -94,6 +94,8 @@ pub struct ProcessChild {
     stdout_task: Option<JoinHandle<StreamCapture>>,
     stderr_task: Option<JoinHandle<StreamCapture>>,
     capture: Option<CaptureReport>,
+    stdout_target: Option<CaptureTarget>,
+    stderr_target: Option<CaptureTarget>,
 }
 
 impl fmt::Debug for ProcessChild {
@@ -116,11 +118,11 @@ pub fn spawn(mut spec: ProcessSpec) -> Result<ProcessChild, ProcessError> {
     tokio::runtime::Handle::try_current().map_err(|_| ProcessError::NoRuntime)?;
     spec.validate()?;
     let program_name = program_file_name(&spec.program);
-    let stdout_file = open_optional_capture(spec.stdout_path.as_deref())?;
-    let stderr_file = open_optional_capture(spec.stderr_path.as_deref())?;
+    let stdout_target = prepare_capture(spec.stdout_path.as_deref())?;
+    let stderr_target = prepare_capture(spec.stderr_path.as_deref())?;
     // Recorded as owned under the orphan reaper's lock, so it can never reap this leader.
     let mut owned = orphans::owned();
-    let started = launch::start(&mut spec, stdout_file.is_some(), stderr_file.is_some())?;
+    let started = launch::start(&mut spec, stdout_target.is_some(), stderr_target.is_some())?;
     let pid = started.pid;
     owned.insert(pid);
     drop(owned);
@@ -128,8 +130,8 @@ pub fn spawn(mut spec: ProcessSpec) -> Result<ProcessChild, ProcessError> {
     let identity = identity::read_identity(pid).inspect_err(|_| kill_and_reap_blocking(pid))?;
     tracing::debug!(pid, program = %program_name, pidfd = matches!(waiter, Waiter::PidFd(_)), "spawned child");
     let bytes_max = spec.capture_bytes_max;
-    let stdout_task = attach_capture(started.stdout, stdout_file, bytes_max, pid)?;
-    let stderr_task = attach_capture(started.stderr, stderr_file, bytes_max, pid)?;
+    let stdout_task = attach_capture(started.stdout, stdout_target.clone(), bytes_max, pid)?;
+    let stderr_task = attach_capture(started.stderr, stderr_target.clone(), bytes_max, pid)?;
     Ok(ProcessChild {
         pid,
         identity,
@@ -142,11 +144,13 @@ pub fn spawn(mut spec: ProcessSpec) -> Result<ProcessChild, ProcessError> {
         stdout_task,
         stderr_task,
         capture: None,
+        stdout_target,
+        stderr_target,
     })
 }
 
-fn open_optional_capture(path: Option<&Path>) -> Result<Option<std::fs::File>, ProcessError> {
-    path.map(capture::open_capture_file).transpose()
+fn prepare_capture(path: Option<&Path>) -> Result<Option<CaptureTarget>, ProcessError> {
+    path.map(CaptureTarget::prepare).transpose()
 }
 
 fn program_file_name(program: &Path) -> String {
@@ -157,18 +161,18 @@ fn program_file_name(program: &Path) -> String {
 
 fn attach_capture(
     pipe: Option<OwnedFd>,
-    file: Option<std::fs::File>,
+    target: Option<CaptureTarget>,
     bytes_max: u64,
     pid: i32,
 ) -> Result<Option<JoinHandle<StreamCapture>>, ProcessError> {
-    let (Some(pipe), Some(file)) = (pipe, file) else {
+    let (Some(pipe), Some(target)) = (pipe, target) else {
         return Ok(None);
     };
     let reader = tokio::process::ChildStdout::from_std(std::process::ChildStdout::from(pipe)).map_err(|e| {
         kill_and_reap_blocking(pid);
         ProcessError::os(pid, "registering output pipe", e)
     })?;
-    Ok(Some(capture::start_capture(reader, file, bytes_max)))
+    Ok(Some(capture::start_capture(reader, target, bytes_max)))
 }
 
 impl Waiter {
@@ -387,6 +391,19 @@ impl ProcessChild {
         reap_group(self.pid).await;
         tracing::debug!(pid = self.pid, program = %self.program_name, %outcome, escalated, "child reaped");
         Ok(termination)
+    }
+
+    /// Capture to `stdout` and `stderr` from now on (streams that were captured): a file
+    /// already created is renamed there, one not created yet will be created there. Used to
+    /// name a process started ahead of need after the work it was given.
+    pub fn move_captures(&self, stdout: &Path, stderr: &Path) -> std::io::Result<()> {
+        if let Some(target) = &self.stdout_target {
+            target.move_to(stdout)?;
+        }
+        if let Some(target) = &self.stderr_target {
+            target.move_to(stderr)?;
+        }
+        Ok(())
     }
 
     /// Waits (at most `limit`) for both capture tasks to reach end of file and flush. A stream that

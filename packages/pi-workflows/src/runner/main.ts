@@ -85,7 +85,11 @@ async function execute(session: RunnerSession, launch: Launch, loaded: LoadedWor
     },
     loadAgentExecutor: lazyAgentExecutor(executorUrl, launch.projectPath),
   });
-  log(`run ${launch.runId} generation ${launch.generation}: ${outcome.kind}`);
+  // A run that completed or now waits is told by the store; only a stop or a failure leaves
+  // a line here (the server creates the capture file at its first byte).
+  if (outcome.kind === "failed" || outcome.kind === "stopped") {
+    log(`run ${launch.runId} generation ${launch.generation}: ${outcome.kind}`);
+  }
 }
 
 /** Run one generation; the entry passes where the lazily loaded parts live. */
