@@ -247,3 +247,20 @@ fn show(state: &PoolState) {
             process_group: runner.child.pgid(),
         }));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::NO_WARM_UP_FLAG;
+
+    /// The flag is the server's word to the Node runner: both sides must spell it alike.
+    #[test]
+    fn the_node_runner_entry_reads_the_no_warm_up_flag() {
+        let entry = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("packages/pi-workflows/src/runner-main.ts");
+        let source = std::fs::read_to_string(&entry).expect("the runner entry's source");
+        assert!(
+            source.contains(&format!("\"{NO_WARM_UP_FLAG}\""))
+                && source.contains("process.argv.includes(NO_WARM_UP_FLAG)"),
+            "runner-main.ts must read {NO_WARM_UP_FLAG} from its arguments"
+        );
+    }
+}
