@@ -23,6 +23,12 @@ const START_ATTEMPTS: u32 = 3;
 /// How long `server stop` waits for the process to be gone.
 pub const STOP_WAIT_MS: u64 = 35_000;
 const START_ERROR_BYTES_MAX: u64 = 4 * 1024;
+/// The server's async workers: a user-level server on a laptop, not a service to scale.
+const SERVER_WORKER_THREADS: usize = 2;
+/// Threads for blocking work at once (store reads, capture writes, `/proc` scans); more wait
+/// in tokio's queue. Tokio's default of 512 would let a burst of runs and clients start
+/// hundreds of threads, each with its own stack and arena.
+const SERVER_BLOCKING_THREADS_MAX: usize = 32;
 
 #[derive(Debug, Subcommand)]
 pub enum ServerCommand {
@@ -55,7 +61,8 @@ pub fn run(state_dir: PathBuf, command: ServerCommand) -> anyhow::Result<ExitCod
 fn run_attached(paths: ServerPaths) -> anyhow::Result<ExitCode> {
     let config = ServerConfig::from_env(paths)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(SERVER_WORKER_THREADS)
+        .max_blocking_threads(SERVER_BLOCKING_THREADS_MAX)
         .enable_all()
         .build()?;
     let reason = runtime.block_on(server::run(config))?;
