@@ -93,10 +93,15 @@ async fn a_child_that_prints_nothing_leaves_no_capture_file_and_no_stale_one() {
     let err = dir.path().join("logs/quiet.err");
     std::fs::create_dir_all(dir.path().join("logs")).expect("mkdir");
     std::fs::write(&err, "an earlier child's output\n").expect("write");
-    let report = run_to_end(spawn(sh("exit 0").stdout_to(&out).stderr_to(&err)).expect("spawn")).await;
+    let child = spawn(sh("sleep 0.1").stdout_to(&out).stderr_to(&err)).expect("spawn");
+    // Moved (as a warm process is at its hand-over) onto a path an earlier child used.
+    let moved = dir.path().join("logs/moved.out");
+    std::fs::write(&moved, "an earlier child's output\n").expect("write");
+    child.move_captures(&moved, &err).expect("move");
+    let report = run_to_end(child).await;
     let stdout = report.stdout.expect("stdout captured");
     assert!(stdout.complete && !stdout.write_failed && stdout.bytes_written == 0);
-    assert!(!out.exists(), "no output, no file");
+    assert!(!out.exists() && !moved.exists(), "no output, no file");
     assert!(
         !err.exists(),
         "an earlier file at the path never passes for this child's output"

@@ -58,16 +58,10 @@ impl CaptureTarget {
     /// A capture to `path`. A file already there is removed now: it must never pass for this
     /// child's output when the child prints nothing.
     pub(crate) fn prepare(path: &Path) -> Result<Self, ProcessError> {
-        match std::fs::remove_file(path) {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => {
-                return Err(ProcessError::CaptureFile {
-                    path: path.to_owned(),
-                    source,
-                });
-            }
-        }
+        remove_stale(path).map_err(|source| ProcessError::CaptureFile {
+            path: path.to_owned(),
+            source,
+        })?;
         Ok(Self(Arc::new(Mutex::new(TargetState {
             path: path.to_owned(),
             created: false,
@@ -86,14 +80,25 @@ impl CaptureTarget {
         Ok(file)
     }
 
-    /// Capture to `to` from now on; a file already created is renamed there.
+    /// Capture to `to` from now on; a file already created is renamed there (replacing what
+    /// was at `to`), else a file at `to` is removed, as at the spawn.
     pub(crate) fn move_to(&self, to: &Path) -> std::io::Result<()> {
         let mut state = self.state();
         if state.created {
             std::fs::rename(&state.path, to)?;
+        } else {
+            remove_stale(to)?;
         }
         state.path = to.to_owned();
         Ok(())
+    }
+}
+
+/// Remove a file left at a capture path, so it never passes for a child's output.
+fn remove_stale(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        removed => removed,
     }
 }
 
