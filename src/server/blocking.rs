@@ -48,3 +48,16 @@ where
 {
     store.read(query)
 }
+
+/// `read_small` when `small`, else `read`: for a query whose size its arguments decide (a
+/// plain status or one with its result, one runner epoch's rows or every epoch's).
+pub async fn read_small_if<T, F>(store: &Arc<Store>, small: bool, query: F) -> StoreResult<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&rusqlite::Connection) -> StoreResult<T> + Send + 'static,
+{
+    match small {
+        true => read_small(store, query),
+        false => read(store, query).await,
+    }
+}

@@ -388,10 +388,7 @@ pub async fn run_status(ctx: &OpsContext, request: &Request) -> Answer {
     };
     // A plain status is one run's summary row (read in place); a result or a request
     // contract may be large content, read off the async workers.
-    let read = match include_result {
-        false => blocking::read_small(&ctx.store, query),
-        true => blocking::read(&ctx.store, query).await,
-    };
+    let read = blocking::read_small_if(&ctx.store, !include_result, query).await;
     let (summary, result, contract) = read.map_err(read_refusal)?;
     let mut receipt = to_object(&summary)?;
     if let Some(result) = result {

@@ -115,10 +115,7 @@ pub async fn reap_registered(store: &Arc<Store>, runner_epoch: Option<String>) {
     // epoch's: in place only for one epoch.
     let one_epoch = runner_epoch.is_some();
     let query = move |conn: &rusqlite::Connection| crate::store::processes::attached(conn, runner_epoch.as_deref());
-    let attached = match one_epoch {
-        true => blocking::read_small(store, query),
-        false => blocking::read(store, query).await,
-    };
+    let attached = blocking::read_small_if(store, one_epoch, query).await;
     let Ok(attached) = attached.inspect_err(|err| tracing::warn!(error = %err, "registered processes unreadable"))
     else {
         return;
