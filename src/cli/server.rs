@@ -23,8 +23,12 @@ const START_ATTEMPTS: u32 = 3;
 /// How long `server stop` waits for the process to be gone.
 pub const STOP_WAIT_MS: u64 = 35_000;
 const START_ERROR_BYTES_MAX: u64 = 4 * 1024;
-/// The server's async workers: a user-level server on a laptop, not a service to scale.
-const SERVER_WORKER_THREADS: usize = 2;
+/// The server's async workers: one. A user-level server on a laptop, not a service to
+/// scale; its work per run is small and mostly waits for the store writer (a thread of its
+/// own) and its children. A second worker only added thread wake-ups: with one, a run costs
+/// ~25 % fewer context switches and ~5 % less server CPU at the same throughput (issue 14,
+/// docs/PERFORMANCE.md). Blocking work still goes to the blocking pool.
+const SERVER_WORKER_THREADS: usize = 1;
 /// Threads for blocking work at once (store reads, capture writes, `/proc` scans); more wait
 /// in tokio's queue. Tokio's default of 512 would let a burst of runs and clients start
 /// hundreds of threads, each with its own stack and arena.
