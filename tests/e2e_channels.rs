@@ -79,18 +79,38 @@ fn start_with_an_ambiguous_send(c: &Channels) -> String {
 }
 
 fn with_adapter(program: &Path) -> Channels {
+    with_profiles(program, &["ops"])
+}
+
+/// A server whose audience `operator` is Pi and one Telegram profile per name, each with its
+/// own credential and token file; every token file holds `TOKEN` (one bot).
+fn with_profiles(program: &Path, profiles: &[&str]) -> Channels {
     let fake = FakeBotApi::start(TOKEN);
     let config = short_temp_dir("piwc");
-    let token = config.path().join("ops.token");
-    write_private(&token, TOKEN);
-    let credentials = json!({"schema": "pi-workflows.credentials.v1",
-                             "credentials": {"ops-bot": {"kind": "telegramBotToken", "tokenFile": token}}});
+    let mut credentials = serde_json::Map::new();
+    let mut telegram = serde_json::Map::new();
+    let mut audience_channels = vec![json!("pi")];
+    for profile in profiles {
+        let token = config.path().join(format!("{profile}.token"));
+        write_private(&token, TOKEN);
+        let credential = format!("{profile}-bot");
+        credentials.insert(
+            credential.clone(),
+            json!({"kind": "telegramBotToken", "tokenFile": token}),
+        );
+        telegram.insert(
+            profile.to_string(),
+            json!({"credential": credential, "allowedUserIds": [ALLOWED_USER, SECOND_USER], "allowedChatIds": [CHAT],
+                   "apiBaseUrl": fake.base_url(), "pollTimeoutS": 1}),
+        );
+        audience_channels.push(json!(format!("telegram:{profile}")));
+    }
+    let credentials = json!({"schema": "pi-workflows.credentials.v1", "credentials": credentials});
     write_private(&config.path().join("credentials.json"), &credentials.to_string());
     let channels = json!({
         "schema": "pi-workflows.channels.v1",
-        "audiences": {"operator": {"channels": ["pi", "telegram:ops"], "accept": "first-valid-answer"}},
-        "telegram": {"ops": {"credential": "ops-bot", "allowedUserIds": [ALLOWED_USER, SECOND_USER], "allowedChatIds": [CHAT],
-                             "apiBaseUrl": fake.base_url(), "pollTimeoutS": 1}},
+        "audiences": {"operator": {"channels": audience_channels, "accept": "first-valid-answer"}},
+        "telegram": telegram,
     });
     write_private(&config.path().join("channels.json"), &channels.to_string());
     let env = Env::with_vars(vec![
@@ -392,6 +412,51 @@ fn an_adapter_that_cannot_start_stops_its_profile_and_nothing_else() {
         .cli(&["decision", "answer", &run_id, "approve", "--follow", "--json"]);
     c.env.expect_code(&answered, 0, "the decision is answered in the CLI");
     assert_eq!(json_of(&answered)["status"], "completed");
+}
+
+/// Two profiles whose token files hold one bot's token: two long polls of one bot would
+/// conflict forever, so the second to be ready is stopped for good (`duplicateBot`) and the
+/// first serves the decision alone, sending it once.
+#[test]
+fn a_second_profile_of_the_same_bot_is_stopped_and_the_first_serves_alone() {
+    let c = with_profiles(&adapter_binary(), &["ops", "ops2"]);
+    let run_id = c.start_approval();
+    let shown = |status: &Value| -> Vec<(String, String)> {
+        let mut states: Vec<(String, String)> = status["profiles"]
+            .as_array()
+            .expect("profiles")
+            .iter()
+            .map(|profile| {
+                (
+                    profile["state"].as_str().unwrap_or_default().to_string(),
+                    profile["lastExit"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect();
+        states.sort();
+        states
+    };
+    c.wait("one profile ready and the other stopped", || {
+        shown(&c.status())
+            == [
+                ("ready".to_string(), String::new()),
+                ("stopped".to_string(), "duplicateBot".to_string()),
+            ]
+    });
+    let sent = c.first_message();
+    assert_eq!(sent.chat_id, CHAT);
+    c.fake
+        .push_callback(ALLOWED_USER, CHAT, sent.message_id, &sent.callback_data[0]);
+    c.wait("the run to complete", || c.run_status(&run_id) == "completed");
+    closing_edit(&c);
+    assert_eq!(c.fake.sent_messages().len(), 1, "one bot sends the decision once");
+    let status = c.status();
+    assert_eq!(
+        shown(&status)[1],
+        ("stopped".to_string(), "duplicateBot".to_string()),
+        "a restart cannot fix a shared token: the profile stays stopped"
+    );
+    c.assert_no_token(&[]);
 }
 
 /// An adapter that says `channel.ready` and dies at once, every time (a crash right after
