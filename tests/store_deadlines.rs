@@ -96,6 +96,36 @@ fn only_an_open_turn_in_a_connected_session_spends_model_time() {
     assert!(expired(&t.store).is_empty());
 }
 
+/// Whether the deadline task must look again soon, with the session connected or not.
+fn needs_observing(store: &Store, connected: bool) -> bool {
+    let seen = store.read(deadlines::observation).expect("observation");
+    seen.needs_observing(|session| connected && session == SESSION)
+}
+
+#[test]
+fn a_turn_left_open_by_a_closed_pi_needs_no_looking_until_its_session_reconnects() {
+    let t = open_store();
+    budgeted_step_in_turn(&t);
+    assert!(
+        !needs_observing(&t.store, false),
+        "an open step turn with no coordinator: observing would change nothing"
+    );
+    assert!(needs_observing(&t.store, true), "connected, its interval must open");
+    observe(&t.store, true);
+    assert!(
+        needs_observing(&t.store, false),
+        "an open interval must be grown or closed, connected or not"
+    );
+    // Pi closes mid-turn: the next observation closes the interval, then nothing is left
+    // to do for as long as the session stays away.
+    observe(&t.store, false);
+    assert!(!needs_observing(&t.store, false));
+    t.clock.advance_ms(3_600_000);
+    assert!(!needs_observing(&t.store, false), "an hour later still nothing");
+    assert_eq!(used(&t.store), 0, "and no model time was spent");
+    assert!(needs_observing(&t.store, true), "until the session reconnects");
+}
+
 #[test]
 fn a_clock_jump_and_server_downtime_add_nothing_beyond_one_bounded_step() {
     let t = open_store();

@@ -6,11 +6,14 @@
 //! runner that records the timeout on the same attempt and follows its `$result.outcome`
 //! route (or ends the run `timed_out`). Startup recovery runs the same timeout pass first.
 //!
-//! When it looks: every `DEADLINE_TICK_MS` while a turn is open (model time grows); else at
-//! the next wall-clock deadline the store holds, or after a commit (anything committed may
-//! have set a deadline or opened a turn), but never sooner than a tick after the last look,
-//! and at least every `DEADLINE_IDLE_LOOK_MS_MAX`. An idle server therefore does not wake for
-//! it, and a busy one looks at most once a tick, as a fixed tick did.
+//! When it looks: every `DEADLINE_TICK_MS` while a turn is open in a connected session
+//! (model time grows); else at the next wall-clock deadline the store holds, after a commit
+//! (anything committed may have set a deadline or opened a turn) or when a session's
+//! coordinator comes or goes (a turn left open by a closed Pi counts again once its session
+//! reconnects), but never sooner than a tick after the last look, and at least every
+//! `DEADLINE_IDLE_LOOK_MS_MAX`. An idle server therefore does not wake for it, not even with
+//! a turn that a closed Pi left open, and a busy one looks at most once a tick, as a fixed
+//! tick did.
 //!
 //! Architecture Invariant: the task holds nothing the store does not know. "Connected" is
 //! the one in-memory fact it reads (the coordinators of this server: an older server's
@@ -46,17 +49,20 @@ pub struct DeadlineArgs {
 /// Observe and time out until the server stops.
 pub async fn deadline_task(args: DeadlineArgs) -> Result<(), String> {
     let mut commits = args.shared.store.commits();
+    let mut coordinators = args.coordinators.changes();
     let mut next_look = Duration::from_millis(DEADLINE_TICK_MS);
     loop {
         tokio::select! {
-            () = wait_to_look(&mut commits, next_look) => {}
+            () = wait_to_look(&mut commits, &mut coordinators, next_look) => {}
             _ = args.shared.stopped() => return Ok(()),
         }
         if args.shared.stop_requested().is_some() {
             return Ok(());
         }
-        // Seen before looking: a commit made while looking wakes the next wait.
+        // Seen before looking: a commit or coordinator change made while looking wakes the
+        // next wait.
         commits.borrow_and_update();
+        coordinators.borrow_and_update();
         let observing = observe_once(&args).await;
         time_out_once(&args.shared).await;
         stop_overdue_runners(&args).await;
@@ -68,9 +74,13 @@ pub async fn deadline_task(args: DeadlineArgs) -> Result<(), String> {
     }
 }
 
-/// Wait `next_look`, or less when something commits, but at least a tick (or `next_look`
-/// when that is shorter).
-async fn wait_to_look(commits: &mut watch::Receiver<u64>, next_look: Duration) {
+/// Wait `next_look`, or less when something commits or a coordinator comes or goes, but at
+/// least a tick (or `next_look` when that is shorter).
+async fn wait_to_look(
+    commits: &mut watch::Receiver<u64>,
+    coordinators: &mut watch::Receiver<u64>,
+    next_look: Duration,
+) {
     let tick = Duration::from_millis(DEADLINE_TICK_MS);
     tokio::time::sleep(tick.min(next_look)).await;
     let Some(rest) = next_look.checked_sub(tick).filter(|rest| !rest.is_zero()) else {
@@ -80,6 +90,7 @@ async fn wait_to_look(commits: &mut watch::Receiver<u64>, next_look: Duration) {
         () = tokio::time::sleep(rest) => {}
         // A closed channel (the writer gone) also returns: the reads then report it.
         _ = commits.changed() => {}
+        _ = coordinators.changed() => {}
     }
 }
 
@@ -105,11 +116,13 @@ async fn until_next_due(shared: &Arc<Shared>) -> Duration {
     }
 }
 
-/// Returns whether a turn is open or waits to be observed (model time may grow).
+/// Returns whether a turn is open or waits to be observed in a connected session (model
+/// time may grow).
 async fn observe_once(args: &DeadlineArgs) -> bool {
     let store = &args.shared.store;
+    let connected = |session: &str| args.coordinators.active_epoch(session).is_some();
     let seen = match blocking::read(store, deadlines::observation).await {
-        Ok(seen) if seen.is_empty() => return false,
+        Ok(seen) if !seen.needs_observing(connected) => return false,
         Ok(seen) => seen,
         Err(err) => {
             tracing::warn!(error = %err, "step model time could not be read; observing again in a second");

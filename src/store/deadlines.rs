@@ -150,8 +150,12 @@ pub struct Observation {
 }
 
 impl Observation {
-    pub fn is_empty(&self) -> bool {
-        self.open.is_empty() && self.unobserved.is_empty()
+    /// Whether `observe` has anything to do now: an open interval grows or closes, and a
+    /// step turn gets an interval only in a `connected` session. A step whose session has no
+    /// coordinator waits for one (Pi closed mid-turn): observing it changes nothing, however
+    /// long that lasts, so the caller need not look again until a coordinator comes.
+    pub fn needs_observing(&self, connected: impl Fn(&str) -> bool) -> bool {
+        !self.open.is_empty() || self.unobserved.iter().any(|step| connected(&step.session_id))
     }
 }
 
