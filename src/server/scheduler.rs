@@ -207,7 +207,9 @@ async fn renew_lease_when_due(state: &mut SchedulerState) {
         return;
     }
     let lease = state.lease.clone();
-    match blocking::write(&state.shared.store, move |tx| {
+    // The lease's expiry is a fact about this server's life, which a power loss ends anyway:
+    // no fsync every renewal (`Durability::Kernel`); an idle server then writes no disk.
+    match blocking::write_without_fsync(&state.shared.store, move |tx| {
         server_lease::renew_server_lease(tx, &lease)
     })
     .await

@@ -55,8 +55,8 @@ impl<'c> WriteTx<'c> {
 /// How far a commit must reach before its callers hear of it.
 ///
 /// Architecture Invariant: a `Kernel` commit records only facts about this machine's own
-/// processes and claims (a run's admission, a runner's launch, readiness and end, content a
-/// live view derived), which a power loss ends anyway, and which nobody off this machine
+/// processes and claims (a run's admission, a runner's launch, readiness and end, the
+/// renewal of a run's claim or of the server's lease, content a live view derived), which a power loss ends anyway, and which nobody off this machine
 /// learns of: every client of the socket, every runner and adapter dies with it too. Every
 /// receipt, workflow fact and run outcome is a `Disk` commit.
 ///

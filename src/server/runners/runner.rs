@@ -201,7 +201,9 @@ impl Actor for Runner {
             RunnerMsg::RenewClaim if state.claim_lost || state.finished || state.stalled => {}
             RunnerMsg::RenewClaim => {
                 let authority = state.args.authority.clone();
-                let renewed = blocking::write(&state.args.shared.store, move |tx| {
+                // A claim's expiry is a fact about this runner's life, which a power loss
+                // ends anyway: no fsync (`Durability::Kernel`).
+                let renewed = blocking::write_without_fsync(&state.args.shared.store, move |tx| {
                     crate::store::claims::renew(tx, &authority, RUN_CLAIM_LEASE_MS)
                 })
                 .await;
