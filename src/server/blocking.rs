@@ -15,8 +15,9 @@ where
 }
 
 /// A write of facts a power loss ends anyway (a run's admission, a runner's launch and end,
-/// a claim's or the server lease's renewal, content a live view derived): answered once the commit is in the kernel, without an
-/// `fsync` of its own (see `Durability::Kernel` for when that is allowed, and why it is safe).
+/// a claim's or the server lease's renewal, content a live view derived): answered once the
+/// commit is in the kernel, without an `fsync` of its own (see `Durability::Kernel` for when
+/// that is allowed, and why it is safe).
 pub async fn write_without_fsync<T, F>(store: &Arc<Store>, change: F) -> StoreResult<T>
 where
     T: Send + 'static,

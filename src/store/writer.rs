@@ -56,9 +56,10 @@ impl<'c> WriteTx<'c> {
 ///
 /// Architecture Invariant: a `Kernel` commit records only facts about this machine's own
 /// processes and claims (a run's admission, a runner's launch, readiness and end, the
-/// renewal of a run's claim or of the server's lease, content a live view derived), which a power loss ends anyway, and which nobody off this machine
-/// learns of: every client of the socket, every runner and adapter dies with it too. Every
-/// receipt, workflow fact and run outcome is a `Disk` commit.
+/// renewal of a run's claim or of the server's lease, content a live view derived), which a
+/// power loss ends anyway, and which nobody off this machine learns of: every client of the
+/// socket, every runner and adapter dies with it too. Every receipt, workflow fact and run
+/// outcome is a `Disk` commit.
 ///
 /// Why a power loss cannot leave a contradiction: the WAL is one append-only file, and its
 /// recovery replays frames up to the first one that fails its checksum chain, so a power loss
