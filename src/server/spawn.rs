@@ -7,7 +7,7 @@
 //! never its stdout (workflow code prints).
 
 use std::os::unix::net::UnixStream as StdUnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rustix::process::Resource;
@@ -32,6 +32,15 @@ pub const CHILD_PROCESSES_MAX: u64 = 32_768;
 /// it starts: when its work ends, processes that escaped its process group and still carry
 /// the mark (a detached `setsid` child, a double fork) are found and stopped.
 pub const CHILD_MARK_ENV: &str = "PI_WORKFLOWS_CHILD_MARK";
+
+/// Where a child started as `log_stem` captures its stdout and stderr (operators look there):
+/// `<logs_dir>/<log_stem>.out` and `.err`.
+pub fn capture_paths(logs_dir: &Path, log_stem: &str) -> (PathBuf, PathBuf) {
+    (
+        logs_dir.join(format!("{log_stem}.out")),
+        logs_dir.join(format!("{log_stem}.err")),
+    )
+}
 
 /// The environment entry that marks the descendants of the child started as `log_stem`.
 pub fn child_mark(log_stem: &str) -> String {
@@ -137,12 +146,12 @@ fn process_spec(
     cwd: Option<PathBuf>,
     channel: std::os::fd::OwnedFd,
 ) -> ProcessSpec {
-    let logs = &settings.logs_dir;
+    let (stdout, stderr) = capture_paths(&settings.logs_dir, log_stem);
     let mut spec = ProcessSpec::new(&program.0)
         .args(program.1.iter().cloned())
         .env_clear(true)
-        .stdout_to(logs.join(format!("{log_stem}.out")))
-        .stderr_to(logs.join(format!("{log_stem}.err")))
+        .stdout_to(stdout)
+        .stderr_to(stderr)
         .capture_bytes_max(CHILD_CAPTURE_BYTES_MAX)
         .grace(Duration::from_millis(CHILD_GRACE_MS))
         .inherit_fd(channel, RUNNER_CHANNEL_FD);

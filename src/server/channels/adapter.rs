@@ -36,6 +36,7 @@ use crate::channels::config::TelegramProfile;
 use crate::server::blocking;
 use crate::server::frames::{LineRead, read_line};
 use crate::server::shared::Shared;
+use crate::server::spawn::capture_paths;
 use crate::store::StoreError;
 use crate::store::channels::{
     self as store, AdapterFence, Answered, AttemptOutcome, ChannelAnswer, ChannelError, SettleClaim,
@@ -310,11 +311,11 @@ fn process_spec(
         poll_timeout_s: args.telegram.poll_timeout_s,
     };
     launch.check().map_err(|err| err.to_string())?;
-    let stem = format!("channel-{}-e{}", args.profile, fence.epoch);
+    let (stdout, stderr) = capture_paths(&args.logs_dir, &format!("channel-{}-e{}", args.profile, fence.epoch));
     let mut spec = ProcessSpec::new(&args.program)
         .env_clear(true)
-        .stdout_to(args.logs_dir.join(format!("{stem}.out")))
-        .stderr_to(args.logs_dir.join(format!("{stem}.err")))
+        .stdout_to(stdout)
+        .stderr_to(stderr)
         .capture_bytes_max(CAPTURE_BYTES_MAX)
         .grace(Duration::from_millis(ADAPTER_GRACE_MS))
         .rlimit(RlimitResource::Core, Some(0), Some(0))

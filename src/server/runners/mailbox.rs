@@ -9,7 +9,7 @@ use ractor::RpcReplyPort;
 use supervisors::process::ProcessChild;
 
 use crate::server::shared::lock;
-use crate::server::spawn::child_mark;
+use crate::server::spawn::{capture_paths, child_mark};
 use crate::store::StoreResult;
 use crate::store::commands::{CommandReceipt, CommandRequest};
 
@@ -69,8 +69,8 @@ impl WarmRunner {
     /// Hand the process to a run: its captures are renamed after the run's runner epoch
     /// (where operators look for them).
     pub fn assign(self, logs_dir: &Path, runner_epoch: &str) -> (ProcessChild, StdUnixStream) {
-        let named = |extension: &str| logs_dir.join(format!("{runner_epoch}.{extension}"));
-        if let Err(err) = self.child.move_captures(&named("out"), &named("err")) {
+        let (stdout, stderr) = capture_paths(logs_dir, runner_epoch);
+        if let Err(err) = self.child.move_captures(&stdout, &stderr) {
             tracing::debug!(error = %err, "warm runner capture not renamed");
         }
         (self.child, self.channel)

@@ -190,18 +190,17 @@ impl Sink {
 
     /// Writes `bytes`; on failure marks the stream failed (the rest is discarded) and returns false.
     async fn write(&mut self, bytes: &[u8]) -> bool {
-        if self.file.is_none() {
-            match self.target.create() {
-                Ok(file) => self.file = Some(tokio::fs::File::from_std(file)),
+        let file = match &mut self.file {
+            Some(file) => file,
+            // The stream's first byte: only now is there output to keep.
+            None => match self.target.create() {
+                Ok(file) => self.file.insert(tokio::fs::File::from_std(file)),
                 Err(error) => {
                     tracing::warn!(%error, "creating the capture file failed; discarding the output");
                     self.report.write_failed = true;
                     return false;
                 }
-            }
-        }
-        let Some(file) = self.file.as_mut() else {
-            return false;
+            },
         };
         match file.write_all(bytes).await {
             Ok(()) => true,
