@@ -58,7 +58,7 @@ pub fn start_attempt(
     let run_id = authority.resource_id.as_str();
     let committed = claims::protected_write(tx, authority, expected, |tx| {
         require_live(tx, run_id, "start a node attempt of")?;
-        insert_attempt(tx, authority, attempt)?;
+        insert_attempt(tx, authority, attempt, None)?;
         Ok(((), RunEvent::new("node.started", Actor::Host)))
     })?;
     Ok(committed.revision)
@@ -102,17 +102,52 @@ pub fn finish_attempt_with(
     let run_id = authority.resource_id.as_str();
     let committed = claims::protected_write(tx, authority, expected, |tx| {
         require_live(tx, run_id, "finish a node attempt of")?;
-        if let Some(attempt) = finish.started_here {
-            assert_eq!(attempt.attempt_id, finish.attempt_id, "one attempt per finish");
-            insert_attempt(tx, authority, attempt)?;
-        }
-        // What settles with the attempt (a request it answered, a message) goes first, so
-        // the attempt's own checks see it.
-        also(tx)?;
-        let event_type = settle_unfinished(tx, run_id, finish.attempt_id, finish.outcome)?;
+        let event_type = match finish.started_here {
+            Some(attempt) => {
+                assert_eq!(attempt.attempt_id, finish.attempt_id, "one attempt per finish");
+                // Recorded already settled: one row write, and never an unfinished row that
+                // the same commit would settle again.
+                insert_attempt(tx, authority, attempt, Some(finish.outcome))?;
+                also(tx)?;
+                Ended::of(finish.outcome).event_type
+            }
+            None => {
+                // What settles with the attempt (a request it answered, a message) goes
+                // first, so the attempt's own checks see it.
+                also(tx)?;
+                settle_unfinished(tx, run_id, finish.attempt_id, finish.outcome)?
+            }
+        };
         Ok(((), RunEvent::new(event_type, Actor::Host)))
     })?;
     Ok(committed.revision)
+}
+
+/// The columns a settled attempt records.
+struct Ended<'a> {
+    status: AttemptStatus,
+    output_hash: Option<&'a str>,
+    error_hash: Option<&'a str>,
+    event_type: &'static str,
+}
+
+impl<'a> Ended<'a> {
+    fn of(outcome: &'a AttemptOutcome) -> Self {
+        match outcome {
+            AttemptOutcome::Completed { output_hash } => Self {
+                status: AttemptStatus::Completed,
+                output_hash: output_hash.as_deref(),
+                error_hash: None,
+                event_type: "node.finished",
+            },
+            AttemptOutcome::Failed { error_hash } => Self {
+                status: AttemptStatus::Failed,
+                output_hash: None,
+                error_hash: error_hash.as_deref(),
+                event_type: "node.failed",
+            },
+        }
+    }
 }
 
 fn settle_unfinished(
@@ -121,12 +156,7 @@ fn settle_unfinished(
     attempt_id: &str,
     outcome: &AttemptOutcome,
 ) -> StoreResult<&'static str> {
-    let (status, output, error, event_type) = match outcome {
-        AttemptOutcome::Completed { output_hash } => {
-            (AttemptStatus::Completed, output_hash.as_deref(), None, "node.finished")
-        }
-        AttemptOutcome::Failed { error_hash } => (AttemptStatus::Failed, None, error_hash.as_deref(), "node.failed"),
-    };
+    let ended = Ended::of(outcome);
     // A waiting attempt finishes only once its request was answered: a runner cannot walk
     // past a pending request (it would stay pending on a run that moved on).
     let updated = tx
@@ -138,18 +168,31 @@ fn settle_unfinished(
                     OR (status = 'waiting' AND NOT EXISTS (SELECT 1 FROM interactive_requests r
                         WHERE r.attempt_id = node_attempts.attempt_id AND r.status = 'pending')))",
         )?
-        .execute(params![status.as_str(), output, error, tx.now_ms(), attempt_id, run_id])?;
+        .execute(params![
+            ended.status.as_str(),
+            ended.output_hash,
+            ended.error_hash,
+            tx.now_ms(),
+            attempt_id,
+            run_id
+        ])?;
     if updated != 1 {
         return Err(StoreError::AttemptNotActive {
             run_id: run_id.to_string(),
             attempt_id: attempt_id.to_string(),
         });
     }
-    Ok(event_type)
+    Ok(ended.event_type)
 }
 
-/// Insert a new running attempt; refused while the run has another unfinished one.
-fn insert_attempt(tx: &WriteTx<'_>, authority: &ClaimAuthority, attempt: &NewAttempt) -> StoreResult<()> {
+/// Insert a new attempt, running or (`ended`) already settled; refused while the run has
+/// another unfinished one.
+fn insert_attempt(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    attempt: &NewAttempt,
+    ended: Option<&AttemptOutcome>,
+) -> StoreResult<()> {
     if attempt.visit < 1 {
         return Err(StoreError::InvalidInput {
             what: "node visit",
@@ -164,11 +207,17 @@ fn insert_attempt(tx: &WriteTx<'_>, authority: &ClaimAuthority, attempt: &NewAtt
         });
     }
     super::settings::check_attempt_version(tx.conn(), run_id, attempt.settings_change_number)?;
+    let now = tx.now_ms();
+    let (status, output_hash, error_hash, finished_at) = match ended.map(Ended::of) {
+        None => (AttemptStatus::Running, None, None, None),
+        Some(ended) => (ended.status, ended.output_hash, ended.error_hash, Some(now)),
+    };
     tx.conn()
         .prepare_cached(
             "INSERT INTO node_attempts (attempt_id, run_id, node_id, node_path, visit, node_type, status,
-                        lease_generation, started_at, deadline_at, timeout_ms, settings_change_number)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, ?8, ?9, ?10, ?11)",
+                        lease_generation, started_at, deadline_at, timeout_ms, settings_change_number,
+                        output_hash, error_hash, finished_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
         )?
         .execute(params![
             attempt.attempt_id,
@@ -177,11 +226,15 @@ fn insert_attempt(tx: &WriteTx<'_>, authority: &ClaimAuthority, attempt: &NewAtt
             attempt.node_path,
             attempt.visit,
             attempt.node_type,
+            status.as_str(),
             authority.generation,
-            tx.now_ms(),
+            now,
             attempt.deadline_at,
             attempt.timeout_ms,
-            attempt.settings_change_number
+            attempt.settings_change_number,
+            output_hash,
+            error_hash,
+            finished_at
         ])?;
     Ok(())
 }

@@ -140,19 +140,9 @@ fn read_lease(tx: &WriteTx<'_>, resource_type: ResourceType, resource_id: &str) 
              WHERE resource_type = ?1 AND resource_id = ?2",
         )?
         .query_row(params![resource_type.as_str(), resource_id], |row| {
-            let owner_type: Option<String> = row.get(1)?;
-            let holder = match owner_type {
-                None => None,
-                Some(owner_type) => Some(Holder {
-                    owner_type,
-                    owner_id: row.get(2)?,
-                    token_hash: row.get(3)?,
-                    expires_at: row.get(4)?,
-                }),
-            };
             Ok(LeaseRow {
                 generation: row.get(0)?,
-                holder,
+                holder: holder_at(row, 1)?,
             })
         })
         .optional()?;
@@ -266,11 +256,56 @@ pub fn take_over(
 /// future expiry. Reads only.
 fn verify(tx: &WriteTx<'_>, authority: &ClaimAuthority) -> StoreResult<()> {
     let row = read_lease(tx, authority.resource_type, &authority.resource_id)?;
-    check_holder(row.as_ref(), authority, tx.now_ms()).map_err(|reason| {
+    check_verified(row.as_ref(), authority, tx.now_ms())
+}
+
+fn check_verified(row: Option<&LeaseRow>, authority: &ClaimAuthority, now_ms: i64) -> StoreResult<()> {
+    check_holder(row, authority, now_ms).map_err(|reason| {
         let lost = authority.lost(reason);
         tracing::info!(resource_id = %lost.resource_id, generation = lost.generation, reason = %reason, "claim rejected");
         lost.into()
     })
+}
+
+/// Step 1 of a protected write in one read: the run's revision and its claim row
+/// (`RunNotFound` for an unknown run).
+fn read_run_guard(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<(i64, Option<LeaseRow>)> {
+    let row = tx
+        .conn()
+        .prepare_cached(
+            "SELECT r.revision, l.generation, l.owner_type, l.owner_id, l.token_hash, l.expires_at
+             FROM runs r LEFT JOIN leases l ON l.resource_type = ?1 AND l.resource_id = r.run_id
+             WHERE r.run_id = ?2",
+        )?
+        .query_row(params![ResourceType::Run.as_str(), run_id], |row| {
+            let generation: Option<i64> = row.get(1)?;
+            let lease = match generation {
+                None => None,
+                Some(generation) => Some(LeaseRow {
+                    generation,
+                    holder: holder_at(row, 2)?,
+                }),
+            };
+            Ok((row.get(0)?, lease))
+        })
+        .optional()?;
+    row.ok_or_else(|| StoreError::RunNotFound {
+        run_id: run_id.to_string(),
+    })
+}
+
+/// The holder columns (`owner_type, owner_id, token_hash, expires_at`) from `first` on.
+fn holder_at(row: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Option<Holder>> {
+    let owner_type: Option<String> = row.get(first)?;
+    let Some(owner_type) = owner_type else {
+        return Ok(None);
+    };
+    Ok(Some(Holder {
+        owner_type,
+        owner_id: row.get(first + 1)?,
+        token_hash: row.get(first + 2)?,
+        expires_at: row.get(first + 3)?,
+    }))
 }
 
 /// Step 4: renew heartbeat and expiry of the exact verified claim.
@@ -402,8 +437,8 @@ pub fn protected_write<T>(
         ResourceType::Run,
         "protected writes change runs"
     );
-    let revision = events::current_revision(tx, &authority.resource_id)?;
-    verify(tx, authority)?;
+    let (revision, lease) = read_run_guard(tx, &authority.resource_id)?;
+    check_verified(lease.as_ref(), authority, tx.now_ms())?;
     events::check_expected_revision(&authority.resource_id, expected_revision, revision)?;
     extend(tx, authority, RUN_CLAIM_LEASE_MS)?;
     let (value, event) = change(tx)?;

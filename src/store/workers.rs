@@ -183,8 +183,6 @@ pub struct Admissible {
     pub workflow_source_json: String,
 }
 
-/// Up to `limit` queued, unpaused runs whose time has come and whose previous runner has
-/// ended, oldest first.
 /// How many runs are queued, due or not (paused ones included: a resume is a commit).
 pub fn queued_runs(conn: &rusqlite::Connection) -> StoreResult<u64> {
     let queued: i64 = conn
@@ -193,6 +191,8 @@ pub fn queued_runs(conn: &rusqlite::Connection) -> StoreResult<u64> {
     Ok(queued as u64)
 }
 
+/// Up to `limit` queued, unpaused runs whose time has come and whose previous runner has
+/// ended, oldest first.
 pub fn admissible_runs(conn: &rusqlite::Connection, now_ms: i64, limit: usize) -> StoreResult<Vec<Admissible>> {
     let runs = conn
         .prepare_cached(

@@ -26,8 +26,8 @@ use crate::store::{Durability, StoreError, StoreResult, settings, workers};
 pub async fn on_frames(state: &mut RunnerState, lines: Vec<Vec<u8>>) -> bool {
     let mut pipelined: Vec<(Message, Submitted)> = Vec::new();
     for line in lines {
-        let message = match parse(state, &line) {
-            Parsed::Message(message) => message,
+        let (message, hash) = match parse(state, &line) {
+            Parsed::Message(message, hash) => (message, hash),
             Parsed::Stale(message_id) => {
                 // Earlier frames are answered first: answers keep message order.
                 flush(state, &mut pipelined).await;
@@ -49,11 +49,11 @@ pub async fn on_frames(state: &mut RunnerState, lines: Vec<Vec<u8>>) -> bool {
             let _ = state.process.cast(supervisors::ProcessMsg::Ready);
         }
         if state.ready && pipelinable(message.kind) {
-            let submitted = submit(state, &message);
+            let submitted = submit(state, &message, hash);
             pipelined.push((message, submitted));
             continue;
         }
-        if !flush(state, &mut pipelined).await || !handle(state, message).await {
+        if !flush(state, &mut pipelined).await || !handle(state, message, hash).await {
             return false;
         }
     }
@@ -102,7 +102,9 @@ async fn flush(state: &mut RunnerState, pipelined: &mut Vec<(Message, Submitted)
 enum Parsed {
     /// A liveness pong (not a protocol message: no fencing, no receipt).
     Pong(u64),
-    Message(Message),
+    /// A fenced message and the SHA-256 of its frame (canonical JSON: a repeat is the same
+    /// message byte for byte).
+    Message(Message, String),
     /// Another generation or epoch: answered `claimLost` (after earlier frames), then stop.
     Stale(String),
     /// Not a protocol message: stop the runner.
@@ -136,11 +138,12 @@ fn parse(state: &mut RunnerState, line: &[u8]) -> Parsed {
         tracing::warn!(run_id = %state.args.run.run_id, "runner message does not match the protocol; stopping it");
         return Parsed::Bad;
     };
-    Parsed::Message(message)
+    let hash = crate::digest::sha256_hex(line.strip_suffix(b"\n").unwrap_or(line));
+    Parsed::Message(message, hash)
 }
 
 /// One message on its own: a read, or a state change answered before the next frame.
-async fn handle(state: &mut RunnerState, message: Message) -> bool {
+async fn handle(state: &mut RunnerState, message: Message, hash: String) -> bool {
     if message.kind == MessageKind::ContentRead {
         let response = match channel::read_content(&state.args.shared.store, &state.advertised, &message).await {
             Ok(result) => {
@@ -161,7 +164,7 @@ async fn handle(state: &mut RunnerState, message: Message) -> bool {
             .await
             .is_ok();
     }
-    let submitted = submit(state, &message);
+    let submitted = submit(state, &message, hash);
     let response = finish(state, &message, submitted).await;
     if message.kind == MessageKind::RunnerReady && state.ready {
         return answer_ready(state, response).await;
@@ -206,12 +209,13 @@ async fn send(state: &mut RunnerState, value: &impl serde::Serialize) -> Result<
 /// A message on its way to the writer, or already answered (refused before any write).
 enum Submitted {
     Answered(Response),
-    Queued(StoreResult<PendingAnswer<Answer>>),
+    /// Queued to the writer, with the message's hash (a refusal's receipt records it).
+    Queued(String, StoreResult<PendingAnswer<Answer>>),
 }
 
 /// Queue one fenced message to be applied exactly once: a repeated message ID gets its
 /// stored answer. The receipt lookup and the change share one writer job.
-fn submit(state: &RunnerState, message: &Message) -> Submitted {
+fn submit(state: &RunnerState, message: &Message, message_hash: String) -> Submitted {
     if !state.ready && message.kind != MessageKind::RunnerReady {
         return Submitted::Answered(
             Response::new(&message.message_id, ResponseOutcome::Rejected)
@@ -219,7 +223,7 @@ fn submit(state: &RunnerState, message: &Message) -> Submitted {
         );
     }
     let checked = check_outside_store(state, message);
-    let message_hash = message_hash(message);
+    let stored_hash = message_hash.clone();
     let (authority, epoch, owned, known) = (
         state.args.authority.clone(),
         state.args.runner_epoch.clone(),
@@ -227,25 +231,28 @@ fn submit(state: &RunnerState, message: &Message) -> Submitted {
         state.settings_known,
     );
     let store = &state.args.shared.store;
-    Submitted::Queued(store.submit_write(durability_of(message.kind), move |tx| {
-        if let Some(stored) = workers::message_receipt(tx.conn(), &epoch, &owned.message_id)? {
-            return Ok(match stored.message_hash == message_hash {
-                true => Answer::Stored(stored, newer_settings(tx.conn(), &owned, known)?),
-                false => Answer::Reused,
-            });
-        }
-        let (revision, result) = apply(tx, &authority, &owned, &checked)?;
-        let settings = newer_settings(tx.conn(), &owned, known)?;
-        let result_json = result.as_ref().map(Value::to_string);
-        let receipt = workers::MessageReceipt {
-            outcome: "accepted".to_string(),
-            revision,
-            result_json,
-            message_hash,
-        };
-        workers::store_message_receipt(tx, &epoch, &owned.message_id, owned.kind.as_str(), &receipt)?;
-        Ok(Answer::Applied((revision, result), settings))
-    }))
+    Submitted::Queued(
+        stored_hash,
+        store.submit_write(durability_of(message.kind), move |tx| {
+            if let Some(stored) = workers::message_receipt(tx.conn(), &epoch, &owned.message_id)? {
+                return Ok(match stored.message_hash == message_hash {
+                    true => Answer::Stored(stored, newer_settings(tx.conn(), &owned, known)?),
+                    false => Answer::Reused,
+                });
+            }
+            let (revision, result) = apply(tx, &authority, &owned, &checked)?;
+            let settings = newer_settings(tx.conn(), &owned, known)?;
+            let result_json = result.as_ref().map(Value::to_string);
+            let receipt = workers::MessageReceipt {
+                outcome: "accepted".to_string(),
+                revision,
+                result_json,
+                message_hash,
+            };
+            workers::store_message_receipt(tx, &epoch, &owned.message_id, owned.kind.as_str(), &receipt)?;
+            Ok(Answer::Applied((revision, result), settings))
+        }),
+    )
 }
 
 /// `runner.ready` records only that this runner's process is ready (a fact a power loss ends
@@ -275,10 +282,10 @@ fn newer_settings(conn: &rusqlite::Connection, message: &Message, known: Option<
 
 /// The answer to a submitted message, after its commit.
 async fn finish(state: &mut RunnerState, message: &Message, submitted: Submitted) -> Response {
-    let applied = match submitted {
+    let (hash, applied) = match submitted {
         Submitted::Answered(response) => return response,
-        Submitted::Queued(Ok(pending)) => pending.wait().await,
-        Submitted::Queued(Err(err)) => Err(err),
+        Submitted::Queued(hash, Ok(pending)) => (hash, pending.wait().await),
+        Submitted::Queued(hash, Err(err)) => (hash, Err(err)),
     };
     match applied {
         Ok(Answer::Stored(receipt, settings)) => with_settings(state, stored_response(message, receipt), settings),
@@ -287,10 +294,10 @@ async fn finish(state: &mut RunnerState, message: &Message, submitted: Submitted
             "this message ID already named another message; nothing changed (use a new ID per message)",
         ),
         Ok(Answer::Applied(applied, settings)) => {
-            let response = respond(state, message, Ok(applied)).await;
+            let response = respond(state, message, hash, Ok(applied)).await;
             with_settings(state, response, settings)
         }
-        Err(err) => respond(state, message, Err(err)).await,
+        Err(err) => respond(state, message, hash, Err(err)).await,
     }
 }
 
@@ -318,12 +325,6 @@ fn with_settings(state: &mut RunnerState, mut response: Response, settings: Opti
         response.settings = settings;
     }
     response
-}
-
-/// SHA-256 of the canonical message: a repeat is the same message, byte for byte.
-fn message_hash(message: &Message) -> String {
-    let value = serde_json::to_value(message).expect("a runner message serializes");
-    crate::protocol::canonical_sha256_hex(&value).expect("a JSON value encodes")
 }
 
 fn stored_response(message: &Message, receipt: workers::MessageReceipt) -> Response {
@@ -373,7 +374,7 @@ fn classify_registration(pid: i32, runner_pid: i32) -> Registration {
     }
 }
 
-async fn respond(state: &mut RunnerState, message: &Message, applied: StoreResult<Applied>) -> Response {
+async fn respond(state: &mut RunnerState, message: &Message, hash: String, applied: StoreResult<Applied>) -> Response {
     match applied {
         Ok((revision, result)) => {
             match message.kind {
@@ -419,7 +420,7 @@ async fn respond(state: &mut RunnerState, message: &Message, applied: StoreResul
                 outcome: "rejected".to_string(),
                 revision: None,
                 result_json: None,
-                message_hash: message_hash(message),
+                message_hash: hash,
             };
             let _ = blocking::write(&state.args.shared.store, move |tx| {
                 workers::store_message_receipt(tx, &epoch, &id, kind, &receipt)
