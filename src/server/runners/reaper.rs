@@ -23,6 +23,11 @@ pub async fn reap_orphans(shared: Arc<Shared>) -> Result<(), String> {
             () = tokio::time::sleep(Duration::from_millis(REAP_FALLBACK_MS)) => {}
             _ = shared.stopped() => return Ok(()),
         }
+        // Most SIGCHLDs are owned children's (a runner's end): the look in place finds no
+        // orphan, and the search is not sent to the blocking pool (two thread switches).
+        if !supervisors::process::has_orphans() {
+            continue;
+        }
         match tokio::task::spawn_blocking(supervisors::process::reap_orphans).await {
             Ok(0) => {}
             Ok(reaped) => tracing::debug!(reaped, "reaped orphaned processes"),

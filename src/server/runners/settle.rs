@@ -97,6 +97,10 @@ pub async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: 
 /// Stop what escaped the runner's process group and still carries its mark (reparented to
 /// this server, a subreaper, when the runner ended); the reaper reaps them.
 async fn stop_escaped(mark: &str) {
+    // Nothing escaped when nothing was reparented here (the usual end): no search.
+    if !supervisors::process::has_orphans() {
+        return;
+    }
     let mark = mark.to_string();
     let killed = tokio::task::spawn_blocking(move || supervisors::process::kill_orphans_with_env(&mark)).await;
     match killed {

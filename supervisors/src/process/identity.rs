@@ -4,6 +4,7 @@ use std::fmt;
 use std::fs::File;
 use std::io::Read;
 use std::str::FromStr;
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -123,15 +124,20 @@ pub(crate) fn read_stat(pid: i32) -> Option<StatFields> {
     parse_stat(&read_small_file(&format!("/proc/{pid}/stat")).ok()?)
 }
 
-/// The current kernel boot id (`/proc/sys/kernel/random/boot_id`).
+/// The current kernel boot id (`/proc/sys/kernel/random/boot_id`), read once per process: a
+/// reboot ends this process, so the id cannot change while it runs.
 pub fn current_boot_id() -> Result<String, ProcessError> {
+    static BOOT_ID: OnceLock<String> = OnceLock::new();
+    if let Some(id) = BOOT_ID.get() {
+        return Ok(id.clone());
+    }
     let reason = |r: String| ProcessError::Identity { pid: 0, reason: r };
     let text = read_small_file(BOOT_ID_PATH).map_err(|e| reason(format!("reading {BOOT_ID_PATH}: {e}")))?;
     let id = text.trim();
     if !valid_boot_id(id) {
         return Err(reason(format!("{BOOT_ID_PATH} is malformed")));
     }
-    Ok(id.to_owned())
+    Ok(BOOT_ID.get_or_init(|| id.to_owned()).clone())
 }
 
 /// Reads the start identity of a live (or not yet reaped) process.

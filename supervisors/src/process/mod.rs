@@ -38,7 +38,7 @@ pub use identity::{
 };
 pub use launch::adopt_limits;
 pub use orphans::{
-    ENVIRON_BYTES_MAX, ORPHAN_SCAN_PROCESSES_MAX, kill_orphans_with_env, orphans_with_env, reap_orphans,
+    ENVIRON_BYTES_MAX, ORPHAN_SCAN_PROCESSES_MAX, has_orphans, kill_orphans_with_env, orphans_with_env, reap_orphans,
 };
 pub use spec::{ProcessSignal, ProcessSpec, ResourceLimit, RlimitResource};
 pub use sys::set_child_subreaper;

@@ -56,6 +56,13 @@ fn children_of(pid: &str) -> Vec<i32> {
     children
 }
 
+/// Whether this process has a direct child that no `ProcessChild` owns (an orphan, live or
+/// exited): one small `/proc` read per thread of this process, cheap enough to ask in place
+/// before a search that may be long (usually there is none).
+pub fn has_orphans() -> bool {
+    !unowned_children(&owned()).is_empty()
+}
+
 /// This process's direct children that no `ProcessChild` owns.
 fn unowned_children(owned: &BTreeSet<i32>) -> Vec<i32> {
     children_of("self")
