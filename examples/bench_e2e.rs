@@ -8,8 +8,8 @@
 //! and a `view.run.watch` subscription):
 //! - sequential: p50 / p99 wall per workflow, one client, one run at a time;
 //! - 4 clients for `--seconds`: workflows per second and p50 / p99 per workflow;
-//! - server CPU per workflow (the server process's utime + stime from /proc, over each phase),
-//!   and its children's (runner and resolver processes, counted as they are reaped);
+//! - server CPU per workflow (the server process's utime + stime from /proc, over each phase;
+//!   its stime alone too: the kernel's share), and its children's (runner and resolver processes, counted as they are reaped);
 //! - runner process start: from the runner epoch's record to its `runner.ready` (wall), from
 //!   the `run_workers` rows; and the same-run baseline `node -e 0` (wall, and its CPU from the
 //!   children's rusage), with its rate back to back on every core (the ceiling of a process
@@ -144,6 +144,7 @@ fn main() -> anyhow::Result<()> {
     }
     for detect in [Detect::Poll, Detect::Watch] {
         let cpu_before = server_cpu_ms(server_pid)?;
+        let kernel_before = server_kernel_cpu_ms(server_pid)?;
         let children_before = server_children_cpu_ms(server_pid)?;
         let (mut walls, mut answers) = (Vec::new(), Vec::new());
         for _ in 0..options.sequential {
@@ -152,6 +153,7 @@ fn main() -> anyhow::Result<()> {
             answers.push(times.start_answered_ms);
         }
         let cpu = server_cpu_ms(server_pid)? - cpu_before;
+        let kernel = server_kernel_cpu_ms(server_pid)? - kernel_before;
         let children = server_children_cpu_ms(server_pid)? - children_before;
         figures[format!("sequential_{}", detect.name())] = json!({
             "children_cpu_ms_per_run": children / options.sequential as f64,
@@ -160,6 +162,7 @@ fn main() -> anyhow::Result<()> {
             "p99_ms": percentile(&walls, 0.99),
             "start_answered_p50_ms": percentile(&answers, 0.50),
             "server_cpu_ms_per_run": cpu / options.sequential as f64,
+            "server_kernel_cpu_ms_per_run": kernel / options.sequential as f64,
         });
         figures[format!("clients4_{}", detect.name())] = concurrent(&bench, server_pid, detect, options.seconds)?;
     }
@@ -283,6 +286,7 @@ fn watch_end(client: &mut Client, run_id: &str) -> anyhow::Result<()> {
 fn concurrent(bench: &Bench, server_pid: i32, detect: Detect, seconds: u64) -> anyhow::Result<Value> {
     let stop = Arc::new(AtomicBool::new(false));
     let cpu_before = server_cpu_ms(server_pid)?;
+    let kernel_before = server_kernel_cpu_ms(server_pid)?;
     let machine_before = machine_cpu_ms()?;
     let children_before = server_children_cpu_ms(server_pid)?;
     let started = Instant::now();
@@ -319,6 +323,7 @@ fn concurrent(bench: &Bench, server_pid: i32, detect: Detect, seconds: u64) -> a
     }
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = server_cpu_ms(server_pid)? - cpu_before;
+    let kernel = server_kernel_cpu_ms(server_pid)? - kernel_before;
     let machine = machine_cpu_ms()? - machine_before;
     let children = server_children_cpu_ms(server_pid)? - children_before;
     Ok(json!({
@@ -330,6 +335,7 @@ fn concurrent(bench: &Bench, server_pid: i32, detect: Detect, seconds: u64) -> a
         "p50_ms": percentile(&walls, 0.50),
         "p99_ms": percentile(&walls, 0.99),
         "server_cpu_ms_per_run": cpu / walls.len().max(1) as f64,
+        "server_kernel_cpu_ms_per_run": kernel / walls.len().max(1) as f64,
     }))
 }
 
@@ -513,26 +519,34 @@ fn machine_cpu_ms() -> anyhow::Result<f64> {
 
 /// CPU of this process's waited-for children (ms): cutime + cstime of /proc/self/stat.
 fn children_cpu_ms() -> f64 {
-    proc_stat_ms("self", 13, 14).unwrap_or(f64::NAN)
+    proc_stat_ms("self", &[13, 14]).unwrap_or(f64::NAN)
 }
 
 /// The server's utime + stime (ms), from /proc/<pid>/stat.
 fn server_cpu_ms(pid: i32) -> anyhow::Result<f64> {
-    proc_stat_ms(&pid.to_string(), 11, 12)
+    proc_stat_ms(&pid.to_string(), &[11, 12])
+}
+
+/// The server's stime alone (ms): its CPU in the kernel (syscalls, page faults, switches).
+fn server_kernel_cpu_ms(pid: i32) -> anyhow::Result<f64> {
+    proc_stat_ms(&pid.to_string(), &[12])
 }
 
 /// CPU of the server's reaped children (ms): its runner and resolver processes, counted when
 /// they end (cutime + cstime of /proc/<pid>/stat).
 fn server_children_cpu_ms(pid: i32) -> anyhow::Result<f64> {
-    proc_stat_ms(&pid.to_string(), 13, 14)
+    proc_stat_ms(&pid.to_string(), &[13, 14])
 }
 
-/// Two tick counters of /proc/<pid>/stat, counted from the field after the command's `)`
-/// (0 is the state), summed in ms.
-fn proc_stat_ms(pid: &str, first: usize, second: usize) -> anyhow::Result<f64> {
+/// Tick counters of /proc/<pid>/stat, counted from the field after the command's `)` (0 is
+/// the state), summed in ms.
+fn proc_stat_ms(pid: &str, indexes: &[usize]) -> anyhow::Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let fields: Vec<&str> = stat.rsplit_once(')').context("stat")?.1.split_whitespace().collect();
-    let ticks = fields[first].parse::<f64>()? + fields[second].parse::<f64>()?;
+    let mut ticks = 0.0;
+    for &index in indexes {
+        ticks += fields.get(index).context("a /proc stat field")?.parse::<f64>()?;
+    }
     Ok(ticks * 1e3 / USER_HZ)
 }
 
@@ -614,18 +628,19 @@ fn print_table(figures: &Value) {
         f(&baseline["node_starts_per_s"])
     );
     println!(
-        "{:<22} {:>8} {:>10} {:>10} {:>12} {:>16} {:>18}",
-        "phase", "runs", "p50 ms", "p99 ms", "runs/s", "server CPU ms/run", "children CPU ms/run"
+        "{:<22} {:>8} {:>10} {:>10} {:>12} {:>16} {:>16} {:>18}",
+        "phase", "runs", "p50 ms", "p99 ms", "runs/s", "server CPU ms/run", "of it kernel ms", "children CPU ms/run"
     );
     for key in ["sequential_poll", "sequential_watch", "clients4_poll", "clients4_watch"] {
         let row = &figures[key];
         println!(
-            "{key:<22} {:>8} {:>10} {:>10} {:>12} {:>16} {:>18}",
+            "{key:<22} {:>8} {:>10} {:>10} {:>12} {:>16} {:>16} {:>18}",
             row["runs"],
             f(&row["p50_ms"]),
             f(&row["p99_ms"]),
             f(&row["workflows_per_s"]),
             f(&row["server_cpu_ms_per_run"]),
+            f(&row["server_kernel_cpu_ms_per_run"]),
             f(&row["children_cpu_ms_per_run"])
         );
     }
