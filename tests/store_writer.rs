@@ -6,8 +6,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pi_workflows::store::runs;
 use pi_workflows::store::{Durability, Store, StoreError};
+use pi_workflows::store::{run_view, runs};
 
 /// Occupy the writer so the next jobs queue up and share one transaction.
 fn hold_writer(store: &Arc<Store>, hold: Duration) -> std::thread::JoinHandle<()> {
@@ -163,6 +163,49 @@ fn only_a_commit_that_changed_rows_wakes_the_watchers_of_commits() {
         *commits.borrow(),
         before + 2,
         "the commit counter moves once per write that changed rows, never for one that changed nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_of_unwatched_rows_alone_wakes_no_watcher() {
+    let t = common::open_store();
+    let store = Arc::new(t.store);
+    store
+        .write_async(Durability::Disk, |tx| {
+            runs::queue_run(tx, &common::new_run("run-content"))
+        })
+        .await
+        .expect("a run queued");
+    let commits = store.commits();
+    let before = *commits.borrow();
+    // Content a view derived: its rows commit, and no watcher reads them.
+    let stored = store
+        .write_unwatched_async(|tx| run_view::put_view_content(tx, "run-content", "text/plain", b"derived"))
+        .await
+        .expect("content stored");
+    // The counter moves after a batch's answers and before the writer takes the next job:
+    // once this empty write is answered, the content's commit has moved it or not.
+    store
+        .write_async(Durability::Disk, |_| Ok(()))
+        .await
+        .expect("the closing empty write");
+    let found = store
+        .read(|conn| run_view::view_content_ref(conn, "run-content", &stored.digest, "text/plain"))
+        .expect("read");
+    assert_eq!(found, Some(stored), "unwatched rows are committed like any others");
+    assert_eq!(*commits.borrow(), before, "a commit of unwatched rows alone is no news");
+    store
+        .write_async(Durability::Disk, |tx| runs::queue_run(tx, &common::new_run("run-news")))
+        .await
+        .expect("a run queued");
+    store
+        .write_async(Durability::Disk, |_| Ok(()))
+        .await
+        .expect("the closing empty write");
+    assert_eq!(
+        *commits.borrow(),
+        before + 1,
+        "a watched write that changed rows is news"
     );
 }
 

@@ -26,6 +26,17 @@ where
     store.write_async(Durability::Kernel, change).await
 }
 
+/// `write_without_fsync` of rows no watcher of the commit counter reads (a claim's or the
+/// server lease's renewal, content a live view derived; see `store::Watched`): its commit
+/// alone wakes no live view, scheduler or deadline task.
+pub async fn write_unwatched<T, F>(store: &Arc<Store>, change: F) -> StoreResult<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send + 'static,
+{
+    store.write_unwatched_async(change).await
+}
+
 /// `Store::read` from async code.
 pub async fn read<T, F>(store: &Arc<Store>, query: F) -> StoreResult<T>
 where

@@ -208,8 +208,9 @@ async fn renew_lease_when_due(state: &mut SchedulerState) {
     }
     let lease = state.lease.clone();
     // The lease's expiry is a fact about this server's life, which a power loss ends anyway:
-    // no fsync every renewal (`Durability::Kernel`); an idle server then writes no disk.
-    match blocking::write_without_fsync(&state.shared.store, move |tx| {
+    // no fsync every renewal (`Durability::Kernel`); an idle server then writes no disk. No
+    // watcher reads it, so it wakes none.
+    match blocking::write_unwatched(&state.shared.store, move |tx| {
         server_lease::renew_server_lease(tx, &lease)
     })
     .await

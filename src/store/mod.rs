@@ -52,7 +52,7 @@ use rusqlite::Connection;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{ClaimLostError, ClaimLostReason, StoreError, StoreResult};
-pub use writer::{Durability, WriteTx};
+pub use writer::{Durability, Watched, WriteTx};
 
 use writer::Writer;
 
@@ -107,6 +107,19 @@ impl Store {
         F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send + 'static,
     {
         self.writer.write_async(durability, change).await
+    }
+
+    /// A `Kernel` write of rows no watcher of the commit counter reads (see `Watched`): its
+    /// commit alone wakes no live view, scheduler or deadline task.
+    pub async fn write_unwatched_async<T, F>(&self, change: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send + 'static,
+    {
+        self.writer
+            .submit_as(Durability::Kernel, Watched::Unwatched, change)?
+            .wait()
+            .await
     }
 
     /// Queue a write now; await its answer later (see `Writer::submit`).

@@ -9,6 +9,10 @@
 //! with any `Disk` job commits with `synchronous = FULL` (an `fsync`), one of `Kernel` jobs
 //! alone with `synchronous = NORMAL` (the WAL write only).
 //!
+//! A job also says whether watchers of the commit counter (live views, the scheduler, the
+//! deadline task) care about its rows (`Watched`): a commit whose changed rows are all
+//! `Unwatched` ones (a claim's renewal, content a view derived) wakes none of them.
+//!
 //! A full disk is not fatal: a transaction that SQLite cannot write for space is rolled back
 //! whole, each of its callers gets `StoreError::DiskFull`, and the writer goes on serving
 //! (reads never needed it); the first write after space returns commits, with no restart.
@@ -86,10 +90,25 @@ impl Durability {
     }
 }
 
+/// Whether the watchers of the commit counter care about a job's rows.
+///
+/// Architecture Invariant: a job is `Unwatched` only when no watcher reads what it changes:
+/// the lease rows' heartbeat and expiry (the reclaimer keeps its own time) and
+/// `run_view_content` (derived from facts a view already showed). Anything a view, the
+/// scheduler, the deadline task, a channel adapter or a waiting submission reads is
+/// `Watched`; a wrong `Unwatched` would leave a watcher asleep on news.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watched {
+    Watched,
+    Unwatched,
+}
+
 /// One queued write: runs once inside its savepoint, then learns the shared commit result.
 trait WriteJob: Send {
     /// How durable its commit must be before it is answered.
     fn durability(&self) -> Durability;
+    /// Whether its changed rows wake the watchers of the commit counter.
+    fn watched(&self) -> Watched;
     /// Run the change (a disk that refused it for space is reported as `DiskFull` in
     /// `dir`, the state directory).
     fn run(&mut self, tx: &WriteTx<'_>, dir: &Path) -> Ran;
@@ -135,6 +154,7 @@ impl BatchFailure {
 
 struct PendingWrite<T, F> {
     durability: Durability,
+    watched: Watched,
     change: Option<F>,
     result: Option<StoreResult<T>>,
     reply: Reply<T>,
@@ -153,6 +173,10 @@ where
 {
     fn durability(&self) -> Durability {
         self.durability
+    }
+
+    fn watched(&self) -> Watched {
+        self.watched
     }
 
     fn run(&mut self, tx: &WriteTx<'_>, dir: &Path) -> Ran {
@@ -200,8 +224,8 @@ enum WriterMessage {
 pub struct Writer {
     sender: Option<SyncSender<WriterMessage>>,
     thread: Option<JoinHandle<()>>,
-    /// Counts committed transactions that changed rows; live views wait on it instead of
-    /// polling.
+    /// Counts committed transactions that changed rows of `Watched` jobs; live views wait on
+    /// it instead of polling.
     commits: tokio::sync::watch::Receiver<u64>,
     /// Closed when the writer thread ends (its sender lives on the thread's stack, so a
     /// panic closes it too): a watcher waits on it instead of polling `is_running`.
@@ -242,8 +266,8 @@ impl Writer {
         self.thread.as_ref().is_some_and(|thread| !thread.is_finished())
     }
 
-    /// The commit counter: it changes after every committed transaction that changed rows
-    /// (answers first).
+    /// The commit counter: it changes after every committed transaction that changed rows of
+    /// a `Watched` job (answers first).
     pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
         self.commits.clone()
     }
@@ -258,6 +282,7 @@ impl Writer {
         let (reply, reply_receiver) = sync_channel::<StoreResult<T>>(1);
         let job = PendingWrite {
             durability: Durability::Disk,
+            watched: Watched::Watched,
             change: Some(change),
             result: None,
             reply: Reply::Blocking(reply),
@@ -289,9 +314,19 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send + 'static,
     {
+        self.submit_as(durability, Watched::Watched, change)
+    }
+
+    /// `submit` of a job that says whether watchers of the commit counter care (`Watched`).
+    pub fn submit_as<T, F>(&self, durability: Durability, watched: Watched, change: F) -> StoreResult<PendingAnswer<T>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&WriteTx<'_>) -> StoreResult<T> + Send + 'static,
+    {
         let (reply, receiver) = tokio::sync::oneshot::channel::<StoreResult<T>>();
         let job = PendingWrite {
             durability,
+            watched,
             change: Some(change),
             result: None,
             reply: Reply::Async(reply),
@@ -356,9 +391,9 @@ fn run_writer(
         while !pending.is_empty() {
             let batch = commit_batch(&conn, clock.as_ref(), &dir, &mut pending, &mut synchronous);
             note_disk(&mut disk_full, &batch, &dir);
-            // Only a commit that changed rows is news: a write that found its rows already
-            // in place (a view's content stored again) wakes no watcher.
-            if matches!(batch, Ok(true)) {
+            // Only a commit that changed rows a watcher reads is news: a write that found its
+            // rows already in place, or changed only `Unwatched` ones, wakes no watcher.
+            if matches!(batch, Ok(Wrote { watched: true, .. })) {
                 committed.send_modify(|count| *count += 1);
             }
         }
@@ -368,7 +403,7 @@ fn run_writer(
 /// Log when the disk fills and when space returns, once each (not once per refused write).
 /// Space is back only when a transaction that changed rows committed: one that changed
 /// nothing writes nothing, and commits on a full disk too.
-fn note_disk(disk_full: &mut bool, batch: &Result<bool, BatchFailure>, dir: &Path) {
+fn note_disk(disk_full: &mut bool, batch: &Result<Wrote, BatchFailure>, dir: &Path) {
     match batch {
         Err(BatchFailure::DiskFull(_)) if !*disk_full => {
             *disk_full = true;
@@ -379,12 +414,19 @@ fn note_disk(disk_full: &mut bool, batch: &Result<bool, BatchFailure>, dir: &Pat
             );
         }
         Err(BatchFailure::DiskFull(_)) => tracing::debug!("store write refused: the disk is still full"),
-        Ok(true) if *disk_full => {
+        Ok(Wrote { rows: true, .. }) if *disk_full => {
             *disk_full = false;
             tracing::info!("space returned on the disk of the state directory: writes commit again");
         }
         Ok(_) | Err(BatchFailure::Failed(_)) => {}
     }
+}
+
+/// What a committed batch changed: any rows, and any rows of a `Watched` job.
+#[derive(Debug, Clone, Copy)]
+struct Wrote {
+    rows: bool,
+    watched: bool,
 }
 
 /// Run jobs from the front of `pending` in one transaction, then answer each of them.
@@ -394,7 +436,7 @@ fn note_disk(disk_full: &mut bool, batch: &Result<bool, BatchFailure>, dir: &Pat
 /// `pending` for a fresh transaction, so no job ever runs outside `BEGIN IMMEDIATE`. A job
 /// the disk refused for space ends the transaction the same way, rolled back whole (SQLite's
 /// advice after `SQLITE_FULL`: its pager may be unusable until then). `Ok` when it committed,
-/// with whether it changed any row. The batch commits with the `synchronous` setting its
+/// with what it changed. The batch commits with the `synchronous` setting its
 /// most demanding job needs (`synchronous` holds the connection's current one).
 fn commit_batch(
     conn: &Connection,
@@ -402,7 +444,7 @@ fn commit_batch(
     dir: &Path,
     pending: &mut VecDeque<Box<dyn WriteJob>>,
     synchronous: &mut i64,
-) -> Result<bool, BatchFailure> {
+) -> Result<Wrote, BatchFailure> {
     if !conn.is_autocommit() {
         // Never expected: a transaction left open by an earlier failure.
         let _ = control(conn, "ROLLBACK");
@@ -420,10 +462,13 @@ fn commit_batch(
         return Err(failure);
     }
     let changes_before = conn.total_changes();
+    let mut watched = false;
     let mut ran = Vec::with_capacity(pending.len());
     let mut aborted = None;
     while let Some(mut job) = pending.pop_front() {
+        let job_changes_before = conn.total_changes();
         let outcome = run_in_savepoint(conn, clock, dir, job.as_mut());
+        watched |= job.watched() == Watched::Watched && conn.total_changes() != job_changes_before;
         ran.push(job);
         if conn.is_autocommit() || outcome == Ran::DiskFull {
             aborted = Some(outcome);
@@ -452,11 +497,11 @@ fn commit_batch(
     if let Err(BatchFailure::Failed(message)) = &commit {
         tracing::error!(error = %message, jobs = ran.len(), "store write batch was not committed");
     }
-    let wrote = conn.total_changes() != changes_before;
+    let rows = conn.total_changes() != changes_before;
     for job in ran {
         job.deliver(commit.clone());
     }
-    commit.map(|()| wrote)
+    commit.map(|()| Wrote { rows, watched })
 }
 
 /// `Disk` when any job of the batch needs the disk, else `Kernel`.

@@ -202,8 +202,8 @@ impl Actor for Runner {
             RunnerMsg::RenewClaim => {
                 let authority = state.args.authority.clone();
                 // A claim's expiry is a fact about this runner's life, which a power loss
-                // ends anyway: no fsync (`Durability::Kernel`).
-                let renewed = blocking::write_without_fsync(&state.args.shared.store, move |tx| {
+                // ends anyway: no fsync (`Durability::Kernel`); and no watcher reads it.
+                let renewed = blocking::write_unwatched(&state.args.shared.store, move |tx| {
                     crate::store::claims::renew(tx, &authority, RUN_CLAIM_LEASE_MS)
                 })
                 .await;

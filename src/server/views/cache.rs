@@ -174,8 +174,9 @@ async fn store_contents(views: &Views, run_id: &str, view: &RunView, stored: &mu
         .collect();
     if !unknown.is_empty() {
         let owned = run_id.to_string();
-        // Derived content, rebuilt from the run's facts whenever it is missing.
-        blocking::write_without_fsync(&views.store, move |tx| {
+        // Derived content, rebuilt from the run's facts whenever it is missing; no watcher
+        // reads it, so storing it wakes none (this feed included).
+        blocking::write_unwatched(&views.store, move |tx| {
             for content in &unknown {
                 run_view::put_view_content(tx, &owned, content.media_type, &content.bytes)?;
             }
