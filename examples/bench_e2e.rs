@@ -9,7 +9,8 @@
 //! - sequential: p50 / p99 wall per workflow, one client, one run at a time;
 //! - 4 clients for `--seconds`: workflows per second and p50 / p99 per workflow;
 //! - server CPU per workflow (the server process's utime + stime from /proc, over each phase;
-//!   its stime alone too: the kernel's share), and its children's (runner and resolver processes, counted as they are reaped);
+//!   its stime alone too: the kernel's share), and its children's (runner and resolver
+//!   processes, counted as they are reaped);
 //! - runner process start: from the runner epoch's record to its `runner.ready` (wall), from
 //!   the `run_workers` rows; and the same-run baseline `node -e 0` (wall, and its CPU from the
 //!   children's rusage), with its rate back to back on every core (the ceiling of a process

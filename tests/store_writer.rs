@@ -166,16 +166,30 @@ fn only_a_commit_that_changed_rows_wakes_the_watchers_of_commits() {
     );
 }
 
+/// Queue `run_id` with an awaited `Disk` write (a watched change).
+async fn queue_run_async(store: &Store, run_id: &'static str) {
+    store
+        .write_async(Durability::Disk, move |tx| {
+            runs::queue_run(tx, &common::new_run(run_id))
+        })
+        .await
+        .expect("a run queued");
+}
+
+/// The counter moves after a batch's answers and before the writer takes the next job: once
+/// this empty write is answered, every earlier commit has moved it or not.
+async fn close_earlier_commits(store: &Store) {
+    store
+        .write_async(Durability::Disk, |_| Ok(()))
+        .await
+        .expect("the closing empty write");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_of_unwatched_rows_alone_wakes_no_watcher() {
     let t = common::open_store();
     let store = Arc::new(t.store);
-    store
-        .write_async(Durability::Disk, |tx| {
-            runs::queue_run(tx, &common::new_run("run-content"))
-        })
-        .await
-        .expect("a run queued");
+    queue_run_async(&store, "run-content").await;
     let commits = store.commits();
     let before = *commits.borrow();
     // Content a view derived: its rows commit, and no watcher reads them.
@@ -183,25 +197,14 @@ async fn a_commit_of_unwatched_rows_alone_wakes_no_watcher() {
         .write_unwatched_async(|tx| run_view::put_view_content(tx, "run-content", "text/plain", b"derived"))
         .await
         .expect("content stored");
-    // The counter moves after a batch's answers and before the writer takes the next job:
-    // once this empty write is answered, the content's commit has moved it or not.
-    store
-        .write_async(Durability::Disk, |_| Ok(()))
-        .await
-        .expect("the closing empty write");
+    close_earlier_commits(&store).await;
     let found = store
         .read(|conn| run_view::view_content_ref(conn, "run-content", &stored.digest, "text/plain"))
         .expect("read");
     assert_eq!(found, Some(stored), "unwatched rows are committed like any others");
     assert_eq!(*commits.borrow(), before, "a commit of unwatched rows alone is no news");
-    store
-        .write_async(Durability::Disk, |tx| runs::queue_run(tx, &common::new_run("run-news")))
-        .await
-        .expect("a run queued");
-    store
-        .write_async(Durability::Disk, |_| Ok(()))
-        .await
-        .expect("the closing empty write");
+    queue_run_async(&store, "run-news").await;
+    close_earlier_commits(&store).await;
     assert_eq!(
         *commits.borrow(),
         before + 1,

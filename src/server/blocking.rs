@@ -14,10 +14,10 @@ where
     store.write_async(Durability::Disk, change).await
 }
 
-/// A write of facts a power loss ends anyway (a run's admission, a runner's launch and end,
-/// a claim's or the server lease's renewal, content a live view derived): answered once the
-/// commit is in the kernel, without an `fsync` of its own (see `Durability::Kernel` for when
-/// that is allowed, and why it is safe).
+/// A write of facts a power loss ends anyway (a run's admission, a runner's launch and end;
+/// renewals and view content go through `write_unwatched`): answered once the commit is in
+/// the kernel, without an `fsync` of its own (see `Durability::Kernel` for when that is
+/// allowed, and why it is safe).
 pub async fn write_without_fsync<T, F>(store: &Arc<Store>, change: F) -> StoreResult<T>
 where
     T: Send + 'static,
