@@ -131,11 +131,12 @@ fn main() -> anyhow::Result<()> {
     cli(&bench, &["server", "start"])?;
     let server_pid = server_pid(&bench.state)?;
     let fresh_rss_kib = rss_kib(server_pid)?;
+    let pool_mode = wait_for_runner_start_mode(&bench)?;
     let mut client = Client::connect(&bench.socket)?;
     for _ in 0..WARMUP_RUNS {
         run_once(&bench, &mut client, Detect::Poll)?;
     }
-    let mut figures = json!({"baseline": baseline});
+    let mut figures = json!({"baseline": baseline, "pool_mode": pool_mode});
     let (mut idle_starts, mut idle_sent_ms) = (Vec::new(), Vec::new());
     for _ in 0..IDLE_STARTS {
         std::thread::sleep(Duration::from_millis(IDLE_GAP_MS));
@@ -560,6 +561,41 @@ fn rss_kib(pid: i32) -> anyhow::Result<u64> {
     Ok(line.split_whitespace().nth(1).context("VmRSS value")?.parse()?)
 }
 
+/// How long a new server may take to build its runners' startup snapshot.
+const SNAPSHOT_WAIT_MS_MAX: u64 = 60_000;
+
+/// The warm pool's way of starting runners once settled: a fresh state directory builds
+/// the startup snapshot first, and figures taken meanwhile would mix both ways.
+fn wait_for_runner_start_mode(bench: &Bench) -> anyhow::Result<String> {
+    let deadline = Instant::now() + Duration::from_millis(SNAPSHOT_WAIT_MS_MAX);
+    loop {
+        let out = Command::new(&bench.exe)
+            .arg("--state-dir")
+            .arg(&bench.state)
+            .args(["server", "status", "--tree", "--json"])
+            .output()?;
+        let status: Value = serde_json::from_slice(&out.stdout).context("server status --tree --json")?;
+        let mode = find_node(&status["tree"], "pool")
+            .and_then(|pool| pool["details"]["mode"].as_str())
+            .unwrap_or("unknown")
+            .to_string();
+        if mode != "building snapshot" || Instant::now() > deadline {
+            return Ok(mode);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn find_node<'a>(node: &'a Value, id: &str) -> Option<&'a Value> {
+    if node["id"] == id {
+        return Some(node);
+    }
+    node["children"]
+        .as_array()?
+        .iter()
+        .find_map(|child| find_node(child, id))
+}
+
 fn server_pid(state: &Path) -> anyhow::Result<i32> {
     let text = std::fs::read_to_string(state.join("server").join("server.lock"))?;
     Ok(text.split_whitespace().next().context("pid")?.parse()?)
@@ -628,6 +664,7 @@ fn print_table(figures: &Value) {
         f(&baseline["node_e_0_cpu_ms"]),
         f(&baseline["node_starts_per_s"])
     );
+    println!("warm runners start: {}", figures["pool_mode"].as_str().unwrap_or("-"));
     println!(
         "{:<22} {:>8} {:>10} {:>10} {:>12} {:>16} {:>16} {:>18}",
         "phase", "runs", "p50 ms", "p99 ms", "runs/s", "server CPU ms/run", "of it kernel ms", "children CPU ms/run"

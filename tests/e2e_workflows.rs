@@ -76,8 +76,9 @@ fn live_with_env(entry: &str) -> Vec<i64> {
 
 /// An idle warm runner: a direct child of the server running the Node runner that no run
 /// has been assigned (no `run_workers` row names it; the caller checks after the run ended).
+/// A warm runner: the plain entry, or a start from the pool's snapshot (`pi-workflows-runner`).
 fn is_warm_runner_of(pid: i64, server: i64) -> bool {
-    is_child_running(pid, server, b"runner-main.js")
+    is_child_running(pid, server, b"runner-main.js") || is_child_running(pid, server, b"pi-workflows-runner")
 }
 
 /// The server's warm source resolver (`resolver-main.js --serve`).

@@ -261,6 +261,9 @@ fn check_node(node: &Value, is_root: bool) -> Result<(), String> {
         for (key, value) in details {
             match (key.as_str(), value) {
                 ("generation" | "epoch", value) if value.as_u64().is_some() => {}
+                // A word or two, never a path or a name of the user's.
+                ("mode", Value::String(mode))
+                    if (1..=32).contains(&mode.len()) && mode.chars().all(|c| c.is_ascii_lowercase() || c == ' ') => {}
                 ("processes", Value::Array(list)) if !list.is_empty() => {
                     for process in list {
                         let valid = process.as_object().is_some_and(|process| {
@@ -624,8 +627,10 @@ fn the_resolver_is_a_permanent_child_of_resolvers_with_its_node_process() {
         single_live_process(pool)
     });
     assert!(
-        cmdline(warm.0).contains("runner-main.js"),
-        "the pool lists a runner: {}",
+        ["runner-main.js", "pi-workflows-runner"]
+            .iter()
+            .any(|entry| cmdline(warm.0).contains(entry)),
+        "the pool lists a runner (plain or from the snapshot): {}",
         describe(warm.0)
     );
     assert_eq!(parent_of(warm.0), Some(server), "{}", describe(warm.0));
@@ -952,4 +957,142 @@ fn the_tree_output_names_no_path_run_id_or_token() {
         assert!(!lower.contains("token"), "the {form} tree says \"token\":\n{text}");
         assert!(!text.contains("/tmp/"), "the {form} tree names a path:\n{text}");
     }
+}
+
+// The runners' startup snapshot -------------------------------------------------------------
+
+/// The pool's way of starting runners (`mode` in its details).
+fn pool_mode(tree: &Value) -> Option<String> {
+    Some(at(tree, &["runners", "pool"])?["details"]["mode"].as_str()?.to_string())
+}
+
+/// The files in the state's snapshot directory (finished or not).
+fn snapshot_files(env: &Env) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(env.dir().join("cache/runner-snapshots")) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| {
+            path.file_name()
+                .is_some_and(|name| name.to_string_lossy().starts_with("runner-snapshot-"))
+        })
+        .collect()
+}
+
+/// Start echo-task with `task` and wait for it to complete: the pid of the runner that ran it.
+fn echo_run(env: &Env, task: &str) -> i32 {
+    let out = env.cli(&[
+        "run",
+        "start",
+        fixture_path("echo-task").as_str(),
+        task,
+        "--follow",
+        "--json",
+    ]);
+    env.expect_code(&out, 0, "run start echo-task --follow");
+    let run_id = run_id_of(&out);
+    assert_eq!(
+        env.text(&format!("SELECT status FROM runs WHERE run_id = '{run_id}'")),
+        "completed"
+    );
+    assert_eq!(env.node_output(&run_id, "echo"), serde_json::json!({ "task": task }));
+    env.count(&format!("SELECT pid FROM run_workers WHERE run_id = '{run_id}'")) as i32
+}
+
+fn fixture_path(name: &str) -> String {
+    common::e2e::fixture(name).display().to_string()
+}
+
+#[test]
+fn warm_runners_start_from_the_startup_snapshot_once_it_is_built_and_checked() {
+    require_package();
+    let env = Env::new();
+    start_server(&env);
+    wait_for(&env, "the pool has built and checked its snapshot", || {
+        (pool_mode(&poll_tree(&env)?)? == "snapshot").then_some(())
+    });
+    let files = snapshot_files(&env);
+    assert_eq!(files.len(), 1, "one snapshot, no half-built file: {files:?}");
+    let meta = std::fs::metadata(&files[0]).expect("snapshot file");
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+        0o600
+    );
+
+    // The warm runner started before the build ended is plain; the pool replaces it from the
+    // snapshot after it is taken.
+    echo_run(&env, "first");
+    let warm = wait_for(&env, "a warm runner started from the snapshot", || {
+        let pool = processes(at(&poll_tree(&env)?, &["runners", "pool"])?);
+        let (pid, _) = *pool.first()?;
+        cmdline(pid).contains("--snapshot-blob").then_some(pid)
+    });
+    assert_eq!(
+        echo_run(&env, "from the snapshot"),
+        warm,
+        "the snapshot runner ran the run"
+    );
+
+    // A new server for the same Node and package starts from the stored snapshot at once.
+    env.expect_code(&env.cli(&["server", "stop"]), 0, "server stop");
+    start_server(&env);
+    assert_eq!(pool_mode(&tree(&env)).as_deref(), Some("snapshot"), "no second build");
+    assert_eq!(snapshot_files(&env), files);
+}
+
+#[test]
+fn a_snapshot_that_does_not_build_leaves_runners_starting_the_plain_way() {
+    require_package();
+    let node = std::env::split_paths(&std::env::var_os("PATH").expect("PATH"))
+        .map(|dir| dir.join("node"))
+        .find(|path| path.is_file())
+        .expect("node on PATH");
+    // A Node that refuses to build snapshots (like one older than 20.16) and runs anything else.
+    let scratch = short_temp_dir("piwn");
+    let wrapper = scratch.path().join("node");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nfor arg in \"$@\"; do [ \"$arg\" = --build-snapshot ] && exit 3; done\nexec '{}' \"$@\"\n",
+            node.display()
+        ),
+    )
+    .expect("write the node wrapper");
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let env = Env::with_vars(vec![("PI_WORKFLOWS_NODE".to_string(), wrapper.display().to_string())]);
+    start_server(&env);
+    wait_for(&env, "the pool gave up the snapshot", || {
+        (pool_mode(&poll_tree(&env)?)? == "plain").then_some(())
+    });
+    assert_eq!(
+        snapshot_files(&env),
+        Vec::<std::path::PathBuf>::new(),
+        "a failed build leaves no file"
+    );
+    let log = std::fs::read_to_string(env.dir().join("logs/server.log")).unwrap_or_default();
+    assert!(
+        log.contains("snapshot build failed (exit code 3)"),
+        "the reason is logged:\n{log}"
+    );
+    for task in ["one", "two"] {
+        let pid = echo_run(&env, task);
+        assert!(pid > 0);
+    }
+    let pool = processes(at(&tree(&env), &["runners", "pool"]).expect("pool"));
+    assert!(
+        pool.iter().all(|(pid, _)| !cmdline(*pid).contains("--snapshot-blob")),
+        "{pool:?}"
+    );
+}
+
+#[test]
+fn runner_snapshot_off_never_builds_one() {
+    require_package();
+    let env = Env::with_vars(vec![("PI_WORKFLOWS_RUNNER_SNAPSHOT".to_string(), "off".to_string())]);
+    start_server(&env);
+    echo_run(&env, "plain");
+    assert_eq!(pool_mode(&tree(&env)).as_deref(), Some("plain"));
+    assert!(snapshot_files(&env).is_empty());
 }

@@ -27,6 +27,9 @@ pub const MAX_WORKERS_DEFAULT: usize = 4;
 pub const MAX_WORKERS_LIMIT: usize = 256;
 pub const RUNNER_READY_MS_DEFAULT: u64 = 10_000;
 pub const WARM_RUNNERS_ENV: &str = "PI_WORKFLOWS_WARM_RUNNERS";
+/// `off` starts every Node runner the plain way, without the pool's startup snapshot
+/// (`runners/snapshot.rs`); `on` (the default) uses one once it is built and checked.
+pub const RUNNER_SNAPSHOT_ENV: &str = "PI_WORKFLOWS_RUNNER_SNAPSHOT";
 pub const RUNNER_MEMORY_ENV: &str = "PI_WORKFLOWS_RUNNER_MEMORY_MB";
 pub const RUNNER_MEMORY_MB_DEFAULT: u64 = 4_096;
 /// The smallest memory bound a runner may be given (Node itself needs ~50 MiB).
@@ -143,6 +146,8 @@ pub struct RunnerSettings {
     /// The runner is a custom program (`PI_WORKFLOWS_RUNNER`: the tests' scripted runner),
     /// which alone gets its test script.
     pub custom_runner: bool,
+    /// Whether the pool may start Node runners from a startup snapshot (`PI_WORKFLOWS_RUNNER_SNAPSHOT`).
+    pub runner_snapshot: bool,
 }
 
 /// One `PI_WORKFLOWS_ENV_DENY` entry: a variable name, or a prefix ending in `*`.
@@ -237,6 +242,7 @@ impl ServerConfig {
             memory_bytes_max: runner_memory_bytes_max()?,
             env_deny: env_deny()?,
             custom_runner,
+            runner_snapshot: !custom_runner && runner_snapshot()?,
             warm_runners,
             warm_demand_window: warm_demand_window()?,
             program: runner_program(),
@@ -348,6 +354,16 @@ fn runner_program() -> Option<Program> {
             tracing::warn!(error = %err, "no runner program: queued runs wait");
             None
         }
+    }
+}
+
+/// `PI_WORKFLOWS_RUNNER_SNAPSHOT`: `on` (the default) or `off`.
+fn runner_snapshot() -> anyhow::Result<bool> {
+    match std::env::var(RUNNER_SNAPSHOT_ENV) {
+        Err(_) => Ok(true),
+        Ok(value) if value == "on" => Ok(true),
+        Ok(value) if value == "off" => Ok(false),
+        Ok(value) => anyhow::bail!("{RUNNER_SNAPSHOT_ENV}={value} is neither `on` nor `off`"),
     }
 }
 

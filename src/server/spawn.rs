@@ -91,12 +91,21 @@ pub fn spawn_with_channel(
     cwd: Option<PathBuf>,
 ) -> Result<(ProcessChild, StdUnixStream), SpawnError> {
     let (parent_end, child_end) = StdUnixStream::pair()?;
-    let spec = process_spec(settings, program, log_stem, cwd, child_end.into());
+    let spec = process_spec(settings, program, log_stem, cwd, Some(child_end.into()));
     let child = spawn(spec).map_err(|source| SpawnError::Process {
         program: program_name(program),
         source,
     })?;
     Ok((child, parent_end))
+}
+
+/// Start `program` as a helper of the server's own (no channel, the server's directory),
+/// with every child's group, limits, environment and captures.
+pub fn spawn_helper(settings: &RunnerSettings, program: &Program, log_stem: &str) -> Result<ProcessChild, SpawnError> {
+    spawn(process_spec(settings, program, log_stem, None, None)).map_err(|source| SpawnError::Process {
+        program: program_name(program),
+        source,
+    })
 }
 
 /// `limit`, but never above this process's own hard limit of `resource`.
@@ -144,7 +153,7 @@ fn process_spec(
     program: &Program,
     log_stem: &str,
     cwd: Option<PathBuf>,
-    channel: std::os::fd::OwnedFd,
+    channel: Option<std::os::fd::OwnedFd>,
 ) -> ProcessSpec {
     let (stdout, stderr) = capture_paths(&settings.logs_dir, log_stem);
     let mut spec = ProcessSpec::new(&program.0)
@@ -153,8 +162,10 @@ fn process_spec(
         .stdout_to(stdout)
         .stderr_to(stderr)
         .capture_bytes_max(CHILD_CAPTURE_BYTES_MAX)
-        .grace(Duration::from_millis(CHILD_GRACE_MS))
-        .inherit_fd(channel, RUNNER_CHANNEL_FD);
+        .grace(Duration::from_millis(CHILD_GRACE_MS));
+    if let Some(channel) = channel {
+        spec = spec.inherit_fd(channel, RUNNER_CHANNEL_FD);
+    }
     spec.rlimits.extend(child_limits());
     if let Some(dir) = cwd.filter(|dir| dir.is_dir()) {
         spec = spec.cwd(dir);

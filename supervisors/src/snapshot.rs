@@ -29,6 +29,9 @@ pub struct ChildDetails {
     pub generation: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<u64>,
+    /// How the child works right now, in a word or two (e.g. how a pool starts its processes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 impl ChildDetails {
@@ -129,6 +132,9 @@ fn describe(node: &TreeSnapshot) -> String {
     }
     for process in &node.details.processes {
         parts.push(format!("pid {} pgid {}", process.pid, process.process_group));
+    }
+    if let Some(mode) = &node.details.mode {
+        parts.push(format!("mode {mode}"));
     }
     if let Some(label) = &node.label {
         parts.push(label.clone());

@@ -11,6 +11,7 @@ import { resolveWorkflowFile } from "./discovery.js";
 // This package's SDK: every workflow shares it, with no node_modules of its own.
 import { SDK_URL } from "./runtime-url.js";
 import { WorkflowError } from "./errors.js";
+import { importModule } from "./module-import.js";
 import { compareLoadedSource, hashFile, type SourceFile, type WorkflowSource } from "./source-identity.js";
 import type { WorkflowDefinition } from "./types.js";
 
@@ -39,7 +40,7 @@ function importsPlugin(): Plugin {
         if (args.pluginData?.piwResolving || path.isAbsolute(args.path)) return undefined;
         // `node:module` and `node:os` load only on a bundle-cache miss: a runner's start-up
         // imports neither (each builtin costs start-up CPU in every runner process).
-        const { isBuiltin } = await import("node:module");
+        const { isBuiltin } = await importModule<typeof import("node:module")>("node:module");
         if (args.path.startsWith("node:") || isBuiltin(args.path)) return { path: args.path, external: true };
         // The bundle is imported from a temp directory: point it at the absolute file.
         const resolved = await pluginBuild.resolve(args.path, {
@@ -76,7 +77,7 @@ async function bundle(filePath: string): Promise<{ code: string; source: Workflo
   let result;
   try {
     // Loaded only on a cache miss: esbuild starts a service process.
-    const { build } = await import("esbuild");
+    const { build } = await importModule<typeof import("esbuild")>("esbuild");
     result = await build({
       entryPoints: [filePath],
       absWorkingDir: workingDir,
@@ -110,12 +111,12 @@ async function bundle(filePath: string): Promise<{ code: string; source: Workflo
 
 /** Import bundled code through a 0600 file in a 0700 temp directory, removed right after. */
 async function importBundle(code: string): Promise<Record<string, unknown>> {
-  const { tmpdir } = await import("node:os");
+  const { tmpdir } = await importModule<typeof import("node:os")>("node:os");
   const dir = await mkdtemp(path.join(tmpdir(), "pi-workflows-load-"));
   try {
     const file = path.join(dir, "workflow.mjs");
     await writeFile(file, code, { mode: 0o600 });
-    return (await import(pathToFileURL(file).href)) as Record<string, unknown>;
+    return await importModule(pathToFileURL(file).href);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
@@ -154,7 +155,7 @@ async function loadModule(filePath: string, expected?: WorkflowSource): Promise<
 
 /** Import code held in memory (a data: URL; its imports are absolute file URLs or builtins). */
 export async function importVerified(code: string): Promise<Record<string, unknown>> {
-  return (await import(`data:text/javascript;base64,${Buffer.from(code).toString("base64")}`)) as Record<string, unknown>;
+  return await importModule(`data:text/javascript;base64,${Buffer.from(code).toString("base64")}`);
 }
 
 /**

@@ -15,4 +15,5 @@ pub mod reaper;
 pub mod registry;
 pub mod runner;
 pub mod settle;
+pub mod snapshot;
 pub mod state;

@@ -1,6 +1,7 @@
 // Run one shell node command in its own process group with bounded output and a timeout.
 import path from "node:path";
 import type { ShellReceipt, ShellSpec } from "../types.js";
+import { importModule } from "../module-import.js";
 
 export const DEFAULT_MAX_OUTPUT_BYTES = 1_000_000;
 export const DEFAULT_SHELL_TIMEOUT_MS = 10 * 60_000;
@@ -67,7 +68,7 @@ export interface ShellHooks {
 export async function runShell(spec: Required<ShellSpec>, hooks: ShellHooks): Promise<ShellReceipt> {
   // Loaded by the first shell step only: most runs never start a process, and every builtin
   // a runner imports at start costs CPU in each runner process.
-  const { spawn } = await import("node:child_process");
+  const { spawn } = await importModule<typeof import("node:child_process")>("node:child_process");
   const started = Date.now();
   const child = spawn(spec.command, spec.args, {
     cwd: spec.cwd,

@@ -5,6 +5,7 @@ import { fileURLToPath } from "node:url";
 import type { AgentExecutor } from "../engine/host.js";
 import { nodeError } from "../engine/limits.js";
 import { WorkflowError } from "../errors.js";
+import { importModule } from "../module-import.js";
 import { loadWorkflowFile, type LoadedWorkflow, SourceChangedError } from "../loader.js";
 import { FrameChannel, ProtocolError } from "./channel.js";
 import { readyWhileLoading, runGeneration } from "./generation.js";
@@ -26,7 +27,7 @@ function lazyAgentExecutor(executorUrl: URL, projectPath: string): () => Promise
     (loading ??= (async () => {
       let module: { createPiRpcExecutor?: (options: unknown) => AgentExecutor | Promise<AgentExecutor> };
       try {
-        module = await import(executorUrl.href);
+        module = await importModule(executorUrl.href);
       } catch (error) {
         throw new Error(`the headless agent executor ${fileURLToPath(executorUrl)} is unavailable: ${(error as Error).message}`);
       }

@@ -12,6 +12,8 @@
 // leaves the code cold.
 import { Duplex } from "node:stream";
 import { compileDefaultExport, importVerified } from "../loader.js";
+import type { compute } from "../nodes.js";
+import type { defineWorkflow } from "../define.js";
 import type { RunState } from "../engine/host.js";
 import { SDK_URL } from "../runtime-url.js";
 import { FrameChannel } from "./channel.js";
@@ -23,18 +25,43 @@ export const WARM_UP_MS_MAX = 2_000;
 
 const WARM_UP_ID = "warm-up";
 
-/** The rehearsal's workflow, as a bundle would import it (the SDK by its URL). */
+/** The SDK parts the rehearsal's workflow uses. */
+interface WarmUpSdk {
+  compute: typeof compute;
+  defineWorkflow: typeof defineWorkflow;
+}
+
+/**
+ * The rehearsal's workflow. Self-contained (its source is also the rehearsal module's, see
+ * warmUpCode): it may use nothing but its argument.
+ */
+function warmUpWorkflow(sdk: WarmUpSdk) {
+  return sdk.defineWorkflow({
+    name: "warm-up",
+    startAt: "first",
+    nodes: {
+      first: sdk.compute({ run: () => ({ n: 1 }) }),
+      second: sdk.compute({ run: ({ outputs }) => outputs.first }),
+    },
+    edges: [{ from: "first", to: "second" }],
+  });
+}
+
+/** The rehearsal's module, as a bundle would import it (the SDK by its URL). */
 function warmUpCode(): string {
   return [
     "// pi-workflows runner warm-up (never a workflow's bundle)",
-    `import { compute, defineWorkflow } from ${JSON.stringify(SDK_URL)};`,
-    "export default defineWorkflow({",
-    '  name: "warm-up",',
-    '  startAt: "first",',
-    "  nodes: { first: compute({ run: () => ({ n: 1 }) }), second: compute({ run: ({ outputs }) => outputs.first }) },",
-    '  edges: [{ from: "first", to: "second" }],',
-    "});",
+    `import * as sdk from ${JSON.stringify(SDK_URL)};`,
+    `export default (${warmUpWorkflow.toString()})(sdk);`,
   ].join("\n");
+}
+
+/** Loads the rehearsal's module: by default through the import path a launched run takes. */
+export type WarmUpLoader = () => Promise<Record<string, unknown>>;
+
+/** The rehearsal's module without an import, from the SDK at hand (a snapshot's build has no `import()`). */
+export function warmUpModuleFrom(sdk: WarmUpSdk): WarmUpLoader {
+  return async () => ({ default: warmUpWorkflow(sdk) });
 }
 
 function emptyRunState(): RunState {
@@ -99,7 +126,7 @@ const claimLost = (): never => {
   throw new Error("the warm-up's peer answered claimLost");
 };
 
-async function rehearse(): Promise<boolean> {
+async function rehearse(loadModule: WarmUpLoader): Promise<boolean> {
   const [runnerEnd, serverEnd] = streamPair();
   const runner = new FrameChannel(runnerEnd);
   const server = new FrameChannel(serverEnd);
@@ -108,7 +135,7 @@ async function rehearse(): Promise<boolean> {
   try {
     const launch = parseLaunch(await runner.readFrame());
     const session = new RunnerSession(runner, launch, claimLost);
-    const load = async () => compileDefaultExport(WARM_UP_ID, await importVerified(warmUpCode()));
+    const load = async () => compileDefaultExport(WARM_UP_ID, await loadModule());
     const { compiled } = await readyWhileLoading(session, load);
     const outcome = await runGeneration(session, compiled, {});
     await session.send("runner.exiting", {});
@@ -139,13 +166,13 @@ export async function warmUpUnlessLaunched(launch: Promise<unknown>): Promise<bo
 }
 
 /** Rehearse one generation in memory, within WARM_UP_MS_MAX; whether it completed. */
-export async function warmUp(): Promise<boolean> {
+export async function warmUp(loadModule: WarmUpLoader = () => importVerified(warmUpCode())): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<boolean>((resolve) => {
     timer = setTimeout(() => resolve(false), WARM_UP_MS_MAX);
   });
   try {
-    return await Promise.race([rehearse(), late]);
+    return await Promise.race([rehearse(loadModule), late]);
   } catch {
     return false;
   } finally {

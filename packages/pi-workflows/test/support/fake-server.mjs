@@ -28,8 +28,9 @@ export function runState({ runId = "run-e2e", input = {}, attempts = [], effects
  * Run one runner child to its exit. `command` is the command name; `payload` the command payload.
  * `answer(frame)` may return a custom response (or undefined for the default).
  */
-export function runRunner({ launch, command = "start", payload, answer = () => undefined, content, env = {}, cwd }) {
-  const child = spawn(process.execPath, [path.join(PACKAGE_DIR, "dist/runner-main.js")], {
+export function runRunner({ launch, command = "start", payload, answer = () => undefined, content, env = {}, cwd, nodeArgs }) {
+  // `nodeArgs`: how node starts the runner (default: the plain entry; a test may pass a snapshot's).
+  const child = spawn(process.execPath, nodeArgs ?? [path.join(PACKAGE_DIR, "dist/runner-main.js")], {
     cwd: cwd ?? launch.projectPath,
     stdio: ["ignore", "pipe", "pipe", "pipe"],
     env: { ...process.env, ...env },

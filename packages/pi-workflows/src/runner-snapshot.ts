@@ -1,0 +1,99 @@
+// The runner's startup-snapshot entry. `npm run build` bundles it into one CommonJS file,
+// dist/runner-snapshot.cjs (scripts/bundle-runtime.mjs). The server builds a V8 startup
+// snapshot from it once per Node binary and package (`node --snapshot-blob B --build-snapshot
+// dist/runner-snapshot.cjs`), checks it (`node --snapshot-blob B pi-workflows-runner
+// --check`), and then starts warm runners from it (`node --snapshot-blob B
+// pi-workflows-runner [--no-warm-up]`). Such a runner starts with the runtime's modules
+// already evaluated and its run's path already compiled: the build rehearses one whole
+// generation in memory (runner/warmup.ts), and the snapshot keeps the code that compiled.
+//
+// A deserialized main has no `import()` (ERR_VM_DYNAMIC_IMPORT_CALLBACK_MISSING), so the main
+// installs one from `vm` before anything loads (module-import.ts), and leaves its runtime
+// where dist/sdk.js finds it, so a workflow uses the runner's own SDK instance.
+//
+// Invariant: the snapshot holds no state of a run, a user or the machine. The runtime's
+// modules compute nothing at load time but URLs inside this package, and the rehearsal
+// touches no file and leaves no timer, socket or handle behind.
+import { startupSnapshot } from "node:v8";
+import type { ModuleImporter } from "./module-import.js";
+import { RUNTIME_GLOBAL_KEY, setModuleImporter } from "./module-import.js";
+import { warmUp, warmUpModuleFrom } from "./runner/warmup.js";
+import * as runtime from "./runtime.js";
+
+/** Keep in step with `NO_WARM_UP_FLAG` in the server's src/server/runners/pool.rs and runner-main.ts. */
+const NO_WARM_UP_FLAG = "--no-warm-up";
+/** Keep in step with `SNAPSHOT_CHECK_FLAG` in the server's src/server/runners/snapshot.rs. */
+const CHECK_FLAG = "--check";
+/** A check's exit codes: 0 the snapshot works here; this, it does not. */
+const EXIT_CHECK_FAILED = 78;
+
+/** Whether the build's rehearsal completed before the snapshot was taken. */
+let rehearsed = false;
+
+/** `import()` for a deserialized main: Node's default ESM loader, through a `vm` script. */
+function snapshotImporter(): ModuleImporter {
+  const vm = process.getBuiltinModule("node:vm");
+  const { createRequire } = process.getBuiltinModule("node:module");
+  const { pathToFileURL } = process.getBuiltinModule("node:url");
+  // Bare package names (esbuild) resolve from this package, as they do for the plain runtime.
+  const resolveFromPackage = createRequire(new URL(import.meta.url));
+  // Node marks the loader constant experimental and says so at the first import; the
+  // runner's stderr is for its own words, so that one warning is dropped.
+  const emitWarning = process.emitWarning.bind(process);
+  process.emitWarning = ((warning: string | Error, ...rest: never[]) => {
+    const text = typeof warning === "string" ? warning : warning?.message;
+    if (typeof text === "string" && text.includes("USE_MAIN_CONTEXT_DEFAULT_LOADER")) return;
+    emitWarning(warning, ...rest);
+  }) as typeof process.emitWarning;
+  const dynamicImport = new vm.Script("(specifier) => import(specifier)", {
+    importModuleDynamically: vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER,
+  }).runInThisContext() as (specifier: string) => Promise<unknown>;
+  return (specifier) => {
+    const bare = !/^(node:|file:|data:)/.test(specifier) && !process.getBuiltinModule(specifier);
+    return dynamicImport(bare ? pathToFileURL(resolveFromPackage.resolve(specifier)).href : specifier);
+  };
+}
+
+/** The check the server runs once before it starts runners from a new snapshot. */
+async function check(): Promise<number> {
+  if (!rehearsed) throw new Error("the snapshot was taken before its rehearsal completed");
+  // The import path a launched run takes: an in-memory module importing the SDK by its URL.
+  if (!(await warmUp())) throw new Error("the rehearsal through import() failed");
+  return 0;
+}
+
+function main(): void {
+  setModuleImporter(snapshotImporter());
+  (globalThis as Record<symbol, unknown>)[Symbol.for(RUNTIME_GLOBAL_KEY)] = runtime;
+  if (process.argv.includes(CHECK_FLAG)) {
+    check().then(
+      (code) => process.exit(code),
+      (error: Error) => {
+        process.stderr.write(`pi-workflows runner snapshot check: ${error.message}\n`);
+        process.exit(EXIT_CHECK_FAILED);
+      },
+    );
+    return;
+  }
+  void runtime
+    .runnerMain({
+      executorUrl: new URL("./agent/executor.js", import.meta.url),
+      warmUp: !process.argv.includes(NO_WARM_UP_FLAG),
+    })
+    .then((code) => process.exit(code));
+}
+
+if (!startupSnapshot.isBuildingSnapshot()) {
+  throw new Error("runner-snapshot.cjs is a startup snapshot's entry: node --snapshot-blob B --build-snapshot runner-snapshot.cjs");
+}
+if (typeof process.getBuiltinModule !== "function") {
+  // Node 20.16 added it (and 20.12 the vm loader constant): an older Node starts runners the plain way.
+  throw new Error(`Node ${process.version} cannot start runners from a snapshot: it needs 20.16 or newer`);
+}
+startupSnapshot.setDeserializeMainFunction(main);
+// Node takes the snapshot once the event loop is empty, so this completes first; the check
+// above refuses a snapshot where it did not.
+warmUp(warmUpModuleFrom(runtime)).then((ok) => {
+  if (!ok) throw new Error("the runner's rehearsal failed while building the snapshot");
+  rehearsed = true;
+});
