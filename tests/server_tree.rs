@@ -966,6 +966,11 @@ fn pool_mode(tree: &Value) -> Option<String> {
     Some(at(tree, &["runners", "pool"])?["details"]["mode"].as_str()?.to_string())
 }
 
+/// Wait until the pool's mode is `mode` (`what` says what that means).
+fn wait_for_pool_mode(env: &Env, mode: &str, what: &str) {
+    wait_for(env, what, || (pool_mode(&poll_tree(env)?)? == mode).then_some(()));
+}
+
 /// The files in the state's snapshot directory (finished or not).
 fn snapshot_files(env: &Env) -> Vec<std::path::PathBuf> {
     let Ok(entries) = std::fs::read_dir(env.dir().join("cache/runner-snapshots")) else {
@@ -1001,6 +1006,20 @@ fn echo_run(env: &Env, task: &str) -> i32 {
     env.count(&format!("SELECT pid FROM run_workers WHERE run_id = '{run_id}'")) as i32
 }
 
+/// A state directory whose server's `PI_WORKFLOWS_NODE` is a shell wrapper in `scratch`: it
+/// runs `prelude`, then the `node` on `PATH` with its arguments.
+fn with_node_wrapper(scratch: &tempfile::TempDir, prelude: &str) -> Env {
+    let node = std::env::split_paths(&std::env::var_os("PATH").expect("PATH"))
+        .map(|dir| dir.join("node"))
+        .find(|path| path.is_file())
+        .expect("node on PATH");
+    let wrapper = scratch.path().join("node");
+    let script = format!("#!/bin/sh\n{prelude}\nexec '{}' \"$@\"\n", node.display());
+    std::fs::write(&wrapper, script).expect("write the node wrapper");
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    Env::with_vars(vec![("PI_WORKFLOWS_NODE".to_string(), wrapper.display().to_string())])
+}
+
 fn fixture_path(name: &str) -> String {
     common::e2e::fixture(name).display().to_string()
 }
@@ -1010,9 +1029,7 @@ fn warm_runners_start_from_the_startup_snapshot_once_it_is_built_and_checked() {
     require_package();
     let env = Env::new();
     start_server(&env);
-    wait_for(&env, "the pool has built and checked its snapshot", || {
-        (pool_mode(&poll_tree(&env)?)? == "snapshot").then_some(())
-    });
+    wait_for_pool_mode(&env, "snapshot", "the pool has built and checked its snapshot");
     let files = snapshot_files(&env);
     assert_eq!(files.len(), 1, "one snapshot, no half-built file: {files:?}");
     let meta = std::fs::metadata(&files[0]).expect("snapshot file");
@@ -1045,32 +1062,15 @@ fn warm_runners_start_from_the_startup_snapshot_once_it_is_built_and_checked() {
 #[test]
 fn a_snapshot_that_does_not_build_leaves_runners_starting_the_plain_way() {
     require_package();
-    let node = std::env::split_paths(&std::env::var_os("PATH").expect("PATH"))
-        .map(|dir| dir.join("node"))
-        .find(|path| path.is_file())
-        .expect("node on PATH");
     // A Node that refuses to build snapshots (like one older than 20.16) and runs anything else.
     let scratch = short_temp_dir("piwn");
-    let wrapper = scratch.path().join("node");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nfor arg in \"$@\"; do [ \"$arg\" = --build-snapshot ] && exit 3; done\nexec '{}' \"$@\"\n",
-            node.display()
-        ),
-    )
-    .expect("write the node wrapper");
-    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
-    let env = Env::with_vars(vec![("PI_WORKFLOWS_NODE".to_string(), wrapper.display().to_string())]);
-    start_server(&env);
-    wait_for(&env, "the pool gave up the snapshot", || {
-        (pool_mode(&poll_tree(&env)?)? == "plain").then_some(())
-    });
-    assert_eq!(
-        snapshot_files(&env),
-        Vec::<std::path::PathBuf>::new(),
-        "a failed build leaves no file"
+    let env = with_node_wrapper(
+        &scratch,
+        "for arg in \"$@\"; do [ \"$arg\" = --build-snapshot ] && exit 3; done",
     );
+    start_server(&env);
+    wait_for_pool_mode(&env, "plain", "the pool gave up the snapshot");
+    assert!(snapshot_files(&env).is_empty(), "a failed build leaves no file");
     let log = std::fs::read_to_string(env.dir().join("logs/server.log")).unwrap_or_default();
     assert!(
         log.contains("snapshot build failed (exit code 3)"),
@@ -1085,6 +1085,34 @@ fn a_snapshot_that_does_not_build_leaves_runners_starting_the_plain_way() {
         pool.iter().all(|(pid, _)| !cmdline(*pid).contains("--snapshot-blob")),
         "{pool:?}"
     );
+}
+
+#[test]
+fn a_stored_snapshot_this_node_refuses_is_given_up_and_removed_and_runs_still_complete() {
+    require_package();
+    let scratch = short_temp_dir("piwn");
+    // Once `refuse` exists, the wrapper (the same file, so the same snapshot name) runs a Node
+    // that refuses the stored snapshot, the way a Node of another version does (exit 14).
+    let refuse = scratch.path().join("refuse");
+    let env = with_node_wrapper(
+        &scratch,
+        &format!(
+            "if [ -e '{}' ]; then case \"$*\" in *pi-workflows-runner*) exit 14;; esac; fi",
+            refuse.display()
+        ),
+    );
+    start_server(&env);
+    wait_for_pool_mode(&env, "snapshot", "the pool has built and checked its snapshot");
+    assert_eq!(snapshot_files(&env).len(), 1);
+    env.expect_code(&env.cli(&["server", "stop"]), 0, "server stop");
+
+    std::fs::write(&refuse, b"").expect("refuse from now on");
+    start_server(&env);
+    for task in ["one", "two"] {
+        echo_run(&env, task);
+    }
+    wait_for_pool_mode(&env, "plain", "the pool gave up the snapshot");
+    assert!(snapshot_files(&env).is_empty(), "the refused snapshot is removed");
 }
 
 #[test]

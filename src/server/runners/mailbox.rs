@@ -57,8 +57,8 @@ pub enum PoolMsg {
     /// A taken warm runner whose run was not admitted: it saw no launch and holds nothing.
     Return(Box<WarmRunner>),
     /// The startup snapshot's background build ended: the runner program that starts from
-    /// it, or why there is none (`runners/snapshot.rs`).
-    SnapshotBuilt(Result<crate::server::config::Program, String>),
+    /// it and its file, or why there is none (`runners/snapshot.rs`).
+    SnapshotBuilt(Result<(crate::server::config::Program, std::path::PathBuf), String>),
 }
 
 /// One started runner process and the server's end of its channel, not yet assigned.

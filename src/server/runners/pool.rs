@@ -37,6 +37,7 @@
 //! admitted.
 
 use std::collections::VecDeque;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -91,8 +92,8 @@ enum SnapshotUse {
     /// Being built and checked in the background; runners start the plain way meanwhile.
     /// Aborting the task stops the build (its `ProcessChild` kills its group when dropped).
     Building(tokio::task::JoinHandle<()>),
-    /// Warm runners start from it.
-    Using,
+    /// Warm runners start from this snapshot file.
+    Using(PathBuf),
 }
 
 impl Actor for Pool {
@@ -214,13 +215,15 @@ fn take(state: &mut PoolState) -> Option<WarmRunner> {
 }
 
 /// A warm runner exited before any launch: if runners start from the snapshot, the rest of
-/// this server's runners start the plain way (a snapshot that passed its check should not
-/// fail, so this is the safe side of a surprise).
+/// this server's runners start the plain way, and the snapshot is removed so the next server
+/// builds and checks a new one (a snapshot that passed its check should not fail: e.g. a
+/// `PI_WORKFLOWS_NODE` wrapper now runs another Node, which refuses it).
 fn exited_unused(state: &mut PoolState) {
-    if matches!(state.snapshot, SnapshotUse::Using) {
+    if let SnapshotUse::Using(blob) = &state.snapshot {
         tracing::warn!(
             "a warm runner started from the startup snapshot exited unused; runners start without it from now on"
         );
+        let _ = std::fs::remove_file(blob);
         state.snapshot = SnapshotUse::Plain;
         state.program = state.args.runners.settings.program.clone();
     }
@@ -247,7 +250,7 @@ fn start_from_snapshot(state: &mut PoolState, myself: &ActorRef<PoolMsg>) {
     };
     if blob.is_file() {
         state.program = Some(source.runner_program(&blob));
-        state.snapshot = SnapshotUse::Using;
+        state.snapshot = SnapshotUse::Using(blob);
         return;
     }
     let settings = settings.clone();
@@ -256,7 +259,7 @@ fn start_from_snapshot(state: &mut PoolState, myself: &ActorRef<PoolMsg>) {
         let built = snapshot::build(&settings, &source, &blob).await;
         let _ = pool.cast(PoolMsg::SnapshotBuilt(
             built
-                .map(|()| source.runner_program(&blob))
+                .map(|()| (source.runner_program(&blob), blob))
                 .map_err(|err| err.to_string()),
         ));
     }));
@@ -264,15 +267,15 @@ fn start_from_snapshot(state: &mut PoolState, myself: &ActorRef<PoolMsg>) {
 
 /// The background build ended: warm runners started from now on use the snapshot, or, if it
 /// failed, never do in this server's life (the next server builds again).
-fn snapshot_built(state: &mut PoolState, built: Result<Program, String>) {
+fn snapshot_built(state: &mut PoolState, built: Result<(Program, PathBuf), String>) {
     if !matches!(state.snapshot, SnapshotUse::Building(_)) {
         return;
     }
     match built {
-        Ok(program) => {
+        Ok((program, blob)) => {
             tracing::info!("runner startup snapshot built and checked; warm runners start from it");
             state.program = Some(program);
-            state.snapshot = SnapshotUse::Using;
+            state.snapshot = SnapshotUse::Using(blob);
         }
         Err(error) => {
             tracing::warn!(%error, "no runner startup snapshot; runners start without it");
@@ -347,7 +350,7 @@ fn show(state: &PoolState) {
     let mode = match state.snapshot {
         SnapshotUse::Plain => "plain",
         SnapshotUse::Building(_) => "building snapshot",
-        SnapshotUse::Using => "snapshot",
+        SnapshotUse::Using(_) => "snapshot",
     };
     state.args.details.update(|details| {
         details.mode = Some(mode.to_string());
