@@ -9,7 +9,8 @@
 //
 // A deserialized main has no `import()` (ERR_VM_DYNAMIC_IMPORT_CALLBACK_MISSING), so the main
 // installs one from `vm` before anything loads (module-import.ts), and leaves its runtime
-// where dist/sdk.js finds it, so a workflow uses the runner's own SDK instance.
+// where dist/sdk.js finds it, so a workflow uses the runner's own SDK instance. Then it runs
+// what runner-main.ts runs.
 //
 // Invariant: the snapshot holds no state of a run, a user or the machine. The runtime's
 // modules compute nothing at load time but URLs inside this package, and the rehearsal
@@ -20,8 +21,6 @@ import { RUNTIME_GLOBAL_KEY, setModuleImporter } from "./module-import.js";
 import { warmUp, warmUpModuleFrom } from "./runner/warmup.js";
 import * as runtime from "./runtime.js";
 
-/** Keep in step with `NO_WARM_UP_FLAG` in the server's src/server/runners/pool.rs and runner-main.ts. */
-const NO_WARM_UP_FLAG = "--no-warm-up";
 /** Keep in step with `SNAPSHOT_CHECK_FLAG` in the server's src/server/runners/snapshot.rs. */
 const CHECK_FLAG = "--check";
 /** A check's exit codes: 0 the snapshot works here; this, it does not. */
@@ -75,12 +74,7 @@ function main(): void {
     );
     return;
   }
-  void runtime
-    .runnerMain({
-      executorUrl: new URL("./agent/executor.js", import.meta.url),
-      warmUp: !process.argv.includes(NO_WARM_UP_FLAG),
-    })
-    .then((code) => process.exit(code));
+  void runtime.runnerMainFromCommandLine(new URL("./", import.meta.url)).then((code) => process.exit(code));
 }
 
 if (!startupSnapshot.isBuildingSnapshot()) {

@@ -6,4 +6,4 @@
 // the workflow uses and the engine that runs it are one module instance (its error classes
 // are checked with instanceof). Nothing is bundled while a runner starts.
 export * from "./index.js";
-export { runnerMain } from "./runner/main.js";
+export { runnerMain, runnerMainFromCommandLine } from "./runner/main.js";

@@ -55,7 +55,7 @@ use crate::server::spawn::spawn_with_channel;
 const WARM_STOP_GRACE_MS: u64 = 500;
 /// Warm runners one refill starts at most.
 const REFILL_BURST_MAX: usize = 2;
-/// Tells the Node runner not to rehearse while it waits (packages/pi-workflows/src/runner-main.ts).
+/// Tells the Node runner not to rehearse while it waits (packages/pi-workflows/src/runner/main.ts).
 pub const NO_WARM_UP_FLAG: &str = "--no-warm-up";
 
 pub struct Pool;
@@ -79,8 +79,7 @@ pub struct PoolState {
     /// Oldest first.
     warm: VecDeque<WarmRunner>,
     last_take: Option<Instant>,
-    /// How warm runners start now: the configured program, or it from the startup snapshot.
-    program: Option<Program>,
+    /// How warm runners start now (`start_program`).
     snapshot: SnapshotUse,
 }
 
@@ -92,8 +91,8 @@ enum SnapshotUse {
     /// Being built and checked in the background; runners start the plain way meanwhile.
     /// Aborting the task stops the build (its `ProcessChild` kills its group when dropped).
     Building(tokio::task::JoinHandle<()>),
-    /// Warm runners start from this snapshot file.
-    Using(PathBuf),
+    /// Warm runners start with this program, from this snapshot file.
+    Using { program: Program, blob: PathBuf },
 }
 
 impl Actor for Pool {
@@ -106,7 +105,6 @@ impl Actor for Pool {
         args.details.set_processes([]);
         let _ = myself.cast(PoolMsg::Refill);
         let mut state = PoolState {
-            program: args.runners.settings.program.clone(),
             args,
             warm: VecDeque::new(),
             last_take: None,
@@ -219,13 +217,12 @@ fn take(state: &mut PoolState) -> Option<WarmRunner> {
 /// builds and checks a new one (a snapshot that passed its check should not fail: e.g. a
 /// `PI_WORKFLOWS_NODE` wrapper now runs another Node, which refuses it).
 fn exited_unused(state: &mut PoolState) {
-    if let SnapshotUse::Using(blob) = &state.snapshot {
+    if let SnapshotUse::Using { blob, .. } = &state.snapshot {
         tracing::warn!(
             "a warm runner started from the startup snapshot exited unused; runners start without it from now on"
         );
         let _ = std::fs::remove_file(blob);
         state.snapshot = SnapshotUse::Plain;
-        state.program = state.args.runners.settings.program.clone();
     }
 }
 
@@ -249,8 +246,10 @@ fn start_from_snapshot(state: &mut PoolState, myself: &ActorRef<PoolMsg>) {
         }
     };
     if blob.is_file() {
-        state.program = Some(source.runner_program(&blob));
-        state.snapshot = SnapshotUse::Using(blob);
+        state.snapshot = SnapshotUse::Using {
+            program: source.runner_program(&blob),
+            blob,
+        };
         return;
     }
     let settings = settings.clone();
@@ -274,8 +273,7 @@ fn snapshot_built(state: &mut PoolState, built: Result<(Program, PathBuf), Strin
     match built {
         Ok((program, blob)) => {
             tracing::info!("runner startup snapshot built and checked; warm runners start from it");
-            state.program = Some(program);
-            state.snapshot = SnapshotUse::Using(blob);
+            state.snapshot = SnapshotUse::Using { program, blob };
         }
         Err(error) => {
             tracing::warn!(%error, "no runner startup snapshot; runners start without it");
@@ -296,7 +294,7 @@ fn refill(state: &mut PoolState) {
     if state.warm.len() < before {
         exited_unused(state);
     }
-    let Some(program) = state.program.clone() else {
+    let Some(program) = start_program(state) else {
         return;
     };
     let mut wanted = target(state).saturating_sub(state.warm.len());
@@ -325,6 +323,14 @@ fn shrink(state: &mut PoolState) {
     }
 }
 
+/// How warm runners start now: from the snapshot, else the configured program.
+fn start_program(state: &PoolState) -> Option<Program> {
+    match &state.snapshot {
+        SnapshotUse::Using { program, .. } => Some(program.clone()),
+        SnapshotUse::Plain | SnapshotUse::Building(_) => state.args.runners.settings.program.clone(),
+    }
+}
+
 /// The pool's runner program: the Node runner started beside running runs skips its warm-up.
 fn runner_program(state: &PoolState, mut program: Program) -> Program {
     let runners = &state.args.runners;
@@ -350,7 +356,7 @@ fn show(state: &PoolState) {
     let mode = match state.snapshot {
         SnapshotUse::Plain => "plain",
         SnapshotUse::Building(_) => "building snapshot",
-        SnapshotUse::Using(_) => "snapshot",
+        SnapshotUse::Using { .. } => "snapshot",
     };
     state.args.details.update(|details| {
         details.mode = Some(mode.to_string());
@@ -369,15 +375,16 @@ fn show(state: &PoolState) {
 mod tests {
     use super::NO_WARM_UP_FLAG;
 
-    /// The flag is the server's word to the Node runner: both sides must spell it alike.
+    /// The flag is the server's word to the Node runner (both of its entries read it through
+    /// runner/main.ts): both sides must spell it alike.
     #[test]
     fn the_node_runner_entry_reads_the_no_warm_up_flag() {
-        let entry = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("packages/pi-workflows/src/runner-main.ts");
+        let entry = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("packages/pi-workflows/src/runner/main.ts");
         let source = std::fs::read_to_string(&entry).expect("the runner entry's source");
         assert!(
             source.contains(&format!("\"{NO_WARM_UP_FLAG}\""))
                 && source.contains("process.argv.includes(NO_WARM_UP_FLAG)"),
-            "runner-main.ts must read {NO_WARM_UP_FLAG} from its arguments"
+            "runner/main.ts must read {NO_WARM_UP_FLAG} from its arguments"
         );
     }
 }

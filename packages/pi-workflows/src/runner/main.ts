@@ -93,6 +93,21 @@ async function execute(session: RunnerSession, launch: Launch, loaded: LoadedWor
   }
 }
 
+/** Keep in step with `NO_WARM_UP_FLAG` in the server's src/server/runners/pool.rs. */
+const NO_WARM_UP_FLAG = "--no-warm-up";
+
+/**
+ * What both runner entries run (runner-main.ts, runner-snapshot.ts): one generation, with the
+ * lazily loaded parts under `distUrl` (the package's dist/). The server's pool passes
+ * NO_WARM_UP_FLAG while runs are running: a rehearsal's CPU would go to them.
+ */
+export function runnerMainFromCommandLine(distUrl: URL): Promise<number> {
+  return runnerMain({
+    executorUrl: new URL("./agent/executor.js", distUrl),
+    warmUp: !process.argv.includes(NO_WARM_UP_FLAG),
+  });
+}
+
 /** Run one generation; the entry passes where the lazily loaded parts live. */
 export async function runnerMain({ executorUrl, warmUp = true }: { executorUrl: URL; warmUp?: boolean }): Promise<number> {
   // Workflow code must never write to stdout as if it were protocol (it is only a log).
