@@ -137,13 +137,21 @@ fn main() -> anyhow::Result<()> {
         run_once(&bench, &mut client, Detect::Poll)?;
     }
     let mut figures = json!({"baseline": baseline, "pool_mode": pool_mode});
-    let (mut idle_starts, mut idle_sent_ms) = (Vec::new(), Vec::new());
+    let (mut idle_starts, mut idle_sent_ms, mut idle_walls) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..IDLE_STARTS {
         std::thread::sleep(Duration::from_millis(IDLE_GAP_MS));
         let sent_ms = unix_ms();
-        idle_starts.push(run_once(&bench, &mut client, Detect::Watch)?.run_id);
+        let times = run_once(&bench, &mut client, Detect::Watch)?;
+        idle_starts.push(times.run_id);
+        idle_walls.push(times.wall_ms);
         idle_sent_ms.push(sent_ms);
     }
+    // A whole run on an idle warm server: the sequential wall without a runner starting beside it.
+    figures["idle_watch"] = json!({
+        "runs": IDLE_STARTS,
+        "p50_ms": percentile(&idle_walls, 0.50),
+        "p99_ms": percentile(&idle_walls, 0.99),
+    });
     for detect in [Detect::Poll, Detect::Watch] {
         let cpu_before = server_cpu_ms(server_pid)?;
         let kernel_before = server_kernel_cpu_ms(server_pid)?;
@@ -708,6 +716,12 @@ fn print_table(figures: &Value) {
             f(&phases["ready_to_first_node_p50_ms"])
         );
     }
+    let idle_run = &figures["idle_watch"];
+    println!(
+        "a whole run on an idle warm server (watch, nothing starting beside it): p50 {} ms, p99 {} ms",
+        f(&idle_run["p50_ms"]),
+        f(&idle_run["p99_ms"])
+    );
     let request = &figures["idle_request_to_first_node"];
     println!(
         "run.start sent by the client → first node, idle warm server (resolve included): p50 {} ms, p99 {} ms",

@@ -2,6 +2,7 @@
 // bundle from a private temp file, and compile the default export.
 import type { Plugin } from "esbuild";
 import * as bundleCache from "./bundle-cache.js";
+import { rmSync } from "node:fs";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
@@ -113,11 +114,15 @@ async function bundle(filePath: string): Promise<{ code: string; source: Workflo
 async function importBundle(code: string): Promise<Record<string, unknown>> {
   const { tmpdir } = await importModule<typeof import("node:os")>("node:os");
   const dir = await mkdtemp(path.join(tmpdir(), "pi-workflows-load-"));
+  // A workflow module that ends the process while it is imported never reaches `finally`.
+  const removeAtExit = () => rmSync(dir, { recursive: true, force: true });
+  process.once("exit", removeAtExit);
   try {
     const file = path.join(dir, "workflow.mjs");
     await writeFile(file, code, { mode: 0o600 });
     return await importModule(pathToFileURL(file).href);
   } finally {
+    process.off("exit", removeAtExit);
     await rm(dir, { recursive: true, force: true });
   }
 }

@@ -2,7 +2,7 @@
 // paging and bounds; and the workflow title of defineWorkflow with its place in the digest.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { test } from "node:test";
@@ -35,6 +35,18 @@ function workspace(t, { project = {}, global = {} } = {}) {
 
 const request = (project, fields = {}) => listRequestOf({ project, ...fields });
 
+/** Run `body` with TMPDIR set (the list's load worker copies the environment when it starts). */
+async function withTmpdir(dir, body) {
+  const before = process.env.TMPDIR;
+  process.env.TMPDIR = dir;
+  try {
+    return await body();
+  } finally {
+    if (before === undefined) delete process.env.TMPDIR;
+    else process.env.TMPDIR = before;
+  }
+}
+
 test("project workflows come first, then global ones, by name; a project file hides a global one", async (t) => {
   const { project, agentDir, env } = workspace(t, {
     project: { "zeta.workflow.ts": source("zeta", "Last but local"), "greet.workflow.ts": source("greet", "Say hello"), "notes.md": "not a workflow" },
@@ -59,7 +71,11 @@ test("a workflow that does not load is listed with a bounded load error; the oth
       "fine.workflow.ts": source("fine", "Fine"),
     },
   });
-  const page = await listWorkflowPage(request(project), env);
+  // The loads' temp files go to a dir of this test's, to see that none is left behind.
+  const loadsTmp = mkdtempSync(path.join(tmpdir(), "piw-loads-"));
+  t.after(() => rmSync(loadsTmp, { recursive: true, force: true }));
+  const page = await withTmpdir(loadsTmp, () => listWorkflowPage(request(project), env));
+  assert.deepEqual(readdirSync(loadsTmp), [], "every load removed its temp dir, also the one whose workflow ended its loader");
   const byName = Object.fromEntries(page.workflows.map((w) => [w.name, w]));
   assert.equal(byName.broken.loadError.code, "invalidDefinition");
   assert.match(byName.plain.loadError.message, /must default-export defineWorkflow/);

@@ -12,6 +12,7 @@ import path from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { WorkflowClient } from "../../dist/client/index.js";
+import { removeTempDirs } from "../support/fixtures.mjs";
 
 const packageDir = fileURLToPath(new URL("../../", import.meta.url));
 const binary = process.env.PI_WORKFLOWS_BIN ?? path.resolve(packageDir, "../../target/debug/pi-workflows");
@@ -100,6 +101,7 @@ export default defineWorkflow({
 after(() => {
   for (const client of opened) client.close();
   spawnSync(binary, ["--state-dir", state, "server", "stop"], { env });
+  removeTempDirs([state, agentDir]);
 });
 
 async function viewUntil(client, runId, check) {

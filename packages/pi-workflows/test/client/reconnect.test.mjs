@@ -7,11 +7,12 @@
 // stored user-only.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, statSync, writeFileSync, mkdirSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync, mkdirSync } from "node:fs";
 import net from "node:net";
 import path from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { removeTempDirs } from "../support/fixtures.mjs";
 import {
   clientIdFile,
   installationClientId,
@@ -33,6 +34,8 @@ const chain = path.join(state, "chain.workflow.ts");
 const slow = path.join(state, "slow.workflow.ts");
 const checked = path.join(state, "checked.workflow.ts");
 const opened = [];
+/** The proxies' socket dirs, removed with the state dirs after the tests. */
+const proxyDirs = [];
 
 function cli(...args) {
   const result = spawnSync(binary, ["--state-dir", state, ...args], { env, encoding: "utf8" });
@@ -87,6 +90,7 @@ export default defineWorkflow({
 after(() => {
   for (const client of opened) client.close();
   spawnSync(binary, ["--state-dir", state, "server", "stop"], { env });
+  removeTempDirs([state, agentDir, ...proxyDirs]);
 });
 
 /**
@@ -97,6 +101,7 @@ after(() => {
  */
 async function startProxy(plans, then = { kind: "forward" }, onDrop = () => {}) {
   const dir = mkdtempSync("/tmp/piwtx-");
+  proxyDirs.push(dir);
   const socketPath = path.join(dir, "proxy.sock");
   const log = { requests: [], dropped: [], connections: 0 };
   const server = net.createServer((client) => {
@@ -304,7 +309,7 @@ test("reconnects are bounded and end with what happened and what to do; a refusa
   forward.close();
 });
 
-test("the client ID is the installation's: stable across clients and processes, user-only, repaired", async () => {
+test("the client ID is the installation's: stable across clients and processes, user-only, repaired", async (t) => {
   const first = await connect(serverSocket);
   const second = await connect(serverSocket);
   assert.equal(first.clientId, second.clientId);
@@ -325,6 +330,7 @@ test("the client ID is the installation's: stable across clients and processes, 
   // A corrupt file is replaced with a warning; an unusable directory falls back to one ID
   // for the process, with a warning.
   const corrupt = mkdtempSync("/tmp/piwti-");
+  t.after(() => rmSync(corrupt, { recursive: true, force: true }));
   mkdirSync(path.join(corrupt, "clients"), { mode: 0o700 });
   writeFileSync(path.join(corrupt, "clients", "pi.id"), "not a valid id\n");
   const warnings = [];
@@ -333,6 +339,7 @@ test("the client ID is the installation's: stable across clients and processes, 
   assert.equal(readFileSync(path.join(corrupt, "clients", "pi.id"), "utf8"), `${replaced}\n`);
   assert.match(warnings.join("\n"), /was unusable/);
   const unusable = mkdtempSync("/tmp/piwti-");
+  t.after(() => rmSync(unusable, { recursive: true, force: true }));
   writeFileSync(path.join(unusable, "clients"), "a file, not a directory");
   const fallback = installationClientId(unusable, PI_CLIENT, (message) => warnings.push(message));
   assert.match(fallback, /^pi-/);

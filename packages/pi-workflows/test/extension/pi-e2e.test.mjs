@@ -14,6 +14,7 @@ import { after, before, test } from "node:test";
 import { WorkflowClient } from "../../dist/client/index.js";
 import { writeMockAgentDir } from "../agent/helpers.mjs";
 import { missingPi, packageDir, Rpc, serverBinary, until } from "./support/e2e.mjs";
+import { removeTempDirs } from "../support/fixtures.mjs";
 
 const piPackage = path.join(packageDir, ".tools/pi/node_modules/@earendil-works/pi-coding-agent");
 const binary = serverBinary;
@@ -21,8 +22,9 @@ const { version } = JSON.parse(readFileSync(path.join(packageDir, "package.json"
 /** Bound on every wait for Pi or the server (a hang fails the test, it does not stall CI). */
 const WAIT_MS = 90_000;
 
-test("Pi's ExtensionAPI is assignable to the extension's PiApi", { skip: missingPi }, () => {
+test("Pi's ExtensionAPI is assignable to the extension's PiApi", { skip: missingPi }, (t) => {
   const dir = mkdtempSync("/tmp/piw-conf-");
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
   writeFileSync(
     path.join(dir, "check.ts"),
     `import type { ExtensionAPI } from "@earendil-works/pi-coding-agent";
@@ -143,6 +145,9 @@ after(async () => {
   for (const rpc of opened) await rpc.close().catch(() => {});
   if (env) spawnSync(binary, ["--state-dir", path.join(env.PI_CODING_AGENT_DIR, "workflows"), "server", "stop"], { env, timeout: 20_000 });
   mock?.kill();
+  // Wait for the mock to exit: it logs its requests into root.
+  if (mock && mock.exitCode === null && mock.signalCode === null) await new Promise((resolve) => mock.once("exit", resolve));
+  if (root && !process.env.PI_WORKFLOWS_KEEP_E2E) removeTempDirs([root]);
 });
 
 const stepMessages = (entries) => entries.filter((e) => e.type === "custom_message" && e.customType === "pi-workflows-step");

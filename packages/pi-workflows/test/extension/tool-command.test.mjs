@@ -1,7 +1,7 @@
 // The workflow tool's one flat schema and per-action validation, /workflow parsing and
 // completion, shortcuts.json, the widget window and the step text (pure; no Pi needed).
 import assert from "node:assert/strict";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { test } from "node:test";
 import { completions, parseCommand } from "../../dist/extension/command.js";
@@ -87,8 +87,9 @@ test("/workflow completion", () => {
   assert.equal(completions("zzz", known), null);
 });
 
-test("shortcuts.json: defaults, remapping, removal, and one clear error for a malformed file", () => {
+test("shortcuts.json: defaults, remapping, removal, and one clear error for a malformed file", (t) => {
   const dir = mkdtempSync("/tmp/piw-shortcuts-");
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
   const env = { PI_WORKFLOWS_CONFIG_DIR: dir };
   assert.deepEqual(loadShortcuts(env), { scrollUp: "shift+up", scrollDown: "shift+down" });
   writeFileSync(path.join(dir, "shortcuts.json"), JSON.stringify({ schema: "pi-workflows.shortcuts.v1", scrollUp: "alt+k", scrollDown: null }));

@@ -13,3 +13,14 @@ export function fixtureCopy(t) {
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   return { root: dir, project: path.join(dir, "project"), agentDir: path.join(dir, "global") };
 }
+
+/** Remove the tests' temp dirs, best effort: a dir left behind never fails the tests. */
+export function removeTempDirs(dirs) {
+  for (const dir of dirs) {
+    try {
+      rmSync(dir, { recursive: true, force: true });
+    } catch {
+      // left behind
+    }
+  }
+}

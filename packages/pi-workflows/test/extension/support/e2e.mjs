@@ -15,6 +15,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { WorkflowClient } from "../../../dist/client/index.js";
 import { writeMockAgentDir } from "../../agent/helpers.mjs";
+import { removeTempDirs } from "../../support/fixtures.mjs";
 
 export const packageDir = fileURLToPath(new URL("../../../", import.meta.url));
 export const piBin = process.env.PI_WORKFLOWS_PI_BIN ?? path.join(packageDir, ".tools/bin/pi");
@@ -456,7 +457,7 @@ export class Harness {
       }
     }
     await this.model?.close();
-    if (!process.env.PI_WORKFLOWS_KEEP_E2E) fs.rmSync(this.root, { recursive: true, force: true });
+    if (!process.env.PI_WORKFLOWS_KEEP_E2E) removeTempDirs([this.root]);
   }
 }
 
