@@ -1,7 +1,8 @@
 // A private cache of bundled workflow code, so a resolver or runner whose sources did not
 // change skips esbuild (and its service process) entirely. An entry is used only when the
 // root file and every mounted file still hash to what the entry recorded and its code
-// imports this process's SDK module; anything else is a miss. The directory is
+// imports this process's SDK module; anything else is a miss. With the module it keeps the
+// bundle's function form when it has one (function-form.ts), stored and checked the same way. The directory is
 // `PI_WORKFLOWS_CACHE_DIR` (user-only, 0700; files 0600); without it nothing is cached.
 import { readFileSync } from "node:fs";
 import { mkdir, rename, writeFile } from "node:fs/promises";
@@ -17,16 +18,24 @@ const CACHED_CODE_BYTES_MAX = 16 * 1024 * 1024;
 export interface CachedBundle {
   /** The bundled code, already checked against the hash its entry recorded. */
   code: string;
+  /** Its function form, if it has one, checked the same way. */
+  functionCode?: string;
   source: WorkflowSource;
 }
+
+/** Entries of another layout are misses (rebuilt once): older ones recorded no function form. */
+const ENTRY_VERSION = 2;
 
 /**
  * An entry: the sources it was built from, the hash of the code built from them and the SDK
  * URL that code imports (a bundle made for another SDK module would load a second SDK).
  */
 interface Entry {
+  version: number;
   source: WorkflowSource;
   codeHash: string;
+  /** The function form's hash, when the bundle has one. */
+  functionHash?: string;
   sdk: string;
 }
 
@@ -42,6 +51,17 @@ function metaPath(dir: string, rootPath: string): string {
 /** Modules are content-addressed: a name never holds other code, whoever writes it. */
 function modulePath(dir: string, codeHash: string): string {
   return path.join(dir, `${codeHash}.mjs`);
+}
+
+/** Function forms too. */
+function functionPath(dir: string, functionHash: string): string {
+  return path.join(dir, `${functionHash}.cjs`);
+}
+
+/** The stored text at `file` if it has `hash`, else undefined. */
+function readVerified(file: string, hash: string): string | undefined {
+  const text = readFileSync(file, "utf8");
+  return sha256Hex(Buffer.from(text)) === hash ? text : undefined;
 }
 
 /**
@@ -60,7 +80,8 @@ export async function lookup(rootPath: string, env: NodeJS.ProcessEnv = process.
   }
   const source = entry?.source;
   if (source?.root?.path !== rootPath || !Array.isArray(source.mounted) || typeof entry.codeHash !== "string") return undefined;
-  if (entry.sdk !== SDK_URL) return undefined;
+  if (entry.version !== ENTRY_VERSION || entry.sdk !== SDK_URL) return undefined;
+  if (entry.functionHash !== undefined && typeof entry.functionHash !== "string") return undefined;
   for (const file of [source.root, ...source.mounted]) {
     try {
       if (hashFile(file.path) !== file.hash) return undefined;
@@ -69,31 +90,40 @@ export async function lookup(rootPath: string, env: NodeJS.ProcessEnv = process.
     }
   }
   try {
-    const code = readFileSync(modulePath(dir, entry.codeHash), "utf8");
-    if (sha256Hex(Buffer.from(code)) !== entry.codeHash) return undefined;
-    return { code, source };
+    const code = readVerified(modulePath(dir, entry.codeHash), entry.codeHash);
+    if (code === undefined) return undefined;
+    if (entry.functionHash === undefined) return { code, source };
+    const functionCode = readVerified(functionPath(dir, entry.functionHash), entry.functionHash);
+    return functionCode === undefined ? undefined : { code, functionCode, source };
   } catch {
     return undefined;
   }
 }
 
-/** Record a fresh bundle; a failure to cache never fails the load. */
-export async function store(code: string, source: WorkflowSource, env: NodeJS.ProcessEnv = process.env): Promise<void> {
+/** Write `text` to `file` whole or not at all: a reader never sees a partial file. */
+async function writeWhole(file: string, text: string, suffix: string): Promise<void> {
+  await writeFile(`${file}.${suffix}`, text, { mode: 0o600 });
+  await rename(`${file}.${suffix}`, file);
+}
+
+/** Record a fresh bundle (and its function form, if any); a failure to cache never fails the load. */
+export async function store(bundle: Omit<CachedBundle, "source">, source: WorkflowSource, env: NodeJS.ProcessEnv = process.env): Promise<void> {
+  const { code, functionCode } = bundle;
   const dir = cacheDir(env);
-  if (!dir || Buffer.byteLength(code) > CACHED_CODE_BYTES_MAX) return;
+  const bytes = Buffer.byteLength(code) + (functionCode === undefined ? 0 : Buffer.byteLength(functionCode));
+  if (!dir || bytes > CACHED_CODE_BYTES_MAX) return;
   try {
     await mkdir(dir, { recursive: true, mode: 0o700 });
     const codeHash = sha256Hex(Buffer.from(code));
+    const functionHash = functionCode === undefined ? undefined : sha256Hex(Buffer.from(functionCode));
     const suffix = `${process.pid}.${Date.now()}.tmp`;
-    // Module first, then the entry that names it by hash; renames keep readers from ever
-    // seeing a partial file, and a torn pair is only a miss (hashes disagree).
-    const module = modulePath(dir, codeHash);
-    await writeFile(`${module}.${suffix}`, code, { mode: 0o600 });
-    await rename(`${module}.${suffix}`, module);
+    // Code first, then the entry that names it by hash; a torn set is only a miss (hashes
+    // disagree).
+    await writeWhole(modulePath(dir, codeHash), code, suffix);
+    if (functionCode !== undefined && functionHash !== undefined) await writeWhole(functionPath(dir, functionHash), functionCode, suffix);
     const meta = metaPath(dir, source.root.path);
-    const entry: Entry = { source, codeHash, sdk: SDK_URL };
-    await writeFile(`${meta}.${suffix}`, JSON.stringify(entry), { mode: 0o600 });
-    await rename(`${meta}.${suffix}`, meta);
+    const entry: Entry = { version: ENTRY_VERSION, source, codeHash, functionHash, sdk: SDK_URL };
+    await writeWhole(meta, JSON.stringify(entry), suffix);
   } catch {
     // Caching is an optimization only.
   }

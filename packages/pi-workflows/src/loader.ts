@@ -1,5 +1,6 @@
-// Loading a workflow file: bundle it with esbuild (hashing exactly the bytes it reads), import the
-// bundle from a private temp file, and compile the default export.
+// Loading a workflow file: bundle it with esbuild (hashing exactly the bytes it reads), run the
+// bundle (as a function when it has a function form, function-form.ts; else imported as a
+// module), and compile the default export.
 import type { Plugin } from "esbuild";
 import * as bundleCache from "./bundle-cache.js";
 import { rmSync } from "node:fs";
@@ -8,6 +9,7 @@ import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { sha256Hex } from "./canonical.js";
 import { compileWorkflow, type CompiledWorkflow } from "./compile.js";
+import { canRunFunctionForm, functionFormOf, processSdk, runFunctionForm } from "./function-form.js";
 import { resolveWorkflowFile } from "./discovery.js";
 // This package's SDK: every workflow shares it, with no node_modules of its own.
 import { SDK_URL } from "./runtime-url.js";
@@ -72,7 +74,14 @@ function hashingPlugin(hashes: Map<string, string>): Plugin {
   };
 }
 
-async function bundle(filePath: string): Promise<{ code: string; source: WorkflowSource }> {
+/** A fresh bundle: its module code, its function form if it has one, and the sources it read. */
+interface Bundle {
+  code: string;
+  functionCode?: string;
+  source: WorkflowSource;
+}
+
+async function bundle(filePath: string): Promise<Bundle> {
   const hashes = new Map<string, string>();
   const workingDir = path.dirname(filePath);
   let result;
@@ -107,7 +116,11 @@ async function bundle(filePath: string): Promise<{ code: string; source: Workflo
   }
   mounted.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
   const rootHash = hashes.get(filePath) ?? hashFile(filePath);
-  return { code: result.outputFiles[0]!.text, source: { root: { kind: "file", path: filePath, hash: rootHash }, mounted } };
+  const code = result.outputFiles[0]!.text;
+  const { isBuiltin } = await importModule<typeof import("node:module")>("node:module");
+  const imports = Object.values(result.metafile.outputs).flatMap((output) => output.imports);
+  const functionCode = await functionFormOf(code, imports, isBuiltin);
+  return { code, functionCode, source: { root: { kind: "file", path: filePath, hash: rootHash }, mounted } };
 }
 
 /** Import bundled code through a 0600 file in a 0700 temp directory, removed right after. */
@@ -146,16 +159,24 @@ async function loadModule(filePath: string, expected?: WorkflowSource): Promise<
   if (cached) {
     refuseUnexpected(expected, cached.source);
     try {
-      // Imported from the very bytes that were checked: nothing can swap them in between.
-      return { module: await importVerified(cached.code), source: cached.source };
+      // Run from the very bytes that were checked: nothing can swap them in between.
+      const module = await runAsFunction(cached.functionCode);
+      return { module: module ?? (await importVerified(cached.code)), source: cached.source };
     } catch {
-      // A cached module that no longer imports is rebuilt from the sources below.
+      // A cached bundle that no longer runs is rebuilt from the sources below.
     }
   }
-  const { code, source } = await bundle(filePath);
-  refuseUnexpected(expected, source);
-  await bundleCache.store(code, source);
-  return { module: await importBundle(code), source };
+  const fresh = await bundle(filePath);
+  refuseUnexpected(expected, fresh.source);
+  await bundleCache.store(fresh, fresh.source);
+  const module = await runAsFunction(fresh.functionCode);
+  return { module: module ?? (await importBundle(fresh.code)), source: fresh.source };
+}
+
+/** The bundle's exports run from its function form; undefined when it has none or this Node cannot. */
+async function runAsFunction(functionCode: string | undefined): Promise<Record<string, unknown> | undefined> {
+  if (functionCode === undefined || !canRunFunctionForm()) return undefined;
+  return runFunctionForm(functionCode, await processSdk());
 }
 
 /** Import code held in memory (a data: URL; its imports are absolute file URLs or builtins). */

@@ -18,7 +18,7 @@
 import { startupSnapshot } from "node:v8";
 import type { ModuleImporter } from "./module-import.js";
 import { RUNTIME_GLOBAL_KEY, setModuleImporter } from "./module-import.js";
-import { warmUp, warmUpModuleFrom } from "./runner/warmup.js";
+import { warmUp, warmUpAsFunction, warmUpAsModule } from "./runner/warmup.js";
 import * as runtime from "./runtime.js";
 
 /** Keep in step with `SNAPSHOT_CHECK_FLAG` in the server's src/server/runners/snapshot.rs. */
@@ -56,8 +56,10 @@ function snapshotImporter(): ModuleImporter {
 /** The check the server runs once before it starts runners from a new snapshot. */
 async function check(): Promise<number> {
   if (!rehearsed) throw new Error("the snapshot was taken before its rehearsal completed");
-  // The import path a launched run takes: an in-memory module importing the SDK by its URL.
-  if (!(await warmUp())) throw new Error("the rehearsal through import() failed");
+  // Both ways a launched run's bundle loads: as a function, and as a module importing the
+  // SDK by its URL (a bundle without a function form).
+  if (!(await warmUp(warmUpAsFunction(runtime)))) throw new Error("the rehearsal of a function-form bundle failed");
+  if (!(await warmUp(warmUpAsModule))) throw new Error("the rehearsal through import() failed");
   return 0;
 }
 
@@ -87,7 +89,9 @@ if (typeof process.getBuiltinModule !== "function") {
 startupSnapshot.setDeserializeMainFunction(main);
 // Node takes the snapshot once the event loop is empty, so this completes first; the check
 // above refuses a snapshot where it did not.
-warmUp(warmUpModuleFrom(runtime)).then((ok) => {
+// The rehearsal loads its workflow as a function-form bundle, so that path is in the snapshot
+// too (a build has no `import()`).
+warmUp(warmUpAsFunction(runtime)).then((ok) => {
   if (!ok) throw new Error("the runner's rehearsal failed while building the snapshot");
   rehearsed = true;
 });

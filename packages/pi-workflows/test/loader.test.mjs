@@ -120,4 +120,69 @@ test("the bundle cache serves unchanged sources and never serves code that does 
   appendFileSync(pathModule.join(cacheDir, "bundles", modules[0]), "\nthrow new Error('tampered cache ran');\n");
   const third = await load("greet", project, {});
   assert.equal(third.compiled.definitionDigest, first.compiled.definitionDigest);
+  // Its function form too (this bundle has one: it needs only the SDK's named exports).
+  const forms = readdirSync(pathModule.join(cacheDir, "bundles")).filter((name) => name.endsWith(".cjs"));
+  assert.equal(forms.length, 1, "one content-addressed function form cached");
+  appendFileSync(pathModule.join(cacheDir, "bundles", forms[0]), "\nthrow new Error('tampered cache ran');\n");
+  const fourth = await load("greet", project, {});
+  assert.equal(fourth.compiled.definitionDigest, first.compiled.definitionDigest);
+});
+
+/** Where a thrown error's stack says the workflow's code ran: function form or module. */
+function ranAs(definition) {
+  try {
+    definition.nodes.a.run({ input: {}, outputs: {} });
+  } catch (error) {
+    return /workflow-bundle\.cjs/.test(error.stack) ? "function" : "module";
+  }
+  throw new Error("node a must throw");
+}
+
+test("a bundle needing only the SDK's named exports and builtins runs as a function, as its module would", async (t) => {
+  const { project } = fixtureCopy(t);
+  const dir = path.join(project, ".pi/workflows");
+  // What a workflow can see of how it runs: strictness, `this`, the CommonJS names, builtins.
+  const source = (name, tail) => `import { compute, defineWorkflow } from "pi-workflows";
+import { join } from "node:path";
+import * as os from "node:os";
+const seen = { self: this === undefined, names: [typeof require, typeof module, typeof exports], join: join("a", "b"), os: typeof os.tmpdir };
+let strict = false;
+try { (undefined as any).x = 1; } catch { strict = true; }
+export default defineWorkflow({ name: "${name}", startAt: "a", nodes: { a: compute({ run: () => { throw new Error(JSON.stringify({ seen, strict })); } }) }, edges: [] });
+${tail}`;
+  // The same code with a top-level await, which only a module has.
+  writeFileSync(path.join(dir, "plain.workflow.ts"), source("plain", ""));
+  writeFileSync(path.join(dir, "awaiting.workflow.ts"), source("awaiting", "await 0;\n"));
+  const told = (definition) => {
+    try {
+      definition.nodes.a.run({});
+    } catch (error) {
+      return JSON.parse(error.message);
+    }
+  };
+  const asFunction = await loadWorkflow("plain", project, {});
+  const asModule = await loadWorkflow("awaiting", project, {});
+  assert.deepEqual([ranAs(asFunction.definition), ranAs(asModule.definition)], ["function", "module"]);
+  assert.deepEqual(told(asFunction.definition), told(asModule.definition));
+  assert.deepEqual(told(asFunction.definition), { seen: { self: true, names: ["function", "undefined", "undefined"], join: "a/b", os: "function" }, strict: true });
+  // The same SDK instance as a module import gets: the definition compiles the same.
+  assert.equal(asFunction.compiled.definitionDigest, sdk.compileWorkflow(asFunction.definition).definitionDigest);
+});
+
+test("a bundle that needs a module (top-level await, import.meta, import(), the SDK as a namespace) is imported as one", async (t) => {
+  const { project } = fixtureCopy(t);
+  const dir = path.join(project, ".pi/workflows");
+  const node = `a: compute({ run: () => { throw new Error("where"); } })`;
+  const cases = {
+    awaits: `import { compute, defineWorkflow } from "pi-workflows";\nawait Promise.resolve();\nexport default defineWorkflow({ name: "awaits", startAt: "a", nodes: { ${node} }, edges: [] });`,
+    meta: `import { compute, defineWorkflow } from "pi-workflows";\nconst url = import.meta.url;\nexport default defineWorkflow({ name: "meta", title: typeof url, startAt: "a", nodes: { ${node} }, edges: [] });`,
+    dynamic: `import { compute, defineWorkflow } from "pi-workflows";\nconst later = () => import("node:os");\nexport default defineWorkflow({ name: "dynamic", title: typeof later, startAt: "a", nodes: { ${node} }, edges: [] });`,
+    namespace: `import * as piw from "pi-workflows";\nexport default piw.defineWorkflow({ name: "namespace", startAt: "a", nodes: { a: piw.compute({ run: () => { throw new Error("where"); } }) }, edges: [] });`,
+  };
+  for (const [name, source] of Object.entries(cases)) {
+    writeFileSync(path.join(dir, `${name}.workflow.ts`), source);
+    const loaded = await loadWorkflow(name, project, {});
+    assert.equal(loaded.definition.name, name);
+    assert.equal(ranAs(loaded.definition), "module", name);
+  }
 });

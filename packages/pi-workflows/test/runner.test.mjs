@@ -178,12 +178,14 @@ test("state-changing messages after ready carry an increasing expectedRevision",
 test("a waiting runner's warm-up rehearses a whole generation in memory and leaves nothing behind", async (t) => {
   const { project } = fixtureCopy(t);
   const { readdirSync } = await import("node:fs");
-  const { warmUp } = await import("../dist/runner/warmup.js");
+  const { warmUp, warmUpAsFunction, warmUpAsModule } = await import("../dist/runner/warmup.js");
+  const sdk = await import("../dist/sdk.js");
   const before = readdirSync(project).sort();
   const cwd = process.cwd();
   process.chdir(project);
   t.after(() => process.chdir(cwd));
-  assert.equal(await warmUp(), true, "the rehearsed two-step workflow completed over the in-memory channel");
+  assert.equal(await warmUp(warmUpAsFunction(sdk)), true, "the rehearsed two-step workflow, loaded as a function, completed over the in-memory channel");
+  assert.equal(await warmUp(warmUpAsModule), true, "so did the one imported as a module");
   assert.deepEqual(readdirSync(project).sort(), before, "no file was created or removed");
 });
 

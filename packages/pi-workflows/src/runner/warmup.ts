@@ -3,14 +3,15 @@
 // the session, the loader's in-memory import, compile, the engine loop, the channel host. A
 // warm runner whose launch is not already waiting pays that meanwhile, by
 // rehearsing a whole generation: an in-memory peer plays the server (launch, answers, the
-// command), a two-step workflow is imported from memory through the SDK a real workflow
-// imports while `runner.ready` is answered, and runGeneration runs it exactly as a launched
-// run does.
+// command), a two-step workflow is loaded from memory the way a real workflow's bundle is
+// (as a function, with the SDK a real workflow gets) while `runner.ready` is answered, and
+// runGeneration runs it exactly as a launched run does.
 //
 // Invariant: the warm-up touches no file, no process channel and no state a run could see
 // (its module is a data: URL no workflow bundle can equal); a failed or slow warm-up only
 // leaves the code cold.
 import { Duplex } from "node:stream";
+import { canRunFunctionForm, processSdk, runFunctionForm } from "../function-form.js";
 import { compileDefaultExport, importVerified } from "../loader.js";
 import type { compute } from "../nodes.js";
 import type { defineWorkflow } from "../define.js";
@@ -47,6 +48,16 @@ function warmUpWorkflow(sdk: WarmUpSdk) {
   });
 }
 
+/** The rehearsal's module as a function-form bundle would have it (function-form.ts). */
+function warmUpFunctionCode(): string {
+  return [
+    '"use strict";',
+    "// pi-workflows runner warm-up (never a workflow's bundle)",
+    `const sdk = require(${JSON.stringify(SDK_URL)});`,
+    `module.exports = { default: (${warmUpWorkflow.toString()})(sdk) };`,
+  ].join("\n");
+}
+
 /** The rehearsal's module, as a bundle would import it (the SDK by its URL). */
 function warmUpCode(): string {
   return [
@@ -56,12 +67,20 @@ function warmUpCode(): string {
   ].join("\n");
 }
 
-/** Loads the rehearsal's module: by default through the import path a launched run takes. */
+/** Loads the rehearsal's module. */
 export type WarmUpLoader = () => Promise<Record<string, unknown>>;
 
-/** The rehearsal's module without an import, from the SDK at hand (a snapshot's build has no `import()`). */
-export function warmUpModuleFrom(sdk: WarmUpSdk): WarmUpLoader {
-  return async () => ({ default: warmUpWorkflow(sdk) });
+/** The rehearsal's module run as a function with `sdk`: the path a function-form bundle takes. */
+export function warmUpAsFunction(sdk: WarmUpSdk): WarmUpLoader {
+  return async () => runFunctionForm(warmUpFunctionCode(), sdk);
+}
+
+/** The rehearsal's module imported as an ES module: the path of a bundle without a function form. */
+export const warmUpAsModule: WarmUpLoader = () => importVerified(warmUpCode());
+
+/** The path a launched run's bundle most likely takes here. */
+async function warmUpLoader(): Promise<WarmUpLoader> {
+  return canRunFunctionForm() ? warmUpAsFunction((await processSdk()) as WarmUpSdk) : warmUpAsModule;
 }
 
 function emptyRunState(): RunState {
@@ -161,12 +180,12 @@ export async function warmUpUnlessLaunched(launch: Promise<unknown>): Promise<bo
     () => false,
   );
   if (!(await Promise.race([waited, arrived]))) return false;
-  await warmUp();
+  await warmUp(await warmUpLoader());
   return true;
 }
 
 /** Rehearse one generation in memory, within WARM_UP_MS_MAX; whether it completed. */
-export async function warmUp(loadModule: WarmUpLoader = () => importVerified(warmUpCode())): Promise<boolean> {
+export async function warmUp(loadModule: WarmUpLoader): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<boolean>((resolve) => {
     timer = setTimeout(() => resolve(false), WARM_UP_MS_MAX);
