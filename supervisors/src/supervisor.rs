@@ -326,34 +326,48 @@ async fn stop_children(state: &mut SupervisorState, range: std::ops::Range<usize
             continue;
         };
         state.children[index].status = ChildStatus::Stopping;
-        stop_cell(&cell, state.children[index].spec.shutdown).await;
+        let _ = stop_cell(&cell, state.children[index].spec.shutdown).await;
         state.children[index].status = ChildStatus::Stopped;
         let (supervisor, child) = (state.id.clone(), state.children[index].spec.id.clone());
         report(state, Report::Stopped { supervisor, child });
     }
 }
 
-async fn stop_cell(cell: &ActorCell, shutdown: Shutdown) {
-    match shutdown {
-        Shutdown::Timeout(wait) => {
-            if cell
-                .stop_and_wait(Some("shutdown".to_string()), Some(wait))
-                .await
-                .is_err()
-            {
-                tracing::warn!(
-                    wait_ms = wait.as_millis() as u64,
-                    "child did not stop in time; killing it"
-                );
-                let _ = cell.kill_and_wait(Some(wait)).await;
-            }
-        }
+/// How a child's stop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopOutcome {
+    /// It stopped within its wait (or was already stopping and ended within it).
+    Stopped,
+    /// It was killed: it did not stop within its wait, or its spec says `BrutalKill`.
+    Killed,
+}
+
+async fn stop_cell(cell: &ActorCell, shutdown: Shutdown) -> StopOutcome {
+    let wait = match shutdown {
+        Shutdown::Timeout(wait) => wait,
         Shutdown::BrutalKill => {
             let _ = cell
                 .kill_and_wait(Some(Duration::from_millis(crate::spec::SHUTDOWN_TIMEOUT_MS_DEFAULT)))
                 .await;
+            return StopOutcome::Killed;
         }
+    };
+    let stopped = match cell.stop_and_wait(Some("shutdown".to_string()), Some(wait)).await {
+        Ok(()) => true,
+        Err(ractor::RactorErr::Timeout) => false,
+        // The stop could not be sent: the child is already ending on its own (a task that
+        // ends with the server, say); wait for that as for any stop.
+        Err(_) => cell.wait(Some(wait)).await.is_ok(),
+    };
+    if stopped {
+        return StopOutcome::Stopped;
     }
+    tracing::warn!(
+        wait_ms = wait.as_millis() as u64,
+        "child did not stop in time; killing it"
+    );
+    let _ = cell.kill_and_wait(Some(wait)).await;
+    StopOutcome::Killed
 }
 
 async fn on_child_exit(
@@ -533,5 +547,70 @@ async fn child_snapshot(child: &Child) -> TreeSnapshot {
             state: NodeState::Unresponsive,
             ..leaf
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child that ends on its own when told, and takes `Arguments` to clean up when it stops.
+    struct Worker;
+
+    struct EndNow;
+
+    impl Actor for Worker {
+        type Msg = EndNow;
+        type State = Duration;
+        type Arguments = Duration;
+
+        async fn pre_start(&self, _: ActorRef<EndNow>, cleanup: Duration) -> Result<Duration, ActorProcessingErr> {
+            Ok(cleanup)
+        }
+
+        async fn handle(
+            &self,
+            myself: ActorRef<EndNow>,
+            _: EndNow,
+            _: &mut Duration,
+        ) -> Result<(), ActorProcessingErr> {
+            myself.stop(None);
+            Ok(())
+        }
+
+        async fn post_stop(&self, _: ActorRef<EndNow>, cleanup: &mut Duration) -> Result<(), ActorProcessingErr> {
+            tokio::time::sleep(*cleanup).await;
+            Ok(())
+        }
+    }
+
+    const WAIT: Duration = Duration::from_millis(200);
+
+    #[tokio::test]
+    async fn a_child_already_ending_on_its_own_is_stopped_not_killed() {
+        let (worker, handle) = Actor::spawn(None, Worker, Duration::ZERO).await.expect("spawn");
+        worker.cast(EndNow).expect("cast");
+        handle.await.expect("the worker ended");
+        assert_eq!(
+            stop_cell(&worker.get_cell(), Shutdown::Timeout(WAIT)).await,
+            StopOutcome::Stopped
+        );
+    }
+
+    #[tokio::test]
+    async fn a_child_that_does_not_stop_within_its_wait_is_killed() {
+        let (worker, handle) = Actor::spawn(None, Worker, WAIT * 20).await.expect("spawn");
+        assert_eq!(
+            stop_cell(&worker.get_cell(), Shutdown::Timeout(WAIT)).await,
+            StopOutcome::Killed
+        );
+        handle.await.expect("the worker ended");
+        // A stop that ends within the wait is a stop.
+        let (worker, handle) = Actor::spawn(None, Worker, Duration::ZERO).await.expect("spawn");
+        assert_eq!(
+            stop_cell(&worker.get_cell(), Shutdown::Timeout(WAIT)).await,
+            StopOutcome::Stopped
+        );
+        handle.await.expect("the worker ended");
     }
 }
