@@ -2,8 +2,9 @@
 // change skips esbuild (and its service process) entirely. An entry is used only when the
 // root file and every mounted file still hash to what the entry recorded and its code
 // imports this process's SDK module; anything else is a miss. With the module it keeps the
-// bundle's function form when it has one (function-form.ts), stored and checked the same way. The directory is
-// `PI_WORKFLOWS_CACHE_DIR` (user-only, 0700; files 0600); without it nothing is cached.
+// bundle's function form when it has one (function-form.ts), stored and checked the same
+// way. The directory is `PI_WORKFLOWS_CACHE_DIR` (user-only, 0700; files 0600); without it
+// nothing is cached.
 import { readFileSync } from "node:fs";
 import { mkdir, rename, writeFile } from "node:fs/promises";
 import path from "node:path";

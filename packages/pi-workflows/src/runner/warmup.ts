@@ -8,7 +8,7 @@
 // runGeneration runs it exactly as a launched run does.
 //
 // Invariant: the warm-up touches no file, no process channel and no state a run could see
-// (its module is a data: URL no workflow bundle can equal); a failed or slow warm-up only
+// (its module is built in memory and is no workflow's bundle); a failed or slow warm-up only
 // leaves the code cold.
 import { Duplex } from "node:stream";
 import { canRunFunctionForm, processSdk, runFunctionForm } from "../function-form.js";
