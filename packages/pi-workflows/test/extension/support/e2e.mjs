@@ -559,17 +559,20 @@ export class Rpc {
 
 // ---------------------------------------------------------------------------------------------
 let tmuxCount = 0;
-/** Interactive Pi in its own tmux server (`-L`), driven with send-keys and read with capture-pane. */
+/**
+ * Interactive Pi in its own tmux server, driven with send-keys and read with capture-pane. Its
+ * socket is in the harness's dir (`-S`), so nothing of it outlives the test.
+ */
 export class Tmux {
   constructor(harness, extraArgs) {
     this.h = harness;
-    this.socketName = `piwe2e-${process.pid}-${++tmuxCount}`;
     this.session = "pi";
-    this.dir = path.join(harness.root, `tmux${tmuxCount}`);
+    this.dir = path.join(harness.root, `tmux${++tmuxCount}`);
+    this.socket = path.join(this.dir, "tmux.sock");
     this.extraArgs = extraArgs;
   }
   #tmux(args, options = {}) {
-    const r = spawnSync("tmux", ["-L", this.socketName, ...args], { encoding: "utf8", timeout: 10_000, ...options });
+    const r = spawnSync("tmux", ["-S", this.socket, ...args], { encoding: "utf8", timeout: 10_000, ...options });
     return r;
   }
   async start() {
