@@ -227,16 +227,22 @@ pub fn wait_until(what: &str, mut check: impl FnMut() -> bool, detail: impl Fn()
     }
 }
 
-/// A tmux server of its own (its own socket), killed on drop: the test never touches the
-/// user's tmux.
+/// A tmux server of its own (its own socket, in a temp dir of its own), killed on drop: the
+/// test never touches the user's tmux, and leaves no socket file behind.
 pub struct Tmux {
     socket: String,
+    _dir: tempfile::TempDir,
 }
 
 impl Tmux {
     /// Run `command` (with `env`) in a detached 120×40 session.
     pub fn start(name: &str, command: &Command) -> Self {
-        let socket = format!("piw-test-{}-{name}", std::process::id());
+        // Short (a socket's path is bounded): /tmp/piwtmXXXXXX/<name>.
+        let dir = tempfile::Builder::new()
+            .prefix("piwtm")
+            .tempdir_in("/tmp")
+            .expect("temp dir");
+        let socket = dir.path().join(name).to_string_lossy().into_owned();
         let mut line = vec!["env".to_string()];
         for (key, value) in command.get_envs() {
             if let Some(value) = value {
@@ -247,7 +253,7 @@ impl Tmux {
         line.extend(command.get_args().map(|arg| arg.to_string_lossy().into_owned()));
         let status = Command::new("tmux")
             .args([
-                "-L",
+                "-S",
                 &socket,
                 "-f",
                 "/dev/null",
@@ -264,12 +270,12 @@ impl Tmux {
             .status()
             .expect("run tmux");
         assert!(status.success(), "tmux new-session failed");
-        Self { socket }
+        Self { socket, _dir: dir }
     }
 
     pub fn capture(&self) -> String {
         let out = Command::new("tmux")
-            .args(["-L", &self.socket, "capture-pane", "-p", "-t", "piw"])
+            .args(["-S", &self.socket, "capture-pane", "-p", "-t", "piw"])
             .output()
             .expect("tmux capture-pane");
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -278,7 +284,7 @@ impl Tmux {
     /// Send tmux key names (`Enter`, `Tab`, `j`, ...).
     pub fn keys(&self, keys: &[&str]) {
         let status = Command::new("tmux")
-            .args(["-L", &self.socket, "send-keys", "-t", "piw"])
+            .args(["-S", &self.socket, "send-keys", "-t", "piw"])
             .args(keys)
             .status()
             .expect("tmux send-keys");
@@ -307,6 +313,7 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
-        let _ = Command::new("tmux").args(["-L", &self.socket, "kill-server"]).status();
+        // Before the dir (a field) is removed.
+        let _ = Command::new("tmux").args(["-S", &self.socket, "kill-server"]).status();
     }
 }
