@@ -91,18 +91,24 @@ pub fn spawn_with_channel(
     cwd: Option<PathBuf>,
 ) -> Result<(ProcessChild, StdUnixStream), SpawnError> {
     let (parent_end, child_end) = StdUnixStream::pair()?;
-    let spec = process_spec(settings, program, log_stem, cwd, Some(child_end.into()));
-    let child = spawn(spec).map_err(|source| SpawnError::Process {
-        program: program_name(program),
-        source,
-    })?;
+    let child = start(settings, program, log_stem, cwd, Some(child_end.into()))?;
     Ok((child, parent_end))
 }
 
 /// Start `program` as a helper of the server's own (no channel, the server's directory),
 /// with every child's group, limits, environment and captures.
 pub fn spawn_helper(settings: &RunnerSettings, program: &Program, log_stem: &str) -> Result<ProcessChild, SpawnError> {
-    spawn(process_spec(settings, program, log_stem, None, None)).map_err(|source| SpawnError::Process {
+    start(settings, program, log_stem, None, None)
+}
+
+fn start(
+    settings: &RunnerSettings,
+    program: &Program,
+    log_stem: &str,
+    cwd: Option<PathBuf>,
+    channel: Option<std::os::fd::OwnedFd>,
+) -> Result<ProcessChild, SpawnError> {
+    spawn(process_spec(settings, program, log_stem, cwd, channel)).map_err(|source| SpawnError::Process {
         program: program_name(program),
         source,
     })

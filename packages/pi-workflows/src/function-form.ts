@@ -10,7 +10,7 @@
 // Invariant: the function form is derived from the bundle's exact bytes and is stored and
 // checked like them (bundle-cache.ts); it is given only the SDK and Node's builtins, never a
 // general `require`, and workflow code sees no `require`, `module` or `exports` of its own.
-import type { Metafile } from "esbuild";
+import type { Metafile, transform as Transform } from "esbuild";
 import { importModule, RUNTIME_GLOBAL_KEY } from "./module-import.js";
 import { SDK_URL } from "./runtime-url.js";
 
@@ -30,17 +30,17 @@ export function canRunFunctionForm(): boolean {
 
 /**
  * The function form of an ES module bundle, or undefined when the bundle needs the module
- * loader. `imports` are the bundle's external imports (its metafile output's); `isBuiltin`
- * tells Node's builtins.
+ * loader. `transform` is esbuild's (the bundler already loaded it); `imports` are the
+ * bundle's external imports (its metafile output's); `isBuiltin` tells Node's builtins.
  */
 export async function functionFormOf(
+  transform: typeof Transform,
   code: string,
   imports: readonly OutputImport[],
   isBuiltin: (specifier: string) => boolean,
 ): Promise<string | undefined> {
   const plain = imports.every((entry) => entry.kind === "import-statement" && (entry.path === SDK_URL || isBuiltin(entry.path)));
   if (!plain) return undefined;
-  const { transform } = await importModule<typeof import("esbuild")>("esbuild");
   let converted;
   try {
     converted = await transform(code, {

@@ -84,11 +84,11 @@ interface Bundle {
 async function bundle(filePath: string): Promise<Bundle> {
   const hashes = new Map<string, string>();
   const workingDir = path.dirname(filePath);
+  // Loaded only on a cache miss: esbuild starts a service process.
+  const esbuild = await importModule<typeof import("esbuild")>("esbuild");
   let result;
   try {
-    // Loaded only on a cache miss: esbuild starts a service process.
-    const { build } = await importModule<typeof import("esbuild")>("esbuild");
-    result = await build({
+    result = await esbuild.build({
       entryPoints: [filePath],
       absWorkingDir: workingDir,
       bundle: true,
@@ -119,7 +119,7 @@ async function bundle(filePath: string): Promise<Bundle> {
   const code = result.outputFiles[0]!.text;
   const { isBuiltin } = await importModule<typeof import("node:module")>("node:module");
   const imports = Object.values(result.metafile.outputs).flatMap((output) => output.imports);
-  const functionCode = await functionFormOf(code, imports, isBuiltin);
+  const functionCode = await functionFormOf(esbuild.transform, code, imports, isBuiltin);
   return { code, functionCode, source: { root: { kind: "file", path: filePath, hash: rootHash }, mounted } };
 }
 
