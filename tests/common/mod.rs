@@ -4,6 +4,7 @@
 
 pub mod e2e;
 pub mod sessions;
+pub mod tree;
 
 use std::sync::Arc;
 
