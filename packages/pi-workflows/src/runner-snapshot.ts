@@ -5,20 +5,29 @@
 // --check`), and then starts warm runners from it (`node --snapshot-blob B
 // pi-workflows-runner [--no-warm-up]`). Such a runner starts with the runtime's modules
 // already evaluated and its run's path already compiled: the build rehearses one whole
-// generation in memory (runner/warmup.ts), and the snapshot keeps the code that compiled.
+// generation over a socket pair (runner/warmup.ts) and the reads before a launch's code runs,
+// and the snapshot keeps the code that compiled.
 //
 // A deserialized main has no `import()` (ERR_VM_DYNAMIC_IMPORT_CALLBACK_MISSING), so the main
-// installs one from `vm` before anything loads (module-import.ts), and leaves its runtime
+// installs one from `vm`, made at its first use (module-import.ts; a function-form bundle needs
+// none, and making it compiles Node's CommonJS loader), and leaves its runtime
 // where dist/sdk.js finds it, so a workflow uses the runner's own SDK instance. Then it runs
 // what runner-main.ts runs.
 //
 // Invariant: the snapshot holds no state of a run, a user or the machine. The runtime's
-// modules compute nothing at load time but URLs inside this package, and the rehearsal
-// touches no file and leaves no timer, socket or handle behind.
+// modules compute nothing at load time but URLs inside this package, and the rehearsal reads
+// only this package's files, writes none (its socket pair's directory is gone before it
+// starts) and leaves no timer, socket or handle behind.
 import { startupSnapshot } from "node:v8";
+import type { Duplex } from "node:stream";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { CACHE_DIR_ENV, lookup } from "./bundle-cache.js";
+import { hashFile } from "./source-identity.js";
 import type { ModuleImporter } from "./module-import.js";
 import { RUNTIME_GLOBAL_KEY, setModuleImporter } from "./module-import.js";
-import { warmUp, warmUpAsFunction, warmUpAsModule } from "./runner/warmup.js";
+import { unixSocketPair } from "./runner/socket-pair.js";
+import { memoryPair, warmUp, warmUpAsFunction, warmUpAsModule } from "./runner/warmup.js";
 import * as runtime from "./runtime.js";
 
 /** Keep in step with `SNAPSHOT_CHECK_FLAG` in the server's src/server/runners/snapshot.rs. */
@@ -63,8 +72,45 @@ async function check(): Promise<number> {
   return 0;
 }
 
+/**
+ * The build rehearses over a real socket pair, as a runner talks on fd 3, so node:net's path
+ * is compiled in the snapshot; where no pair can be made (no usable temp dir), in memory.
+ */
+async function rehearsalPair(): Promise<[Duplex, Duplex]> {
+  try {
+    return await unixSocketPair();
+  } catch (error) {
+    const why = (error as NodeJS.ErrnoException)?.code ?? (error as Error)?.message;
+    process.stderr.write(`pi-workflows runner snapshot: rehearsing in memory, no socket pair (${why})\n`);
+    return memoryPair();
+  }
+}
+
+/**
+ * What a runner reads before its launch's code runs, rehearsed on this package's own
+ * package.json: hashing a source file, and the bundle cache's lookup (a miss: no entry there).
+ */
+function rehearseFiles(): void {
+  const packageJson = fileURLToPath(new URL("../package.json", import.meta.url));
+  hashFile(packageJson);
+  void lookup(packageJson, { [CACHE_DIR_ENV]: path.dirname(packageJson) });
+}
+
+/**
+ * Node's timers remember the earliest expiry they scheduled, also after that timer was
+ * cleared, and schedule a new timer only when it expires sooner. The snapshot keeps that
+ * number but not the libuv timer behind it, so a runner deserialized from it would never
+ * schedule a timer expiring later than the build's cleared ones (a workflow's `setTimeout`
+ * after a warm runner waited ~2 s never fired). A timer that fires with none pending resets it.
+ */
+function letATimerFire(): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, 1));
+}
+
 function main(): void {
-  setModuleImporter(snapshotImporter());
+  // Made at the first import: most runs never import (their bundle runs as a function).
+  let importer: ModuleImporter | undefined;
+  setModuleImporter((specifier) => (importer ??= snapshotImporter())(specifier));
   (globalThis as Record<symbol, unknown>)[Symbol.for(RUNTIME_GLOBAL_KEY)] = runtime;
   if (process.argv.includes(CHECK_FLAG)) {
     check().then(
@@ -88,10 +134,11 @@ if (typeof process.getBuiltinModule !== "function") {
 }
 startupSnapshot.setDeserializeMainFunction(main);
 // Node takes the snapshot once the event loop is empty, so this completes first; the check
-// above refuses a snapshot where it did not.
-// The rehearsal loads its workflow as a function-form bundle, so that path is in the snapshot
-// too (a build has no `import()`).
-warmUp(warmUpAsFunction(runtime)).then((ok) => {
+// refuses a snapshot where it did not. The rehearsal loads its workflow as a function-form
+// bundle, so that path is in the snapshot too (a build has no `import()`).
+rehearseFiles();
+warmUp(warmUpAsFunction(runtime), rehearsalPair).then(async (ok) => {
   if (!ok) throw new Error("the runner's rehearsal failed while building the snapshot");
+  await letATimerFire();
   rehearsed = true;
 });

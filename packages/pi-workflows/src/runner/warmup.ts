@@ -97,8 +97,11 @@ function emptyRunState(): RunState {
   };
 }
 
-/** Two in-memory streams joined end to end: what one writes, the other reads. */
-function streamPair(): [Duplex, Duplex] {
+/** The rehearsal's two ends, the runner's and the server's: joined, what one writes the other reads. */
+export type EndPair = () => [Duplex, Duplex] | Promise<[Duplex, Duplex]>;
+
+/** Two in-memory streams joined end to end: a waiting runner's rehearsal opens no socket. */
+export function memoryPair(): [Duplex, Duplex] {
   const ends: Duplex[] = [];
   const end = (peer: () => Duplex) =>
     new Duplex({
@@ -145,8 +148,8 @@ const claimLost = (): never => {
   throw new Error("the warm-up's peer answered claimLost");
 };
 
-async function rehearse(loadModule: WarmUpLoader): Promise<boolean> {
-  const [runnerEnd, serverEnd] = streamPair();
+async function rehearse(loadModule: WarmUpLoader, pair: EndPair): Promise<boolean> {
+  const [runnerEnd, serverEnd] = await pair();
   const runner = new FrameChannel(runnerEnd);
   const server = new FrameChannel(serverEnd);
   const serving = playServer(server);
@@ -184,14 +187,14 @@ export async function warmUpUnlessLaunched(launch: Promise<unknown>): Promise<bo
   return true;
 }
 
-/** Rehearse one generation in memory, within WARM_UP_MS_MAX; whether it completed. */
-export async function warmUp(loadModule: WarmUpLoader): Promise<boolean> {
+/** Rehearse one generation over `pair`, within WARM_UP_MS_MAX; whether it completed. */
+export async function warmUp(loadModule: WarmUpLoader, pair: EndPair = memoryPair): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<boolean>((resolve) => {
     timer = setTimeout(() => resolve(false), WARM_UP_MS_MAX);
   });
   try {
-    return await Promise.race([rehearse(loadModule), late]);
+    return await Promise.race([rehearse(loadModule, pair), late]);
   } catch {
     return false;
   } finally {

@@ -28,13 +28,16 @@ export function runState({ runId = "run-e2e", input = {}, attempts = [], effects
  * Run one runner child to its exit. `command` is the command name; `payload` the command payload.
  * `answer(frame)` may return a custom response (or undefined for the default).
  */
-export function runRunner({ launch, command = "start", payload, answer = () => undefined, content, env = {}, cwd, nodeArgs }) {
+export function runRunner({ launch, command = "start", payload, answer = () => undefined, content, env = {}, cwd, nodeArgs, launchDelayMs, signal }) {
   // `nodeArgs`: how node starts the runner (default: the plain entry; a test may pass a snapshot's).
+  // `launchDelayMs`: the launch is sent that late, as to a warm runner left waiting.
+  // `signal`: kills the runner when aborted (a test that timed out leaves no process behind).
   const child = spawn(process.execPath, nodeArgs ?? [path.join(PACKAGE_DIR, "dist/runner-main.js")], {
     cwd: cwd ?? launch.projectPath,
     stdio: ["ignore", "pipe", "pipe", "pipe"],
     env: { ...process.env, ...env },
   });
+  signal?.addEventListener("abort", () => child.kill("SIGKILL"), { once: true });
   const channel = child.stdio[3];
   const messages = [];
   let stdout = "";
@@ -60,7 +63,8 @@ export function runRunner({ launch, command = "start", payload, answer = () => u
     }
   });
   channel.on("error", () => {});
-  write(launch);
+  if (launchDelayMs === undefined) write(launch);
+  else setTimeout(() => write(launch), launchDelayMs);
   return new Promise((resolve) => {
     child.on("close", (code, signal) => resolve({ code, signal, messages, stdout, stderr }));
   });
