@@ -9,6 +9,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::attempts::UNFINISHED_ATTEMPT_FROM;
 use super::error::{StoreError, StoreResult};
 use super::writer::WriteTx;
 use crate::digest::sha256_hex;
@@ -284,9 +285,7 @@ fn live_worker(conn: &Connection, run_id: &str) -> StoreResult<Option<WorkerFact
 /// The run's one unfinished (running or waiting) attempt: its current node.
 pub fn unfinished_attempt(conn: &Connection, run_id: &str) -> StoreResult<Option<AttemptFacts>> {
     Ok(conn
-        .prepare_cached(&format!(
-            "SELECT {ATTEMPT_COLUMNS} FROM node_attempts WHERE run_id = ?1 AND status IN ('running', 'waiting')"
-        ))?
+        .prepare_cached(&format!("SELECT {ATTEMPT_COLUMNS} {UNFINISHED_ATTEMPT_FROM}"))?
         .query_row([run_id], attempt_row)
         .optional()?)
 }
