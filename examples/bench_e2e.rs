@@ -19,9 +19,13 @@
 //!   and admission, runner start, first command and node), over every run and over runs
 //!   started one at a time on an idle warm server, there also from the client's send (the
 //!   resolve included); `run.start` answered (resolve);
+//! - where a sequential run's wall goes (p50 of each step, from the client's send and sight of
+//!   the end and the store's timestamps): → created, → runner epoch, → ready, → first node, →
+//!   the end committed, → the client saw it;
 //! - idle: the server's RSS before any run, and its CPU per second with nothing to do.
 //!
-//! Nothing here is asserted: it prints a table, and JSON with `--json`.
+//! Nothing here is asserted: it prints a table, and JSON with `--json`; each phase's start is
+//! said on stderr (a run takes minutes; profiling scripts wait for a phase's line).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -127,7 +131,9 @@ fn main() -> anyhow::Result<()> {
         workflow: workflow.display().to_string(),
         project: project.display().to_string(),
     };
+    progress("baseline: node -e 0");
     let baseline = node_baseline()?;
+    progress("server start, and its runners' startup snapshot");
     cli(&bench, &["server", "start"])?;
     let server_pid = server_pid(&bench.state)?;
     let fresh_rss_kib = rss_kib(server_pid)?;
@@ -137,6 +143,7 @@ fn main() -> anyhow::Result<()> {
         run_once(&bench, &mut client, Detect::Poll)?;
     }
     let mut figures = json!({"baseline": baseline, "pool_mode": pool_mode});
+    progress(&format!("{IDLE_STARTS} runs on an idle warm server"));
     let (mut idle_starts, mut idle_sent_ms, mut idle_walls) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..IDLE_STARTS {
         std::thread::sleep(Duration::from_millis(IDLE_GAP_MS));
@@ -156,11 +163,18 @@ fn main() -> anyhow::Result<()> {
         let cpu_before = server_cpu_ms(server_pid)?;
         let kernel_before = server_kernel_cpu_ms(server_pid)?;
         let children_before = server_children_cpu_ms(server_pid)?;
-        let (mut walls, mut answers) = (Vec::new(), Vec::new());
+        progress(&format!("sequential_{}: {} runs", detect.name(), options.sequential));
+        let (mut walls, mut answers, mut marks) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..options.sequential {
+            let sent_ms = unix_ms();
             let times = run_once(&bench, &mut client, detect)?;
             walls.push(times.wall_ms);
             answers.push(times.start_answered_ms);
+            marks.push(ClientMarks {
+                run_id: times.run_id,
+                sent_ms,
+                seen_ms: unix_ms(),
+            });
         }
         let cpu = server_cpu_ms(server_pid)? - cpu_before;
         let kernel = server_kernel_cpu_ms(server_pid)? - kernel_before;
@@ -171,11 +185,14 @@ fn main() -> anyhow::Result<()> {
             "p50_ms": percentile(&walls, 0.50),
             "p99_ms": percentile(&walls, 0.99),
             "start_answered_p50_ms": percentile(&answers, 0.50),
+            "timeline": timeline(&bench.state, &marks)?,
             "server_cpu_ms_per_run": cpu / options.sequential as f64,
             "server_kernel_cpu_ms_per_run": kernel / options.sequential as f64,
         });
+        progress(&format!("clients4_{}: {} s", detect.name(), options.seconds));
         figures[format!("clients4_{}", detect.name())] = concurrent(&bench, server_pid, detect, options.seconds)?;
     }
+    progress("idle server");
     figures["runner_start"] = runner_starts(&bench.state)?;
     figures["start_to_first_node"] = start_to_first_node(&bench.state, None)?;
     figures["phases"] = phases(&bench.state, None)?;
@@ -191,6 +208,11 @@ fn main() -> anyhow::Result<()> {
         print_table(&figures);
     }
     Ok(())
+}
+
+/// Where the benchmark is, on stderr (a run takes a minute or more; scripts wait for a phase).
+fn progress(phase: &str) {
+    eprintln!("bench_e2e: {phase}");
 }
 
 /// One run's times (ms): until its end was seen the chosen way, and until `run.start` was
@@ -438,6 +460,57 @@ fn phases(state: &Path, only: Option<&[String]>) -> anyhow::Result<Value> {
         "queue_admit_p50_ms": percentile(&column(0), 0.5),
         "launch_to_ready_p50_ms": percentile(&column(1), 0.5),
         "ready_to_first_node_p50_ms": percentile(&column(2), 0.5),
+    }))
+}
+
+/// When a client sent a run's `run.start` and saw its end (ms since the epoch, the store's clock).
+struct ClientMarks {
+    run_id: String,
+    sent_ms: i64,
+    seen_ms: i64,
+}
+
+/// Where a sequential run's wall goes, p50 of each step (ms; the store's timestamps are whole
+/// ms): sent → created (the resolve and the request's checks), → runner epoch recorded (queue
+/// and admission), → `runner.ready`, → first node committed, → the run's end committed, → the
+/// client saw it. Runs with more than one runner epoch are left out.
+fn timeline(state: &Path, marks: &[ClientMarks]) -> anyhow::Result<Value> {
+    let db = Connection::open_with_flags(state.join("state.sqlite"), OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    let mut statement = db.prepare(
+        "SELECT r.created_at, w.started_at, w.ready_at,
+                (SELECT min(e.created_at) FROM events e WHERE e.run_id = r.run_id AND e.event_type = 'node.finished'),
+                r.finished_at
+         FROM runs r JOIN run_workers w ON w.run_id = r.run_id
+         WHERE r.run_id = ?1 AND (SELECT count(*) FROM run_workers o WHERE o.run_id = r.run_id) = 1",
+    )?;
+    let mut steps: [Vec<f64>; 6] = Default::default();
+    for mark in marks {
+        let row = statement.query_row([&mark.run_id], |row| {
+            Ok([
+                row.get::<_, Option<i64>>(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+            ])
+        });
+        let Ok([Some(created), Some(epoch), Some(ready), Some(first), Some(finished)]) = row else {
+            continue;
+        };
+        let points = [mark.sent_ms, created, epoch, ready, first, finished, mark.seen_ms];
+        for (step, pair) in steps.iter_mut().zip(points.windows(2)) {
+            step.push((pair[1] - pair[0]) as f64);
+        }
+    }
+    let p50 = |index: usize| percentile(&steps[index], 0.5);
+    Ok(json!({
+        "runs": steps[0].len(),
+        "sent_to_created_p50_ms": p50(0),
+        "queue_admit_p50_ms": p50(1),
+        "launch_to_ready_p50_ms": p50(2),
+        "ready_to_first_node_p50_ms": p50(3),
+        "first_node_to_end_p50_ms": p50(4),
+        "end_to_seen_p50_ms": p50(5),
     }))
 }
 
@@ -733,6 +806,18 @@ fn print_table(figures: &Value) {
         f(&figures["sequential_poll"]["start_answered_p50_ms"]),
         f(&figures["sequential_watch"]["start_answered_p50_ms"])
     );
+    for key in ["sequential_poll", "sequential_watch"] {
+        let steps = &figures[key]["timeline"];
+        println!(
+            "{key}, where a run's wall goes (p50 ms): sent → created {}, → epoch {}, → ready {}, → first node {}, → end {}, → seen {}",
+            f(&steps["sent_to_created_p50_ms"]),
+            f(&steps["queue_admit_p50_ms"]),
+            f(&steps["launch_to_ready_p50_ms"]),
+            f(&steps["ready_to_first_node_p50_ms"]),
+            f(&steps["first_node_to_end_p50_ms"]),
+            f(&steps["end_to_seen_p50_ms"])
+        );
+    }
     println!("server RSS after the load: {} KiB", figures["server_rss_kib"]);
     let idle = &figures["idle"];
     println!(

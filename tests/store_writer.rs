@@ -58,6 +58,51 @@ fn a_failing_job_rolls_back_alone_within_a_shared_commit() {
     assert!(run_exists(&store, "run-kept"));
 }
 
+/// A job alone in its transaction: its failure or panic leaves nothing behind, the caller gets
+/// the job's own error, and the writer goes on.
+#[test]
+fn a_failing_or_panicking_job_alone_leaves_nothing_and_the_writer_goes_on() {
+    let t = common::open_store();
+    let store = Arc::new(t.store);
+    let failed = store.write(|tx| {
+        runs::queue_run(tx, &common::new_run("run-failing-alone"))?;
+        Err::<(), _>(StoreError::RunNotFound {
+            run_id: "forced".to_string(),
+        })
+    });
+    assert!(
+        matches!(failed, Err(StoreError::RunNotFound { .. })),
+        "the job's own error: {failed:?}"
+    );
+    assert!(
+        !run_exists(&store, "run-failing-alone"),
+        "a failed job's writes survived"
+    );
+    let panicked = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || {
+            store.write(|tx| -> Result<(), StoreError> {
+                runs::queue_run(tx, &common::new_run("run-panicking-alone"))?;
+                panic!("a job that panics after its write");
+            })
+        })
+        .join()
+        .expect("the caller gets an answer, not the panic")
+    };
+    assert!(panicked.is_err(), "a panicking job must not report success");
+    assert!(
+        !run_exists(&store, "run-panicking-alone"),
+        "a panicked job's writes survived"
+    );
+    assert_eq!(
+        store
+            .write(|tx| runs::queue_run(tx, &common::new_run("run-after-alone")))
+            .expect("the writer keeps working"),
+        1
+    );
+    assert!(run_exists(&store, "run-after-alone"));
+}
+
 #[test]
 fn answers_match_durable_state_when_sqlite_aborts_the_transaction() {
     let t = common::open_store();

@@ -23,7 +23,7 @@ function encode(value: unknown, top: boolean): string | undefined {
         if (top) throw new TypeError("a non-finite number has no canonical JSON form");
         return "null"; // as JSON.stringify does inside containers
       }
-      return JSON.stringify(value); // ECMAScript Number::toString, as RFC 8785 requires; -0 → 0
+      return JSON.stringify(value); // ECMAScript Number::toString, as RFC 8785 requires; -0 becomes 0
     case "bigint":
       throw new TypeError("a bigint has no canonical JSON form");
     case "undefined":

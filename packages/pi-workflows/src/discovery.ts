@@ -1,4 +1,5 @@
 // Finding a workflow file by name (project first, then the user's agent directory) or by path.
+import { realpathSync, statSync } from "node:fs";
 import { opendir, realpath, stat } from "node:fs/promises";
 import { homedir } from "node:os";
 import path from "node:path";
@@ -39,18 +40,31 @@ export interface ResolvedWorkflowFile {
   path: string;
 }
 
+function isFileNow(candidate: string): boolean {
+  try {
+    return statSync(candidate).isFile();
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The file a `run.start` names. Its few looks are synchronous on purpose: only resolver
+ * processes call this, one request at a time, and each look through the thread pool cost two
+ * thread switches (up to eight stats for a name), on every start's path.
+ */
 export async function resolveWorkflowFile(nameOrPath: string, projectPath: string, env: NodeJS.ProcessEnv = process.env): Promise<ResolvedWorkflowFile> {
   if (looksLikePath(nameOrPath)) {
     const candidate = path.resolve(projectPath, nameOrPath);
-    if (!(await isFile(candidate))) throw new WorkflowError("workflowNotFound", `no workflow file at ${candidate}`);
-    const real = await realpath(candidate);
+    if (!isFileNow(candidate)) throw new WorkflowError("workflowNotFound", `no workflow file at ${candidate}`);
+    const real = realpathSync.native(candidate);
     return { name: workflowNameOf(real), path: real };
   }
   const dirs = [projectWorkflowsDir(projectPath), globalWorkflowsDir(env)];
   for (const dir of dirs) {
     for (const ext of WORKFLOW_EXTENSIONS) {
       const candidate = path.join(dir, `${nameOrPath}.workflow${ext}`);
-      if (await isFile(candidate)) return { name: nameOrPath, path: await realpath(candidate) };
+      if (isFileNow(candidate)) return { name: nameOrPath, path: realpathSync.native(candidate) };
     }
   }
   throw new WorkflowError("workflowNotFound", `no workflow named "${nameOrPath}" in ${dirs.join(" or ")}`);
