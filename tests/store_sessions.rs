@@ -971,3 +971,36 @@ fn the_digest_is_stable_for_the_same_facts() {
     send_only_message(&t.store);
     assert_ne!(view(&t).digest, before);
 }
+
+/// A live view's revision moves with every reported step update, by the request's newest
+/// update number: a new key and a newer value of a known key both move it.
+#[test]
+fn step_updates_move_the_presentation_revision_by_the_newest_update() {
+    let t = open_store();
+    waiting_step(&t.store);
+    let presentation = |store: &Store| {
+        store
+            .read(|conn| pi_workflows::store::run_view::presentation_revision(conn, RUN))
+            .expect("presentation")
+            .expect("run")
+    };
+    let update = |store: &Store, key: &'static str| {
+        store
+            .write(move |tx| interactions::record_update(tx, RUN, REQUEST, "progress", key, &"0".repeat(64)))
+            .expect("update")
+    };
+    let before = presentation(&t.store);
+    let first = update(&t.store, "files");
+    assert_eq!(presentation(&t.store), before + first);
+    let second = update(&t.store, "tests");
+    let third = update(&t.store, "files");
+    assert!(
+        first < second && second < third,
+        "update numbers grow: {first}, {second}, {third}"
+    );
+    assert_eq!(
+        presentation(&t.store),
+        before + third,
+        "the newest update of the request counts, once"
+    );
+}

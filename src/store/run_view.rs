@@ -208,16 +208,18 @@ fn attempt_blob(digest: Option<String>, byte_length: Option<i64>) -> Option<Atte
 /// runner holds the claim does not advance the run revision). A view
 /// shows worker activity and updates, which do not change the run's revision; this number
 /// changes with everything a view shows, only grows, and is the same for the same durable
-/// state (so it survives a server restart).
+/// state (so it survives a server restart). Every live run feed reads it after every commit:
+/// each request's newest update is a subquery over its key, not a `GROUP BY`, whose sorter
+/// SQLite opened on every read.
 pub fn presentation_revision(conn: &Connection, run_id: &str) -> StoreResult<Option<i64>> {
     Ok(conn
         .prepare_cached(
             "SELECT r.revision + coalesce((SELECT sum(1 + (w.ready_at IS NOT NULL) + (w.finished_at IS NOT NULL)
                                                       + w.liveness_changes)
                                            FROM run_workers w WHERE w.run_id = r.run_id), 0)
-                              + coalesce((SELECT sum(latest) FROM (SELECT max(u.update_seq) AS latest
-                                           FROM interaction_updates u JOIN interactive_requests i ON i.request_id = u.request_id
-                                           WHERE i.run_id = r.run_id GROUP BY u.request_id)), 0)
+                              + coalesce((SELECT sum((SELECT max(u.update_seq) FROM interaction_updates u
+                                                      WHERE u.request_id = i.request_id))
+                                           FROM interactive_requests i WHERE i.run_id = r.run_id), 0)
                               + coalesce((SELECT s.change_number FROM run_settings s WHERE s.run_id = r.run_id), 0)
                               + coalesce((SELECT count(*) + count(t.ended_at) FROM workflow_turns t
                                            WHERE t.run_id = r.run_id), 0)
