@@ -27,6 +27,7 @@
 //! Nothing here is asserted: it prints a table, and JSON with `--json`; each phase's start is
 //! said on stderr (a run takes minutes; profiling scripts wait for a phase's line).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -432,34 +433,59 @@ fn request_to_first_node(state: &Path, runs: &[String], sent_ms: &[i64]) -> anyh
     Ok(json!({"runs": samples.len(), "p50_ms": percentile(&samples, 0.5), "p99_ms": percentile(&samples, 0.99)}))
 }
 
+/// One run's timestamps in the store (whole ms), for a run with exactly one runner epoch:
+/// created, runner epoch recorded, `runner.ready`, first node committed, the end committed.
+struct StoreMarks {
+    created: i64,
+    epoch: i64,
+    ready: Option<i64>,
+    first_node: Option<i64>,
+    finished: Option<i64>,
+}
+
+/// The store's timestamps of every run that had one runner epoch, by run ID.
+fn store_marks(state: &Path) -> anyhow::Result<HashMap<String, StoreMarks>> {
+    let db = Connection::open_with_flags(state.join("state.sqlite"), OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    let mut statement = db.prepare(
+        "SELECT r.run_id, r.created_at, w.started_at, w.ready_at,
+                (SELECT min(e.created_at) FROM events e WHERE e.run_id = r.run_id AND e.event_type = 'node.finished'),
+                r.finished_at
+         FROM runs r JOIN run_workers w ON w.run_id = r.run_id
+         WHERE (SELECT count(*) FROM run_workers o WHERE o.run_id = r.run_id) = 1",
+    )?;
+    let marks = statement
+        .query_map([], |row| {
+            let marks = StoreMarks {
+                created: row.get(1)?,
+                epoch: row.get(2)?,
+                ready: row.get(3)?,
+                first_node: row.get(4)?,
+                finished: row.get(5)?,
+            };
+            Ok((row.get::<_, String>(0)?, marks))
+        })?
+        .collect::<Result<HashMap<_, _>, _>>()?;
+    Ok(marks)
+}
+
 /// Where `run.start` → first node goes, per run with one runner (ms, p50 of each phase, from
 /// the store's millisecond timestamps): created → runner epoch recorded (queue and
 /// admission), → `runner.ready` (take or spawn, the workflow's load and source check), →
-/// first node committed (first command and the node). Over every run or over `only`.
+/// first node committed (first command and the node). Over every ready run or over `only`.
 fn phases(state: &Path, only: Option<&[String]>) -> anyhow::Result<Value> {
-    let db = Connection::open_with_flags(state.join("state.sqlite"), OpenFlags::SQLITE_OPEN_READ_ONLY)?;
-    let mut statement = db.prepare(
-        "SELECT r.run_id, w.started_at - r.created_at, w.ready_at - w.started_at,
-                (SELECT min(e.created_at) FROM events e WHERE e.run_id = r.run_id AND e.event_type = 'node.finished')
-                  - w.ready_at
-         FROM runs r JOIN run_workers w ON w.run_id = r.run_id
-         WHERE w.ready_at IS NOT NULL AND (SELECT count(*) FROM run_workers o WHERE o.run_id = r.run_id) = 1",
-    )?;
-    let rows: Vec<[Option<i64>; 3]> = statement
-        .query_map([], |row| {
-            Ok((row.get::<_, String>(0)?, [row.get(1)?, row.get(2)?, row.get(3)?]))
-        })?
-        .collect::<Result<Vec<_>, _>>()?
-        .into_iter()
-        .filter(|(run_id, _)| selected(only, run_id))
-        .map(|(_, row)| row)
-        .collect();
-    let column = |index: usize| -> Vec<f64> { rows.iter().filter_map(|row| row[index]).map(|ms| ms as f64).collect() };
+    let marks = store_marks(state)?;
+    let (mut admit, mut launch, mut first) = (Vec::new(), Vec::new(), Vec::new());
+    for (_, run) in marks.iter().filter(|(run_id, _)| selected(only, run_id)) {
+        let Some(ready) = run.ready else { continue };
+        admit.push((run.epoch - run.created) as f64);
+        launch.push((ready - run.epoch) as f64);
+        first.extend(run.first_node.map(|first_node| (first_node - ready) as f64));
+    }
     Ok(json!({
-        "runs": rows.len(),
-        "queue_admit_p50_ms": percentile(&column(0), 0.5),
-        "launch_to_ready_p50_ms": percentile(&column(1), 0.5),
-        "ready_to_first_node_p50_ms": percentile(&column(2), 0.5),
+        "runs": admit.len(),
+        "queue_admit_p50_ms": percentile(&admit, 0.5),
+        "launch_to_ready_p50_ms": percentile(&launch, 0.5),
+        "ready_to_first_node_p50_ms": percentile(&first, 0.5),
     }))
 }
 
@@ -475,29 +501,22 @@ struct ClientMarks {
 /// and admission), → `runner.ready`, → first node committed, → the run's end committed, → the
 /// client saw it. Runs with more than one runner epoch are left out.
 fn timeline(state: &Path, marks: &[ClientMarks]) -> anyhow::Result<Value> {
-    let db = Connection::open_with_flags(state.join("state.sqlite"), OpenFlags::SQLITE_OPEN_READ_ONLY)?;
-    let mut statement = db.prepare(
-        "SELECT r.created_at, w.started_at, w.ready_at,
-                (SELECT min(e.created_at) FROM events e WHERE e.run_id = r.run_id AND e.event_type = 'node.finished'),
-                r.finished_at
-         FROM runs r JOIN run_workers w ON w.run_id = r.run_id
-         WHERE r.run_id = ?1 AND (SELECT count(*) FROM run_workers o WHERE o.run_id = r.run_id) = 1",
-    )?;
+    let stored = store_marks(state)?;
     let mut steps: [Vec<f64>; 6] = Default::default();
     for mark in marks {
-        let row = statement.query_row([&mark.run_id], |row| {
-            Ok([
-                row.get::<_, Option<i64>>(0)?,
-                row.get(1)?,
-                row.get(2)?,
-                row.get(3)?,
-                row.get(4)?,
-            ])
-        });
-        let Ok([Some(created), Some(epoch), Some(ready), Some(first), Some(finished)]) = row else {
+        let Some(run) = stored.get(&mark.run_id) else { continue };
+        let (Some(ready), Some(first_node), Some(finished)) = (run.ready, run.first_node, run.finished) else {
             continue;
         };
-        let points = [mark.sent_ms, created, epoch, ready, first, finished, mark.seen_ms];
+        let points = [
+            mark.sent_ms,
+            run.created,
+            run.epoch,
+            ready,
+            first_node,
+            finished,
+            mark.seen_ms,
+        ];
         for (step, pair) in steps.iter_mut().zip(points.windows(2)) {
             step.push((pair[1] - pair[0]) as f64);
         }
