@@ -69,6 +69,19 @@ fn with_node_wrapper(scratch: &tempfile::TempDir, prelude: &str) -> Env {
     Env::with_vars(vec![("PI_WORKFLOWS_NODE".to_string(), wrapper.display().to_string())])
 }
 
+/// The hash seed a snapshot's file name carries (`runner-snapshot-<key>-<seed hex>.blob`).
+fn seed_of(blob: &std::path::Path) -> u64 {
+    let name = blob.file_name().expect("a file name").to_string_lossy().into_owned();
+    let hex = name
+        .strip_suffix(".blob")
+        .and_then(|stem| stem.rsplit_once('-'))
+        .map(|(_, hex)| hex.to_string())
+        .unwrap_or_else(|| panic!("no seed in {name}"));
+    let seed = u64::from_str_radix(&hex, 16).unwrap_or_else(|err| panic!("{name}: {err}"));
+    assert!(seed > 0 && seed <= i64::MAX as u64, "{name}");
+    seed
+}
+
 fn fixture_path(name: &str) -> String {
     common::e2e::fixture(name).display().to_string()
 }
@@ -95,6 +108,13 @@ fn warm_runners_start_from_the_startup_snapshot_once_it_is_built_and_checked() {
         let (pid, _) = *pool.first()?;
         cmdline(pid).contains("--snapshot-blob").then_some(pid)
     });
+    // It starts with the seed the snapshot was built with (the one its name carries).
+    let seed = seed_of(&files[0]);
+    assert!(
+        cmdline(warm).contains(&format!("--hash-seed={seed} --no-rehash-snapshot --snapshot-blob")),
+        "{}",
+        cmdline(warm)
+    );
     assert_eq!(
         echo_run(&env, "from the snapshot"),
         warm,
@@ -172,4 +192,41 @@ fn runner_snapshot_off_never_builds_one() {
     echo_run(&env, "plain");
     assert_eq!(pool_mode(&tree(&env)).as_deref(), Some("plain"));
     assert!(snapshot_files(&env).is_empty());
+}
+
+/// Runners skip the rehash only because Node refuses a snapshot started with other V8 flags
+/// than it was built with: a runner on another hash seed would look its strings up under the
+/// wrong hashes. This pins that refusal on the Node the tests run.
+#[test]
+fn node_refuses_the_snapshot_with_another_hash_seed_or_with_the_rehash() {
+    require_package();
+    let env = Env::new();
+    start_server(&env);
+    wait_for_pool_mode(&env, "snapshot", "the pool has built and checked its snapshot");
+    let files = snapshot_files(&env);
+    assert_eq!(files.len(), 1, "{files:?}");
+    let seed = seed_of(&files[0]);
+    let other = if seed == 1 { 2 } else { seed - 1 };
+    let check = |flags: &[String]| {
+        let out = std::process::Command::new("node")
+            .args(flags)
+            .arg("--snapshot-blob")
+            .arg(&files[0])
+            .args(["pi-workflows-runner", "--check"])
+            .env_remove("NODE_EXTRA_CA_CERTS")
+            .output()
+            .expect("run node");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, stderr) = check(&[format!("--hash-seed={seed}"), "--no-rehash-snapshot".to_string()]);
+    assert_eq!(code, Some(0), "the snapshot's own flags pass its check: {stderr}");
+    for flags in [
+        vec![format!("--hash-seed={other}"), "--no-rehash-snapshot".to_string()],
+        vec![format!("--hash-seed={seed}")],
+        vec![],
+    ] {
+        let (code, stderr) = check(&flags);
+        assert_eq!(code, Some(14), "{flags:?} must be refused: {stderr}");
+        assert!(stderr.contains("different V8 configurations"), "{flags:?}: {stderr}");
+    }
 }

@@ -238,27 +238,27 @@ fn start_from_snapshot(state: &mut PoolState, myself: &ActorRef<PoolMsg>) {
     else {
         return;
     };
-    let blob = match source.blob_path(&settings.cache_dir) {
-        Ok(blob) => blob,
+    match source.find(&settings.cache_dir) {
+        Ok(Some(stored)) => {
+            state.snapshot = SnapshotUse::Using {
+                program: source.runner_program(&stored),
+                blob: stored.blob,
+            };
+            return;
+        }
+        Ok(None) => {}
         Err(err) => {
             tracing::warn!(error = %err, "no runner startup snapshot; runners start without it");
             return;
         }
-    };
-    if blob.is_file() {
-        state.snapshot = SnapshotUse::Using {
-            program: source.runner_program(&blob),
-            blob,
-        };
-        return;
     }
     let settings = settings.clone();
     let pool = myself.clone();
     state.snapshot = SnapshotUse::Building(tokio::spawn(async move {
-        let built = snapshot::build(&settings, &source, &blob).await;
+        let built = snapshot::build(&settings, &source, &settings.cache_dir).await;
         let _ = pool.cast(PoolMsg::SnapshotBuilt(
             built
-                .map(|()| (source.runner_program(&blob), blob))
+                .map(|built| (source.runner_program(&built), built.blob))
                 .map_err(|err| err.to_string()),
         ));
     }));

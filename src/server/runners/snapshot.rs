@@ -11,11 +11,22 @@
 //! it, its rehearsal completed, `import()` works), and only then renames it into the cache
 //! directory. Until then, and whenever anything fails, runners start the plain way.
 //!
+//! Every build gets its own random V8 hash seed, and the snapshot is built and started with
+//! it fixed (`--hash-seed=S --no-rehash-snapshot`). Why: V8 otherwise draws a new seed in
+//! every process and rehashes the snapshot's strings and dictionaries to it at each start,
+//! and derives the seed's secrets anew, about a seventh of a snapshot runner's CPU here. The
+//! seed is kept in the snapshot's file name (a user-only directory). Node refuses a snapshot
+//! started with other V8 flags than it was built with (exit code 14, "different V8
+//! configurations"), so a runner never runs on hashes of another seed. The cost: all runners of
+//! one snapshot share its seed (hash flooding needs it; it changes with every build), and it
+//! is visible on their command lines.
+//!
 //! Architecture Invariant: a snapshot is used only under the name of the exact pair it was
-//! built from ([`SnapshotSource::blob_path`]: the Node binary's identity and the entry's
-//! bytes), and only after its check passed; a failed build leaves no file under that name.
+//! built from ([`SnapshotSource::find`]: the Node binary's identity and the entry's bytes),
+//! only with the hash seed in its name, and only after its check passed; a failed build leaves
+//! no file under that name.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -35,10 +46,15 @@ const BLOB_BYTES_MAX: u64 = 128 * 1024 * 1024;
 const STOP_GRACE_MS: u64 = 1_000;
 /// Where snapshots are kept, below the cache directory (nothing else is there).
 const SNAPSHOTS_DIR: &str = "runner-snapshots";
-/// Snapshot files are named `<PREFIX><key>.blob`.
+/// Snapshot files are named `<PREFIX><key>-<hash seed><SUFFIX>`.
 const BLOB_PREFIX: &str = "runner-snapshot-";
+const BLOB_SUFFIX: &str = ".blob";
 /// Hex digits of the pair's digest in a snapshot's name.
 const KEY_HEX_LEN: usize = 32;
+/// Hex digits of the hash seed in a snapshot's name (all of its 64 bits).
+const SEED_HEX_LEN: usize = 16;
+/// Draws of a random hash seed before a build gives up (one fails with odds of 2^-63).
+const SEED_DRAWS_MAX: usize = 8;
 /// What Node shows as the script of a runner started from a snapshot (it runs none).
 const RUNNER_ARGV1: &str = "pi-workflows-runner";
 /// Tells the snapshot's main to check itself instead of serving a run (runner-snapshot.ts).
@@ -73,6 +89,69 @@ pub enum SnapshotError {
     Store(std::io::Error),
     #[error("could not wait for node: {0}")]
     Wait(#[from] supervisors::process::ProcessError),
+    #[error("the system gave no random bytes for the snapshot's hash seed")]
+    NoRandomness,
+}
+
+/// The V8 hash seed a snapshot is built and started with: never 0 (V8's "draw one in every
+/// process") and at most `i64::MAX` (Node 20 refuses the top of the `u64` range).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HashSeed(u64);
+
+impl HashSeed {
+    const MAX: u64 = i64::MAX as u64;
+
+    fn new(value: u64) -> Option<Self> {
+        (1..=Self::MAX).contains(&value).then_some(Self(value))
+    }
+
+    fn random() -> Result<Self, SnapshotError> {
+        for _ in 0..SEED_DRAWS_MAX {
+            let mut bytes = [0u8; 8];
+            getrandom::fill(&mut bytes).map_err(|_| SnapshotError::NoRandomness)?;
+            if let Some(seed) = Self::new(u64::from_le_bytes(bytes) & Self::MAX) {
+                return Ok(seed);
+            }
+        }
+        Err(SnapshotError::NoRandomness)
+    }
+
+    /// The V8 flags of a build and of every start of its snapshot: the same seed, and no
+    /// rehash (the snapshot's hashes are already this seed's).
+    fn v8_flags(self) -> [OsString; 2] {
+        [format!("--hash-seed={}", self.0).into(), "--no-rehash-snapshot".into()]
+    }
+}
+
+/// A built and checked snapshot: its file and the hash seed it was built with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub blob: PathBuf,
+    seed: HashSeed,
+}
+
+/// The file name of the snapshot of the pair `key` built with `seed`.
+fn blob_name(key: &str, seed: HashSeed) -> String {
+    format!(
+        "{BLOB_PREFIX}{key}-{:0width$x}{BLOB_SUFFIX}",
+        seed.0,
+        width = SEED_HEX_LEN
+    )
+}
+
+/// The hash seed in `name` if it is the name of a snapshot of the pair `key` (`blob_name`).
+fn seed_in_name(key: &str, name: &OsStr) -> Option<HashSeed> {
+    let hex = name
+        .to_str()?
+        .strip_prefix(BLOB_PREFIX)?
+        .strip_prefix(key)?
+        .strip_prefix('-')?
+        .strip_suffix(BLOB_SUFFIX)?;
+    let lower_hex = |byte: u8| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte);
+    if hex.len() != SEED_HEX_LEN || !hex.bytes().all(lower_hex) {
+        return None;
+    }
+    HashSeed::new(u64::from_str_radix(hex, 16).ok()?)
 }
 
 impl SnapshotSource {
@@ -87,9 +166,23 @@ impl SnapshotSource {
         })
     }
 
-    /// The snapshot's file for exactly this Node binary (path, device, inode, size, change
-    /// time) and these entry bytes: a replaced Node or a rebuilt package gets another name.
-    pub fn blob_path(&self, cache_dir: &Path) -> Result<PathBuf, SnapshotError> {
+    /// The stored snapshot of exactly this Node binary and these entry bytes (`key`), if one
+    /// was built and checked.
+    pub fn find(&self, cache_dir: &Path) -> Result<Option<Snapshot>, SnapshotError> {
+        let key = self.key()?;
+        let Ok(entries) = std::fs::read_dir(cache_dir.join(SNAPSHOTS_DIR)) else {
+            return Ok(None);
+        };
+        Ok(entries.flatten().find_map(|entry| {
+            let seed = seed_in_name(&key, &entry.file_name())?;
+            let blob = entry.path();
+            blob.is_file().then_some(Snapshot { blob, seed })
+        }))
+    }
+
+    /// The name of the pair: exactly this Node binary (path, device, inode, size, change
+    /// time) and these entry bytes, so a replaced Node or a rebuilt package gets another.
+    fn key(&self) -> Result<String, SnapshotError> {
         use std::os::unix::ffi::OsStrExt;
         use std::os::unix::fs::MetadataExt;
         let node = std::fs::metadata(&self.node).map_err(SnapshotError::Source)?;
@@ -110,51 +203,59 @@ impl SnapshotSource {
         }
         digest.update(Sha256::digest(&entry));
         let key = crate::digest::hex_lower(&digest.finalize());
-        Ok(cache_dir
-            .join(SNAPSHOTS_DIR)
-            .join(format!("{BLOB_PREFIX}{}.blob", &key[..KEY_HEX_LEN])))
+        Ok(key[..KEY_HEX_LEN].to_string())
     }
 
-    /// A runner started from the snapshot `blob` (the pool may append its flags).
-    pub fn runner_program(&self, blob: &Path) -> Program {
-        (self.node.clone(), snapshot_args(blob, &[]))
+    /// A runner started from `snapshot` (the pool may append its flags).
+    pub fn runner_program(&self, snapshot: &Snapshot) -> Program {
+        (self.node.clone(), snapshot_args(&snapshot.blob, snapshot.seed, &[]))
     }
 }
 
-fn snapshot_args(blob: &Path, rest: &[&str]) -> Vec<OsString> {
-    let mut args: Vec<OsString> = vec!["--snapshot-blob".into(), blob.into(), RUNNER_ARGV1.into()];
+fn snapshot_args(blob: &Path, seed: HashSeed, rest: &[&str]) -> Vec<OsString> {
+    let mut args: Vec<OsString> = seed.v8_flags().into();
+    args.extend(["--snapshot-blob".into(), blob.into(), RUNNER_ARGV1.into()]);
     args.extend(rest.iter().map(OsString::from));
     args
 }
 
-/// Build, check and store the snapshot of `source` at `blob` (see the module's doc).
-pub async fn build(settings: &RunnerSettings, source: &SnapshotSource, blob: &Path) -> Result<(), SnapshotError> {
-    let snapshots_dir = blob.parent().expect("a snapshot's path is in its directory");
-    crate::paths::ensure_private_dir(snapshots_dir).map_err(|err| SnapshotError::CacheDir(format!("{err:#}")))?;
+/// Build, check and store a snapshot of `source` below `cache_dir` (see the module's doc).
+pub async fn build(
+    settings: &RunnerSettings,
+    source: &SnapshotSource,
+    cache_dir: &Path,
+) -> Result<Snapshot, SnapshotError> {
+    let key = source.key()?;
+    let seed = HashSeed::random()?;
+    let snapshots_dir = cache_dir.join(SNAPSHOTS_DIR);
+    crate::paths::ensure_private_dir(&snapshots_dir).map_err(|err| SnapshotError::CacheDir(format!("{err:#}")))?;
+    let blob = snapshots_dir.join(blob_name(&key, seed));
     let mut pending = blob.as_os_str().to_owned();
     pending.push(format!(".tmp-{}", std::process::id()));
     let pending = PathBuf::from(pending);
-    let built = build_and_check(settings, source, &pending).await;
-    if built.is_err() {
+    let built = build_and_check(settings, source, seed, &pending).await;
+    if let Err(err) = built {
         let _ = std::fs::remove_file(&pending);
-        return built;
+        return Err(err);
     }
-    std::fs::rename(&pending, blob).map_err(SnapshotError::Store)?;
-    remove_stale(snapshots_dir, blob);
-    Ok(())
+    std::fs::rename(&pending, &blob).map_err(SnapshotError::Store)?;
+    remove_stale(&snapshots_dir, &blob);
+    Ok(Snapshot { blob, seed })
 }
 
 async fn build_and_check(
     settings: &RunnerSettings,
     source: &SnapshotSource,
+    seed: HashSeed,
     pending: &Path,
 ) -> Result<(), SnapshotError> {
-    let build_args = vec![
+    let mut build_args: Vec<OsString> = seed.v8_flags().into();
+    build_args.extend([
         "--snapshot-blob".into(),
         pending.into(),
         "--build-snapshot".into(),
         source.entry.clone().into_os_string(),
-    ];
+    ]);
     run_step(settings, (source.node.clone(), build_args), Step::Build).await?;
     let bytes = std::fs::metadata(pending).map_err(SnapshotError::Store)?.len();
     if bytes > BLOB_BYTES_MAX {
@@ -164,7 +265,10 @@ async fn build_and_check(
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(pending, std::fs::Permissions::from_mode(0o600)).map_err(SnapshotError::Store)?;
     }
-    let check = (source.node.clone(), snapshot_args(pending, &[SNAPSHOT_CHECK_FLAG]));
+    let check = (
+        source.node.clone(),
+        snapshot_args(pending, seed, &[SNAPSHOT_CHECK_FLAG]),
+    );
     run_step(settings, check, Step::Check).await
 }
 
@@ -259,28 +363,85 @@ mod tests {
 
     /// A rebuilt package or a replaced Node must never be given an older snapshot.
     #[test]
-    fn the_blob_name_changes_with_the_entry_bytes_and_the_node_binary() {
+    fn the_key_changes_with_the_entry_bytes_and_the_node_binary() {
         let dir = tempfile::tempdir().unwrap();
         let source = source(dir.path());
-        let first = source.blob_path(dir.path()).unwrap();
-        assert_eq!(
-            first,
-            source.blob_path(dir.path()).unwrap(),
-            "the same pair, the same name"
-        );
-        assert!(first.file_name().unwrap().to_string_lossy().starts_with(BLOB_PREFIX));
-        assert_eq!(first.parent(), Some(dir.path().join(SNAPSHOTS_DIR).as_path()));
+        let first = source.key().unwrap();
+        assert_eq!(first, source.key().unwrap(), "the same pair, the same key");
+        assert_eq!(first.len(), KEY_HEX_LEN);
 
         std::fs::write(&source.entry, b"// entry v2\n").unwrap();
-        let rebuilt = source.blob_path(dir.path()).unwrap();
+        let rebuilt = source.key().unwrap();
         assert_ne!(first, rebuilt, "new entry bytes");
 
         std::fs::remove_file(&source.node).unwrap();
         std::fs::write(&source.node, b"#!/bin/sh\n").unwrap();
-        assert_ne!(
-            rebuilt,
-            source.blob_path(dir.path()).unwrap(),
-            "a replaced node binary (new inode)"
+        assert_ne!(rebuilt, source.key().unwrap(), "a replaced node binary (new inode)");
+    }
+
+    /// Only a file named for this pair, with a seed V8 takes, is a stored snapshot; the seed a
+    /// runner starts with is the one in the name.
+    #[test]
+    fn find_takes_only_a_snapshot_of_this_pair_and_its_seed_from_the_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = source(dir.path());
+        let snapshots = dir.path().join(SNAPSHOTS_DIR);
+        std::fs::create_dir(&snapshots).unwrap();
+        let key = source.key().unwrap();
+        let other_key = "0".repeat(KEY_HEX_LEN);
+        for name in [
+            format!("{BLOB_PREFIX}{key}.blob"),                        // no seed (older servers)
+            format!("{BLOB_PREFIX}{key}-0000000000000000.blob"),       // seed 0: V8 draws one
+            format!("{BLOB_PREFIX}{key}-8000000000000000.blob"),       // above i64::MAX
+            format!("{BLOB_PREFIX}{key}-00000000000000AB.blob"),       // not the lower-case form
+            format!("{BLOB_PREFIX}{key}-00000000000000ab.blob.tmp-7"), // a pending build
+            format!("{BLOB_PREFIX}{other_key}-00000000000000ab.blob"), // another pair
+        ] {
+            std::fs::write(snapshots.join(name), b"").unwrap();
+        }
+        std::fs::create_dir(snapshots.join(format!("{BLOB_PREFIX}{key}-00000000000000cd.blob"))).unwrap();
+        assert_eq!(source.find(dir.path()).unwrap(), None);
+
+        let seed = HashSeed::new(0xab).unwrap();
+        let blob = snapshots.join(blob_name(&key, seed));
+        std::fs::write(&blob, b"").unwrap();
+        let found = source.find(dir.path()).unwrap().expect("the stored snapshot");
+        assert_eq!(
+            found,
+            Snapshot {
+                blob: blob.clone(),
+                seed
+            }
+        );
+        let (_, args) = source.runner_program(&found);
+        let args: Vec<String> = args.iter().map(|arg| arg.to_string_lossy().into_owned()).collect();
+        assert_eq!(
+            args,
+            [
+                "--hash-seed=171",
+                "--no-rehash-snapshot",
+                "--snapshot-blob",
+                &blob.to_string_lossy(),
+                RUNNER_ARGV1
+            ]
+        );
+    }
+
+    #[test]
+    fn a_hash_seed_is_never_zero_and_fits_an_i64() {
+        assert_eq!(HashSeed::new(0), None, "0 makes V8 draw a seed in every process");
+        assert_eq!(HashSeed::new(HashSeed::MAX + 1), None);
+        assert_eq!(HashSeed::new(u64::MAX), None);
+        assert_eq!(HashSeed::new(HashSeed::MAX), Some(HashSeed(i64::MAX as u64)));
+        let drawn: Vec<HashSeed> = (0..64).map(|_| HashSeed::random().unwrap()).collect();
+        assert!(drawn.iter().all(|seed| HashSeed::new(seed.0).is_some()));
+        let key = "f".repeat(KEY_HEX_LEN);
+        for seed in &drawn {
+            assert_eq!(seed_in_name(&key, OsStr::new(&blob_name(&key, *seed))), Some(*seed));
+        }
+        assert!(
+            drawn.windows(2).any(|pair| pair[0] != pair[1]),
+            "each build draws its own"
         );
     }
 
