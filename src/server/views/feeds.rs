@@ -39,8 +39,9 @@ pub const RUN_FEED_BURST_MAX: u32 = 16;
 pub const LIST_FEED_INTERVAL_MS: u64 = 100;
 /// Rebuilds of the run list at once before its interval applies.
 pub const LIST_FEED_BURST_MAX: u32 = 4;
-/// The least time between two looks of a feed at the store, rebuilt or not (after looks
-/// that found nothing new it doubles, up to the feed's interval: `pace.rs`).
+/// The least time after a look that found nothing new before a feed looks at the store
+/// again (it doubles with each such look, up to the feed's interval; a rebuild is followed by
+/// no gap: `pace.rs`).
 pub const FEED_CHECK_GAP_MS: u64 = 2;
 /// Items of the watched run list (its first page).
 pub const LIST_FEED_ITEMS: usize = 50;
