@@ -207,8 +207,10 @@ fn node_refuses_the_snapshot_with_another_hash_seed_or_with_the_rehash() {
     assert_eq!(files.len(), 1, "{files:?}");
     let seed = seed_of(&files[0]);
     let other = if seed == 1 { 2 } else { seed - 1 };
+    // The Node the server builds with: `PI_WORKFLOWS_NODE`, else the first on `PATH`.
+    let node = std::env::var_os("PI_WORKFLOWS_NODE").unwrap_or_else(|| "node".into());
     let check = |flags: &[String]| {
-        let out = std::process::Command::new("node")
+        let out = std::process::Command::new(&node)
             .args(flags)
             .arg("--snapshot-blob")
             .arg(&files[0])

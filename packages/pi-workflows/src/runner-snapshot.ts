@@ -3,10 +3,11 @@
 // snapshot from it once per Node binary and package (`node --snapshot-blob B --build-snapshot
 // dist/runner-snapshot.cjs`), checks it (`node --snapshot-blob B pi-workflows-runner
 // --check`), and then starts warm runners from it (`node --snapshot-blob B
-// pi-workflows-runner [--no-warm-up]`). Such a runner starts with the runtime's modules
-// already evaluated and its run's path already compiled: the build rehearses one whole
-// generation over a socket pair (runner/warmup.ts) and the reads before a launch's code runs,
-// and the snapshot keeps the code that compiled.
+// pi-workflows-runner [--no-warm-up]`); the build's V8 flags (one hash seed per build, no
+// rehash: src/server/runners/snapshot.rs) go on every start too. Such a runner starts with
+// the runtime's modules already evaluated and its run's path already compiled: the build
+// rehearses one whole generation over a socket pair (runner/warmup.ts) and the reads before a
+// launch's code runs, and the snapshot keeps the code that compiled.
 //
 // A deserialized main has no `import()` (ERR_VM_DYNAMIC_IMPORT_CALLBACK_MISSING), so the main
 // installs one from `vm`, made at its first use (module-import.ts; a function-form bundle needs
