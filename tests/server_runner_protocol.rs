@@ -399,6 +399,11 @@ fn a_run_end_sent_behind_unanswered_results_is_applied_after_them_in_order() {
     // runner sends them: all accepted, in order (the runner exits on an answer out of order).
     dir.start(&dir.script("steps=10,pipeline=16,finish-ahead,fenced"));
     dir.wait_completed();
+    // The goodbye's answer comes after the end's commit: read the answers once it exited.
+    dir.wait(
+        "the runner exits",
+        "SELECT count(*) FROM run_workers WHERE status = 'exited'",
+    );
     assert_eq!(
         dir.count("SELECT count(*) FROM node_attempts WHERE run_id = 'run-finish-ahead' AND status = 'completed'"),
         10

@@ -18,8 +18,8 @@
 //! seed is kept in the snapshot's file name (a user-only directory). Node refuses a snapshot
 //! started with other V8 flags than it was built with (exit code 14, "different V8
 //! configurations"), so a runner never runs on hashes of another seed. The cost: all runners of
-//! one snapshot share its seed (hash flooding needs it; it changes with every build), and it
-//! is visible on their command lines.
+//! one snapshot share its seed (what a hash-flooding input would have to be crafted against;
+//! it changes with every build), and it is visible on their command lines.
 //!
 //! Architecture Invariant: a snapshot is used only under the name of the exact pair it was
 //! built from ([`SnapshotSource::find`]: the Node binary's identity and the entry's bytes),
@@ -96,7 +96,7 @@ pub enum SnapshotError {
 /// The V8 hash seed a snapshot is built and started with: never 0 (V8's "draw one in every
 /// process") and at most `i64::MAX` (Node 20 refuses the top of the `u64` range).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HashSeed(u64);
+struct HashSeed(u64);
 
 impl HashSeed {
     const MAX: u64 = i64::MAX as u64;
