@@ -1242,8 +1242,18 @@ fn bad_input_is_refused_before_any_run_exists() {
 
 // Warm runners ------------------------------------------------------------------------------
 
-fn warm_runners(server: i64) -> Vec<i64> {
-    live_processes(|pid, _, _| is_warm_runner_of(pid, server))
+/// The warm runners the pool holds, as the server's tree shows them (`None` while it does not
+/// answer). Unlike a look at the processes, this counts neither a run's own runner that is
+/// still exiting nor a snapshot's check, and a refill shows all it started at once.
+fn pool_runners(env: &Env) -> Option<Vec<i64>> {
+    let tree = common::tree::poll_tree(env)?;
+    let pool = common::tree::at(&tree, &["runners", "pool"])?;
+    Some(
+        common::tree::processes(pool)
+            .into_iter()
+            .map(|(pid, _)| i64::from(pid))
+            .collect(),
+    )
 }
 
 /// A warm runner (started ahead of the next run) holds no run and never outlives its
@@ -1257,17 +1267,22 @@ fn warm_runners_hold_no_run_and_never_outlive_the_server() {
     let out = env.cli(&["run", "start", &example("repo-facts"), "--follow", "--json"]);
     env.expect_code(&out, 0, "run start repo-facts --follow");
     let server = i64::from(env.server_pid());
+    let pool_size = |size: usize| pool_runners(&env).is_some_and(|pool| pool.len() == size);
     env.wait_until(
         "the run's end starts two warm runners for the runs still arriving",
-        || warm_runners(server).len() == 2,
+        || pool_size(2),
     );
     env.wait_until(
         "the pool shrinks back to one warm runner once runs stop arriving",
-        || warm_runners(server).len() == 1,
+        || pool_size(1),
     );
     std::thread::sleep(Duration::from_millis(500));
-    let warm = warm_runners(server);
+    let warm = pool_runners(&env).expect("the server's tree");
     assert_eq!(warm.len(), 1, "one warm runner while idle: {warm:?}");
+    assert!(
+        warm.iter().all(|pid| is_warm_runner_of(*pid, server)),
+        "the pool's runner is a live child of the server: {warm:?}"
+    );
     let stop = env.cli(&["server", "stop"]);
     env.expect_code(&stop, 0, "server stop");
     env.wait_until("the graceful stop stops the warm runner", || {
@@ -1278,8 +1293,10 @@ fn warm_runners_hold_no_run_and_never_outlive_the_server() {
     let out = env.cli(&["run", "start", &example("repo-facts"), "--follow", "--json"]);
     env.expect_code(&out, 0, "second run start");
     let server = i64::from(env.server_pid());
-    env.wait_until("a warm runner waits again", || !warm_runners(server).is_empty());
-    let warm = warm_runners(server);
+    env.wait_until("a warm runner waits again", || {
+        pool_runners(&env).is_some_and(|pool| !pool.is_empty())
+    });
+    let warm = pool_runners(&env).expect("the server's tree");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(server as i32),
         nix::sys::signal::Signal::SIGKILL,
