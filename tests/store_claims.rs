@@ -184,6 +184,57 @@ fn renewal_extends_a_live_claim_without_a_revision() {
     mark_running(&t.store, &authority).expect("still live after renewals");
 }
 
+/// Heartbeat and expiry of a run's claim row.
+fn lease_times(store: &Store, run_id: &str) -> (i64, i64) {
+    let run_id = run_id.to_string();
+    store
+        .read(move |conn| {
+            Ok(conn.query_row(
+                "SELECT heartbeat_at, expires_at FROM leases WHERE resource_type = 'run' AND resource_id = ?1",
+                [&run_id],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )?)
+        })
+        .expect("read the lease")
+}
+
+/// A protected write that changes no status: a progress note of update `n`.
+fn note(tx: &pi_workflows::store::WriteTx<'_>, authority: &ClaimAuthority, n: u64) -> Result<i64, StoreError> {
+    let update = pi_workflows::store::blobs::put_json(tx, &serde_json::json!({ "n": n }), 1024)?;
+    runs::note_run(tx, authority, None, "node.updated", &update)
+}
+
+#[test]
+fn every_protected_write_leaves_the_claim_renewed_at_its_own_time() {
+    let t = open_store();
+    queue(&t.store, "run-1");
+    let authority = start(&t.store, "run-1", SERVER_A);
+    let started = t.store.now_ms();
+    assert_eq!(lease_times(&t.store, "run-1"), (started, started + RUN_CLAIM_LEASE_MS));
+    // Two protected writes in one transaction at one clock reading (as in a group commit).
+    t.clock.advance_ms(5);
+    let both = authority.clone();
+    let revision = t
+        .store
+        .write(move |tx| {
+            runs::mark_running(tx, &both, None)?;
+            note(tx, &both, 1)
+        })
+        .expect("two protected writes");
+    let now = t.store.now_ms();
+    assert_eq!(lease_times(&t.store, "run-1"), (now, now + RUN_CLAIM_LEASE_MS));
+    // A later write renews again, from its own time.
+    t.clock.advance_ms(1);
+    let later = authority.clone();
+    let next = t
+        .store
+        .write(move |tx| note(tx, &later, 2))
+        .expect("a later protected write");
+    assert_eq!(next, revision + 1);
+    let now = t.store.now_ms();
+    assert_eq!(lease_times(&t.store, "run-1"), (now, now + RUN_CLAIM_LEASE_MS));
+}
+
 #[test]
 fn tokens_are_stored_only_as_hashes() {
     let t = open_store();

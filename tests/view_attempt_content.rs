@@ -1,8 +1,9 @@
-//! Attempt outputs and errors in the live run view, on the real binary with the real Node
-//! runner: attempt items reference them (`outputRef` / `errorRef`, in the view's history and
-//! in `view.page`), `view.content` serves them in bounded chunks, and only for an attempt of
-//! the run the read names: a digest of another run, an error read as an output, or any other
-//! stored blob is `contentUnavailable`.
+//! Attempt outputs and errors, and the run's definition, in the live run view, on the real
+//! binary with the real Node runner: attempt items reference them (`outputRef` / `errorRef`,
+//! in the view's history and in `view.page`), the workflow references its definition,
+//! `view.content` serves them in bounded chunks from the run's own stored facts (never a
+//! copy), and only for the run the read names: a digest of another run, an error read as an
+//! output, or any other stored blob is `contentUnavailable`.
 
 mod common;
 
@@ -16,6 +17,7 @@ use serde_json::{Value, json};
 
 const OUTPUT_MEDIA: &str = "application/vnd.pi-workflows.attempt-output+json";
 const ERROR_MEDIA: &str = "application/vnd.pi-workflows.attempt-error+json";
+const DEFINITION_MEDIA: &str = "application/vnd.pi-workflows.definition+json";
 /// Small chunks, so a value is assembled from several reads.
 const CHUNK_BYTES: u64 = 7;
 
@@ -170,6 +172,28 @@ fn an_attempts_output_and_error_are_referenced_and_served_for_its_own_run_only()
             0,
         ),
         "the definition read as an attempt output",
+    );
+    // The run's definition is served from the run's stored definition, for this run only.
+    let definition_ref = view["workflow"]["definition"].clone();
+    assert_eq!(definition_ref["mediaType"], DEFINITION_MEDIA, "{view}");
+    assert_eq!(definition_ref["digest"], view["workflow"]["definitionDigest"]);
+    let definition = read_reference(&mut client, &run, &definition_ref);
+    assert_eq!(
+        definition["name"], view["workflow"]["name"],
+        "the run's definition: {definition}"
+    );
+    assert_unavailable(
+        content(&mut client, &other, &definition_ref["digest"], DEFINITION_MEDIA, 0),
+        "another run's definition",
+    );
+    assert_unavailable(
+        content(&mut client, &run, &output_ref["digest"], DEFINITION_MEDIA, 0),
+        "an output read as a definition",
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM run_view_content"),
+        0,
+        "views of runs that needed no generated content stored none (the definition is not copied)"
     );
     // Reads stay bounded like every content read.
     let total = output_ref["byteLength"].as_u64().expect("length");

@@ -199,6 +199,8 @@ pub fn read_blob_verified(conn: &Connection, reference: &BlobRef) -> StoreResult
 
 /// The media type of JSON values (outputs, errors, inputs, answers, contracts).
 pub const JSON_MEDIA_TYPE: &str = "application/json";
+/// The media type of a run's definition snapshot (canonical JSON, keyed by its digest).
+pub const DEFINITION_MEDIA_TYPE: &str = "application/vnd.pi-workflows.definition+json";
 
 /// Store a JSON value as canonical JSON of at most `bytes_max` bytes; returns its digest.
 pub fn put_json(tx: &WriteTx<'_>, value: &serde_json::Value, bytes_max: usize) -> StoreResult<String> {

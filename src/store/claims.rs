@@ -129,14 +129,23 @@ struct Holder {
     owner_type: String,
     owner_id: String,
     token_hash: String,
+    heartbeat_at: i64,
     expires_at: i64,
+}
+
+impl Holder {
+    /// Whether the row already holds what a renewal at `now_ms` for `lease_ms` would write:
+    /// an earlier job of the same group commit renewed this claim in this millisecond.
+    fn renewed_at(&self, now_ms: i64, lease_ms: i64) -> bool {
+        self.heartbeat_at == now_ms && self.expires_at == now_ms.saturating_add(lease_ms)
+    }
 }
 
 fn read_lease(tx: &WriteTx<'_>, resource_type: ResourceType, resource_id: &str) -> StoreResult<Option<LeaseRow>> {
     let row = tx
         .conn()
         .prepare_cached(
-            "SELECT generation, owner_type, owner_id, token_hash, expires_at FROM leases
+            "SELECT generation, owner_type, owner_id, token_hash, heartbeat_at, expires_at FROM leases
              WHERE resource_type = ?1 AND resource_id = ?2",
         )?
         .query_row(params![resource_type.as_str(), resource_id], |row| {
@@ -273,7 +282,7 @@ fn read_run_guard(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<(i64, Option<Le
     let row = tx
         .conn()
         .prepare_cached(
-            "SELECT r.revision, l.generation, l.owner_type, l.owner_id, l.token_hash, l.expires_at
+            "SELECT r.revision, l.generation, l.owner_type, l.owner_id, l.token_hash, l.heartbeat_at, l.expires_at
              FROM runs r LEFT JOIN leases l ON l.resource_type = ?1 AND l.resource_id = r.run_id
              WHERE r.run_id = ?2",
         )?
@@ -294,7 +303,8 @@ fn read_run_guard(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<(i64, Option<Le
     })
 }
 
-/// The holder columns (`owner_type, owner_id, token_hash, expires_at`) from `first` on.
+/// The holder columns (`owner_type, owner_id, token_hash, heartbeat_at, expires_at`) from
+/// `first` on.
 fn holder_at(row: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Option<Holder>> {
     let owner_type: Option<String> = row.get(first)?;
     let Some(owner_type) = owner_type else {
@@ -304,7 +314,8 @@ fn holder_at(row: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Option<H
         owner_type,
         owner_id: row.get(first + 1)?,
         token_hash: row.get(first + 2)?,
-        expires_at: row.get(first + 3)?,
+        heartbeat_at: row.get(first + 3)?,
+        expires_at: row.get(first + 4)?,
     }))
 }
 
@@ -424,6 +435,8 @@ pub struct Committed<T> {
 /// expected resource revision and lease; (2–3) compare owner, generation and token, and
 /// require a future expiry; (4) renew the exact claim; (5) apply `change`; (6) append the
 /// immutable event and viewer delta; (7) increase the revision; (8) the writer commits.
+/// Step 4 writes nothing when the row already holds what it would write (an earlier message
+/// of the same group commit renewed the claim in this millisecond).
 ///
 /// Any failure leaves no change (the writer rolls back the job's savepoint).
 pub fn protected_write<T>(
@@ -440,7 +453,11 @@ pub fn protected_write<T>(
     let (revision, lease) = read_run_guard(tx, &authority.resource_id)?;
     check_verified(lease.as_ref(), authority, tx.now_ms())?;
     events::check_expected_revision(&authority.resource_id, expected_revision, revision)?;
-    extend(tx, authority, RUN_CLAIM_LEASE_MS)?;
+    let holder = lease.as_ref().and_then(|row| row.holder.as_ref());
+    let renewed = holder.is_some_and(|holder| holder.renewed_at(tx.now_ms(), RUN_CLAIM_LEASE_MS));
+    if !renewed {
+        extend(tx, authority, RUN_CLAIM_LEASE_MS)?;
+    }
     let (value, event) = change(tx)?;
     let revision = events::advance(tx, &authority.resource_id, revision, &event, Some(authority.generation))?;
     Ok(Committed { value, revision })

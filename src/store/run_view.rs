@@ -10,6 +10,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::attempts::UNFINISHED_ATTEMPT_FROM;
+use super::blobs::DEFINITION_MEDIA_TYPE;
 use super::error::{StoreError, StoreResult};
 use super::writer::WriteTx;
 use crate::digest::sha256_hex;
@@ -97,6 +98,16 @@ impl AttemptValue {
             Self::Error => "error_hash",
         }
     }
+}
+
+/// A stored fact of a run that a view references as content and `view.content` reads in
+/// place (never copied into `run_view_content`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunValue {
+    /// The output or error of one of the run's attempts.
+    Attempt(AttemptValue),
+    /// The run's definition snapshot (its `definition_digest`).
+    Definition,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -576,15 +587,16 @@ pub enum ContentRead {
 }
 
 /// One chunk of content a view of `run_id` references: generated content stored in
-/// `run_view_content`, else — when `attempt` says which value the media type stands for — the
-/// output or error of one of this run's own attempts. The attempt row must belong to the run,
-/// so a digest from another run (or any other stored blob) is `Unavailable`.
+/// `run_view_content`, else — when `value` says which stored fact the media type stands for —
+/// the output or error of one of this run's own attempts, or this run's definition. The fact
+/// must belong to the run, so a digest from another run (or any other stored blob) is
+/// `Unavailable`.
 pub fn read_content(
     conn: &Connection,
     run_id: &str,
     digest: &str,
     media_type: &str,
-    attempt: Option<AttemptValue>,
+    value: Option<RunValue>,
     offset: usize,
     length: usize,
 ) -> StoreResult<ContentRead> {
@@ -597,25 +609,35 @@ pub fn read_content(
             None => ContentRead::Unavailable,
         });
     }
-    match attempt {
-        Some(value) => read_attempt_value(conn, run_id, digest, media_type, value, offset, length),
-        None => Ok(ContentRead::Unavailable),
+    let owned = match value {
+        Some(RunValue::Attempt(value)) => attempt_of_run_has(conn, run_id, digest, value)?,
+        Some(RunValue::Definition) => definition_of_run_is(conn, run_id, digest)?,
+        None => false,
+    };
+    if !owned {
+        return Ok(ContentRead::Unavailable);
+    }
+    read_stored_blob(conn, digest, media_type, stored_media_type(value), offset, length)
+}
+
+/// The media type a run's stored fact is kept under in `blobs`.
+fn stored_media_type(value: Option<RunValue>) -> &'static str {
+    match value {
+        Some(RunValue::Definition) => DEFINITION_MEDIA_TYPE,
+        _ => super::blobs::JSON_MEDIA_TYPE,
     }
 }
 
-fn read_attempt_value(
+/// A chunk of the stored blob `digest` (kept under `stored_as`), answered as `media_type`.
+fn read_stored_blob(
     conn: &Connection,
-    run_id: &str,
     digest: &str,
     media_type: &str,
-    value: AttemptValue,
+    stored_as: &str,
     offset: usize,
     length: usize,
 ) -> StoreResult<ContentRead> {
-    if !attempt_of_run_has(conn, run_id, digest, value)? {
-        return Ok(ContentRead::Unavailable);
-    }
-    let blob = match super::blobs::blob_ref(conn, digest, super::blobs::JSON_MEDIA_TYPE) {
+    let blob = match super::blobs::blob_ref(conn, digest, stored_as) {
         Ok(blob) => blob,
         Err(StoreError::Blob(super::blobs::BlobError::NotFound { .. })) => return Ok(ContentRead::Unavailable),
         Err(err) => return Err(err),
@@ -630,6 +652,15 @@ fn read_attempt_value(
         byte_length: blob.bytes as usize,
     };
     Ok(ContentRead::Chunk { reference, bytes })
+}
+
+/// Whether `digest` is exactly this run's definition digest.
+fn definition_of_run_is(conn: &Connection, run_id: &str, digest: &str) -> StoreResult<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM runs WHERE run_id = ?1 AND definition_digest = 'sha256:' || ?2")?
+        .query_row(params![run_id, digest], |_| Ok(()))
+        .optional()?
+        .is_some())
 }
 
 /// Whether an attempt of exactly this run holds `digest` as its output (or error).

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::display::{Activity, Control, DisplayFacts, DisplayStatus, controls, display_status};
 use crate::digest::sha256_hex;
-use crate::store::run_view::{AttemptBlob, AttemptFacts, AttemptValue, RunViewFacts};
+use crate::store::run_view::{AttemptBlob, AttemptFacts, AttemptValue, RunValue, RunViewFacts};
 
 pub const RUN_VIEW_SCHEMA: &str = "pi-workflows.run-view.v1";
 /// The shared inline-content threshold: a larger reason becomes a reference.
@@ -20,7 +20,8 @@ pub const TOPOLOGY_NODES_INLINE_MAX: usize = 200;
 /// Encoded bytes of the inlined topology projection.
 pub const TOPOLOGY_INLINE_BYTES_MAX: usize = 64 * 1024;
 pub const REASON_MEDIA_TYPE: &str = "application/vnd.pi-workflows.reason+json";
-pub const DEFINITION_MEDIA_TYPE: &str = "application/vnd.pi-workflows.definition+json";
+/// A run's definition, read in place by `view.content` (the store keeps it under this type).
+pub use crate::store::blobs::DEFINITION_MEDIA_TYPE;
 /// An attempt's output (`outputRef`) and error (`errorRef`): the attempt's stored JSON value,
 /// served by `view.content` only for an attempt of the run the read names.
 pub const ATTEMPT_OUTPUT_MEDIA_TYPE: &str = "application/vnd.pi-workflows.attempt-output+json";
@@ -87,7 +88,7 @@ pub fn run_view(input: &RunViewInput<'_>) -> RunView {
         "schema": RUN_VIEW_SCHEMA,
         "runId": run.run_id,
         "revision": facts.presentation_revision,
-        "workflow": workflow_object(facts, input.definition, &mut contents),
+        "workflow": workflow_object(facts, input.definition),
         "run": run_object(facts),
         "queue": { "status": run.queue_status },
         "display": display,
@@ -273,11 +274,12 @@ fn attempt_reference(blob: &AttemptBlob, media_type: &str) -> Value {
     reference
 }
 
-/// The attempt value a `view.content` media type stands for (`None`: generated content).
-pub fn attempt_value_of(media_type: &str) -> Option<AttemptValue> {
+/// The stored fact of a run a `view.content` media type stands for (`None`: generated content).
+pub fn run_value_of(media_type: &str) -> Option<RunValue> {
     match media_type {
-        ATTEMPT_OUTPUT_MEDIA_TYPE => Some(AttemptValue::Output),
-        ATTEMPT_ERROR_MEDIA_TYPE => Some(AttemptValue::Error),
+        ATTEMPT_OUTPUT_MEDIA_TYPE => Some(RunValue::Attempt(AttemptValue::Output)),
+        ATTEMPT_ERROR_MEDIA_TYPE => Some(RunValue::Attempt(AttemptValue::Error)),
+        DEFINITION_MEDIA_TYPE => Some(RunValue::Definition),
         _ => None,
     }
 }
@@ -324,11 +326,7 @@ fn history_object(facts: &RunViewFacts) -> Value {
 
 /// The workflow's name, digest, a bounded node projection and the complete definition as
 /// referenced content.
-fn workflow_object(
-    facts: &RunViewFacts,
-    definition: Option<&Definition>,
-    contents: &mut Vec<GeneratedContent>,
-) -> Value {
+fn workflow_object(facts: &RunViewFacts, definition: Option<&Definition>) -> Value {
     let mut workflow = json!({
         "name": facts.run.workflow_name,
         "definitionDigest": facts.run.definition_digest,
@@ -338,12 +336,16 @@ fn workflow_object(
     };
     let object = workflow.as_object_mut().expect("a JSON object");
     object.insert("nodes".into(), topology_projection(&definition.value));
-    let content = GeneratedContent {
-        media_type: DEFINITION_MEDIA_TYPE,
-        bytes: definition.canonical.clone(),
-    };
-    object.insert("definition".into(), content.reference());
-    contents.push(content);
+    // A stored fact of the run (its blob was verified against this digest when read), read in
+    // place by `view.content`: referenced, never copied or hashed again.
+    object.insert(
+        "definition".into(),
+        json!({
+            "digest": facts.run.definition_digest,
+            "mediaType": DEFINITION_MEDIA_TYPE,
+            "byteLength": definition.canonical.len(),
+        }),
+    );
     workflow
 }
 
@@ -426,7 +428,11 @@ mod tests {
             "no length for a missing blob"
         );
         assert!(item.get("outputRef").is_none());
-        assert_eq!(attempt_value_of(ATTEMPT_ERROR_MEDIA_TYPE), Some(AttemptValue::Error));
-        assert_eq!(attempt_value_of(DEFINITION_MEDIA_TYPE), None);
+        assert_eq!(
+            run_value_of(ATTEMPT_ERROR_MEDIA_TYPE),
+            Some(RunValue::Attempt(AttemptValue::Error))
+        );
+        assert_eq!(run_value_of(DEFINITION_MEDIA_TYPE), Some(RunValue::Definition));
+        assert_eq!(run_value_of(REASON_MEDIA_TYPE), None, "a reason is generated content");
     }
 }

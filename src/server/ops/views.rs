@@ -160,10 +160,10 @@ pub async fn view_content(ctx: &OpsContext, request: &Request) -> Answer {
         ));
     }
     let owned = run_id.clone();
-    // The media type says whether this may be an attempt's own value (docs/VIEWS.md).
-    let attempt = document::attempt_value_of(&media_type);
+    // The media type says whether this may be a stored fact of the run (docs/VIEWS.md).
+    let value = document::run_value_of(&media_type);
     let read = blocking::read(&ctx.store, move |conn| {
-        run_view::read_content(conn, &owned, &hex, &media_type, attempt, offset, length)
+        run_view::read_content(conn, &owned, &hex, &media_type, value, offset, length)
     })
     .await
     .map_err(read_refusal)?;

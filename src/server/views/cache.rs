@@ -1,6 +1,8 @@
-//! Building live views: a run view is read in one snapshot, built by `crate::view`, and its
-//! referenced content is stored in `run_view_content` before anyone is sent the view. The
-//! parsed definitions are cached by digest (a run's definition never changes).
+//! Building live views: a run view is read in one snapshot, built by `crate::view`, and the
+//! generated content it references (a long reason) is stored in `run_view_content` before
+//! anyone is sent the view; stored facts it references (the definition, attempt values) are
+//! read in place by `view.content`, so a view of an ordinary run writes nothing. The parsed
+//! definitions are cached by digest (a run's definition never changes).
 //!
 //! Architecture Invariant: view reads never create receipts and never change run state;
 //! the only write here stores generated content a view is about to name.
