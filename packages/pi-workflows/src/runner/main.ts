@@ -108,12 +108,7 @@ export function runnerMainFromCommandLine(distUrl: URL): Promise<number> {
   });
 }
 
-/**
- * Run one generation; the entry passes where the lazily loaded parts live. The channel is
- * left open: both entries exit the process with the returned code at once, which closes fd 3
- * (a `runner.exiting` was answered, so nothing is left to send; tearing the socket's stream
- * down first cost ~0.3 ms of a run's CPU and delivered nothing more).
- */
+/** Run one generation; the entry passes where the lazily loaded parts live. */
 export async function runnerMain({ executorUrl, warmUp = true }: { executorUrl: URL; warmUp?: boolean }): Promise<number> {
   // Workflow code must never write to stdout as if it were protocol (it is only a log).
   for (const method of ["log", "info", "debug"] as const) console[method] = console.error;
@@ -144,5 +139,7 @@ export async function runnerMain({ executorUrl, warmUp = true }: { executorUrl: 
     log((error as Error)?.stack ?? String(error));
     if (session?.hasSent) await session.send("runner.exiting", {}).catch(() => undefined);
     return error instanceof ProtocolError ? EXIT_PROTOCOL : EXIT_INTERNAL;
+  } finally {
+    channel.close();
   }
 }
