@@ -110,6 +110,16 @@ pub enum RunValue {
     Definition,
 }
 
+impl RunValue {
+    /// The media type the fact is kept under in `blobs`.
+    fn stored_media_type(self) -> &'static str {
+        match self {
+            Self::Attempt(_) => super::blobs::JSON_MEDIA_TYPE,
+            Self::Definition => DEFINITION_MEDIA_TYPE,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestFacts {
     pub request_id: String,
@@ -609,23 +619,17 @@ pub fn read_content(
             None => ContentRead::Unavailable,
         });
     }
+    let Some(value) = value else {
+        return Ok(ContentRead::Unavailable);
+    };
     let owned = match value {
-        Some(RunValue::Attempt(value)) => attempt_of_run_has(conn, run_id, digest, value)?,
-        Some(RunValue::Definition) => definition_of_run_is(conn, run_id, digest)?,
-        None => false,
+        RunValue::Attempt(attempt) => attempt_of_run_has(conn, run_id, digest, attempt)?,
+        RunValue::Definition => definition_of_run_is(conn, run_id, digest)?,
     };
     if !owned {
         return Ok(ContentRead::Unavailable);
     }
-    read_stored_blob(conn, digest, media_type, stored_media_type(value), offset, length)
-}
-
-/// The media type a run's stored fact is kept under in `blobs`.
-fn stored_media_type(value: Option<RunValue>) -> &'static str {
-    match value {
-        Some(RunValue::Definition) => DEFINITION_MEDIA_TYPE,
-        _ => super::blobs::JSON_MEDIA_TYPE,
-    }
+    read_stored_blob(conn, digest, media_type, value.stored_media_type(), offset, length)
 }
 
 /// A chunk of the stored blob `digest` (kept under `stored_as`), answered as `media_type`.
