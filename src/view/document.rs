@@ -41,12 +41,23 @@ impl GeneratedContent {
 
     /// The reference a document carries.
     pub fn reference(&self) -> Value {
-        json!({
-            "digest": format!("sha256:{}", self.digest_hex()),
-            "mediaType": self.media_type,
-            "byteLength": self.bytes.len(),
-        })
+        content_reference(
+            &format!("sha256:{}", self.digest_hex()),
+            self.media_type,
+            Some(self.bytes.len()),
+        )
     }
+}
+
+/// The one reference shape of a document (`digest` `sha256:<hex>`, `mediaType`, `byteLength`);
+/// `byteLength` is absent when the stored bytes are missing (a damaged store), so a renderer
+/// reports that section unavailable.
+fn content_reference(digest: &str, media_type: &str, byte_length: Option<usize>) -> Value {
+    let mut reference = json!({ "digest": digest, "mediaType": media_type });
+    if let Some(length) = byte_length {
+        reference["byteLength"] = json!(length);
+    }
+    reference
 }
 
 /// The stored definition of a run: its canonical bytes and its parsed form.
@@ -264,14 +275,9 @@ pub fn attempt_item(attempt: &AttemptFacts) -> Value {
     item
 }
 
-/// The reference shape of `GeneratedContent::reference`; `byteLength` is absent when the
-/// blob row is missing (a damaged store), so a renderer reports that section unavailable.
 fn attempt_reference(blob: &AttemptBlob, media_type: &str) -> Value {
-    let mut reference = json!({ "digest": format!("sha256:{}", blob.digest), "mediaType": media_type });
-    if let Some(length) = blob.byte_length {
-        reference["byteLength"] = json!(length);
-    }
-    reference
+    let length = blob.byte_length.and_then(|length| usize::try_from(length).ok());
+    content_reference(&format!("sha256:{}", blob.digest), media_type, length)
 }
 
 /// The stored fact of a run a `view.content` media type stands for (`None`: generated content).
@@ -338,14 +344,12 @@ fn workflow_object(facts: &RunViewFacts, definition: Option<&Definition>) -> Val
     object.insert("nodes".into(), topology_projection(&definition.value));
     // A stored fact of the run (its blob was verified against this digest when read), read in
     // place by `view.content`: referenced, never copied or hashed again.
-    object.insert(
-        "definition".into(),
-        json!({
-            "digest": facts.run.definition_digest,
-            "mediaType": DEFINITION_MEDIA_TYPE,
-            "byteLength": definition.canonical.len(),
-        }),
+    let reference = content_reference(
+        &facts.run.definition_digest,
+        DEFINITION_MEDIA_TYPE,
+        Some(definition.canonical.len()),
     );
+    object.insert("definition".into(), reference);
     workflow
 }
 
