@@ -50,11 +50,27 @@ fn detached_children_of_a_finished_run_are_stopped_and_reaped() {
     }
     let log = std::fs::read_to_string(env.dir().join("logs/server.log")).unwrap_or_default();
     assert!(log.contains("escaped a runner's process group"), "{log}");
-    // The server itself has no zombie children left either.
+    // The server itself leaves no zombie child behind either. One may exist for a moment —
+    // a child of the server's own (the snapshot build's helper, a warm runner) that just
+    // exited and is being reaped by its owner — so this waits for them to go.
     let server = env.server_pid();
-    let zombies = zombie_children_of(server);
-    assert!(zombies.is_empty(), "zombie children of the server: {zombies:?}");
+    let deadline = Instant::now() + ZOMBIE_REAPED_MAX;
+    loop {
+        let zombies = zombie_children_of(server);
+        if zombies.is_empty() {
+            break;
+        }
+        let named: Vec<String> = zombies
+            .iter()
+            .map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default())
+            .collect();
+        assert!(Instant::now() < deadline, "zombie children of the server: {named:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
+
+/// How long a child of the server may stay a zombie before it counts as never reaped.
+const ZOMBIE_REAPED_MAX: Duration = Duration::from_secs(5);
 
 fn zombie_children_of(parent: i32) -> Vec<i32> {
     std::fs::read_dir("/proc")

@@ -283,3 +283,31 @@ async fn releasing_cache_memory_keeps_every_read_and_write_working() {
     store.release_memory().await.unwrap();
     assert!(run_exists(&store, "run-before") && run_exists(&store, "run-after"));
 }
+
+#[test]
+fn a_nested_change_that_fails_rolls_back_alone_and_the_job_commits_the_rest() {
+    let t = common::open_store();
+    let committed = t
+        .store
+        .write(|tx| {
+            runs::queue_run(tx, &common::new_run("run-before"))?;
+            let failed = tx.nested(|tx| {
+                runs::queue_run(tx, &common::new_run("run-nested-failing"))?;
+                Err::<(), _>(StoreError::RunNotFound {
+                    run_id: "forced".to_string(),
+                })
+            });
+            let kept = tx.nested(|tx| runs::queue_run(tx, &common::new_run("run-nested-kept")))?;
+            runs::queue_run(tx, &common::new_run("run-after"))?;
+            Ok((failed.is_err(), kept))
+        })
+        .expect("the job commits");
+    assert_eq!(committed, (true, 1), "the failed nested change reports its error");
+    assert!(
+        !run_exists(&t.store, "run-nested-failing"),
+        "a failed nested change's writes survived"
+    );
+    for kept in ["run-before", "run-nested-kept", "run-after"] {
+        assert!(run_exists(&t.store, kept), "{kept} was lost with a nested failure");
+    }
+}

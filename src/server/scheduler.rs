@@ -18,14 +18,10 @@ use std::time::{Duration, Instant};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::task::JoinHandle;
 
-use supervisors::{ChildSpec, Restart, Shutdown, SupervisorMsg};
-
 use super::blocking;
 use super::memory;
+use super::runners::admission;
 use super::runners::registry::Runners;
-use super::runners::runner::{RUNNER_GRACE_MS, Runner, admit_run};
-use super::runners::settle::abandon_launch;
-use super::runners::state::{RunnerArgs, runner_epoch_name};
 use super::shared::{Shared, StopReason};
 use crate::store::server_lease::{self, Renewal, SERVER_LEASE_MS, ServerLease};
 use crate::store::verify;
@@ -72,8 +68,6 @@ pub struct SchedulerState {
     ticker: Option<JoinHandle<()>>,
     /// Told to the ticker after each tick: nothing queued and no runner.
     quiet: Arc<AtomicBool>,
-    /// The `runners` supervisor, looked up again when it restarted.
-    runners_supervisor: Option<ActorRef<SupervisorMsg>>,
 }
 
 impl Actor for Scheduler {
@@ -111,7 +105,6 @@ impl Actor for Scheduler {
                 .unwrap_or_else(Instant::now),
             ticker: Some(ticker),
             quiet,
-            runners_supervisor: None,
         })
     }
 
@@ -238,14 +231,12 @@ enum Admission {
     },
 }
 
-/// Start queued runs while capacity allows (running and pending launches both count).
+/// Start queued runs while capacity allows (running runs and admissions under way both
+/// count: `run.start` may be admitting its own new run at the same time).
 async fn admit(state: &mut SchedulerState) -> Admission {
     let (shared, runners) = (Arc::clone(&state.shared), Arc::clone(&state.runners));
-    let Some(program) = runners.settings.program.clone() else {
-        return Admission::Done;
-    };
-    let free = runners.settings.max_workers.saturating_sub(runners.live());
-    if free == 0 || shared.stop_requested().is_some() {
+    let free = runners.free();
+    if runners.settings.program.is_none() || free == 0 || shared.stop_requested().is_some() {
         return Admission::Done;
     }
     let now = shared.store.now_ms();
@@ -259,57 +250,16 @@ async fn admit(state: &mut SchedulerState) -> Admission {
     if queued.is_empty() {
         return Admission::NothingAdmissible { queued: queued_total };
     }
-    let Some(supervisor) = runners_supervisor(state).await else {
+    if runners.supervisor(&shared).await.is_none() {
         return Admission::RetrySoon;
-    };
+    }
     for run in queued {
-        let number = runners.next_launch();
-        let suffix = crate::digest::random_hex(8).unwrap_or_else(|| number.to_string());
-        let runner_epoch = runner_epoch_name(shared.epoch, &suffix);
-        let (authority, launch) = match admit_run(&shared, &runners, &run, &runner_epoch).await {
-            Ok(admitted) => admitted,
-            Err(err) => {
-                tracing::warn!(run_id = %run.run_id, error = %err, "could not admit a run");
-                continue;
-            }
+        let Some(admission) = admission::prepare(&shared, &runners).await else {
+            break;
         };
-        let details = supervisors::DetailsCell::default();
-        let args = RunnerArgs {
-            shared: Arc::clone(&shared),
-            runners: Arc::clone(&runners),
-            run,
-            authority: authority.clone(),
-            launch,
-            runner_epoch: runner_epoch.clone(),
-            program: program.clone(),
-            details: details.clone(),
-        };
-        let shutdown = supervisors::process_shutdown_wait(Duration::from_millis(RUNNER_GRACE_MS));
-        let spec = ChildSpec::worker(format!("runner-{number}"), Restart::Temporary, move || {
-            (Runner, args.clone())
-        })
-        .with_details(details)
-        .with_shutdown(Shutdown::Timeout(shutdown));
-        if let Err(why) = super::shared::start_child(&supervisor, spec).await {
-            tracing::warn!(run_id = %authority.resource_id, error = %why, "runner launch failed; parking the run");
-            abandon_launch(&shared.store, authority, runner_epoch).await;
-        }
+        admission::admit_queued(&shared, &runners, run, admission).await;
     }
     Admission::Done
-}
-
-async fn runners_supervisor(state: &mut SchedulerState) -> Option<ActorRef<SupervisorMsg>> {
-    if state
-        .runners_supervisor
-        .as_ref()
-        .is_some_and(|runners| runners.get_status() != ractor::ActorStatus::Running)
-    {
-        state.runners_supervisor = None;
-    }
-    if state.runners_supervisor.is_none() {
-        state.runners_supervisor = state.shared.supervisor(&["runners"]).await;
-    }
-    state.runners_supervisor.clone()
 }
 
 /// Once per quiet spell, after `MEMORY_RELEASE_QUIET_MS`: a burst of runs grows the caches

@@ -81,17 +81,11 @@ pub fn run_command(
     if let Some(receipt) = find_existing(tx, request)? {
         return Ok(receipt);
     }
-    let conn = tx.conn();
     // The change and its receipt commit together or not at all, even for a caller that
     // keeps using the transaction after an error.
-    super::writer::control(conn, "SAVEPOINT command_apply")?;
-    match apply(tx).and_then(|accepted| store_accepted(tx, request, accepted)) {
-        Ok(receipt) => {
-            super::writer::control(conn, "RELEASE command_apply")?;
-            Ok(receipt)
-        }
+    match tx.nested(|tx| apply(tx).and_then(|accepted| store_accepted(tx, request, accepted))) {
+        Ok(receipt) => Ok(receipt),
         Err(err) => {
-            conn.execute_batch("ROLLBACK TO command_apply; RELEASE command_apply")?;
             let Some(error) = rejection_of(&err) else {
                 return Err(err);
             };

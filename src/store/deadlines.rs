@@ -277,18 +277,7 @@ pub fn expired(conn: &Connection, now_ms: i64, limit: usize) -> StoreResult<Vec<
 pub fn time_out(tx: &WriteTx<'_>, step: &Expired) -> StoreResult<i64> {
     // A refusal can come after a write (the error blob, a decision's `expired_no_default`
     // resolution), and `time_out_due` goes on in the same transaction: roll the step back alone.
-    tx.conn().execute_batch("SAVEPOINT step_timeout")?;
-    match time_out_step(tx, step) {
-        Ok(revision) => {
-            tx.conn().execute_batch("RELEASE step_timeout")?;
-            Ok(revision)
-        }
-        Err(err) => {
-            tx.conn()
-                .execute_batch("ROLLBACK TO step_timeout; RELEASE step_timeout")?;
-            Err(err)
-        }
-    }
+    tx.nested(|tx| time_out_step(tx, step))
 }
 
 fn time_out_step(tx: &WriteTx<'_>, step: &Expired) -> StoreResult<i64> {

@@ -54,6 +54,36 @@ impl<'c> WriteTx<'c> {
     pub fn now_ms(&self) -> i64 {
         self.now_ms
     }
+
+    /// Run `change` in a nested savepoint: an error rolls back what it wrote, and only that,
+    /// so the rest of the job (written before or after) commits without it. The error is
+    /// returned; a savepoint that cannot be opened or closed is an error too.
+    pub fn nested<T>(&self, change: impl FnOnce(&WriteTx<'c>) -> StoreResult<T>) -> StoreResult<T> {
+        control(self.conn, "SAVEPOINT nested")?;
+        match change(self) {
+            Ok(value) => match control(self.conn, "RELEASE nested") {
+                Ok(()) => Ok(value),
+                Err(err) => {
+                    self.roll_back_nested();
+                    Err(err.into())
+                }
+            },
+            Err(err) => {
+                self.roll_back_nested();
+                Err(err)
+            }
+        }
+    }
+
+    fn roll_back_nested(&self) {
+        let rolled_back = control(self.conn, "ROLLBACK TO nested").and_then(|()| control(self.conn, "RELEASE nested"));
+        // A caller may go on after the error, so what `change` wrote must be gone; if SQLite
+        // cannot say so, the whole job is abandoned (the writer catches the panic and rolls
+        // back the job's own savepoint).
+        if let Err(err) = rolled_back {
+            panic!("a nested savepoint could not be rolled back: {err}");
+        }
+    }
 }
 
 /// How far a commit must reach before its callers hear of it.

@@ -2,6 +2,8 @@
 //! `checkpoint.answer` (each commits its change with its command receipt before it
 //! answers), `run.status` and `run.list` (reads; no receipts).
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use super::context::OpsContext;
@@ -13,6 +15,7 @@ use crate::server::answers::{
 };
 use crate::server::blocking;
 use crate::server::resolvers::mailbox::ResolveFailure;
+use crate::server::runners::admission::{self, Admission};
 use crate::settings::Declaration;
 use crate::store::blobs::{self, put_json};
 use crate::store::commands::{self, Accepted};
@@ -36,6 +39,10 @@ pub use crate::view::document::DEFINITION_MEDIA_TYPE;
 /// `run.start`: queue a new run with its source identity, definition and input. A request
 /// that names the workflow (`workflow`, `projectPath`, `inputJson`) is resolved first by the
 /// server's warm resolver; one that carries a resolution is checked as given.
+///
+/// When a runner slot is free and no older run is admissible, the run is admitted in its
+/// creation commit (`runners::admission`): the scheduler's round and a commit of its own are
+/// saved, and its runner starts while the client reads the answer.
 pub async fn run_start(ctx: &OpsContext, request: &Request) -> Answer {
     let command = command_request(request)?;
     let run_id = run_id_of(request)?;
@@ -44,17 +51,36 @@ pub async fn run_start(ctx: &OpsContext, request: &Request) -> Answer {
         None => request.payload.clone(),
     };
     let start = StartRequest::parse(run_id, &payload)?;
+    let admission = admission::prepare(&ctx.shared, &ctx.runners).await;
+    let record = admission.as_ref().map(Admission::record);
     let stored = blocking::write(&ctx.store, move |tx| {
-        commands::run_command(tx, &command, |tx| {
+        let receipt = commands::run_command(tx, &command, |tx| {
             let revision = start.queue(tx)?;
             Ok(Accepted {
                 revision: Some(revision),
                 receipt: json!({"runId": start.run_id, "workflowName": start.workflow_name, "revision": revision}),
             })
-        })
+        })?;
+        let admitted = record.and_then(|record| record.record_if_first(tx, &start.run_id));
+        Ok((receipt, admitted))
     })
     .await;
-    ctx.shared.wake_scheduler();
+    let (stored, admitted) = match stored {
+        Ok((receipt, admitted)) => (Ok(receipt), admitted),
+        Err(err) => (Err(err), None),
+    };
+    match (admission, admitted) {
+        (Some(admission), Some(admitted)) => {
+            let (shared, runners) = (Arc::clone(&ctx.shared), Arc::clone(&ctx.runners));
+            tokio::spawn(async move { admission.launch(&shared, &runners, admitted).await });
+        }
+        (admission, _) => {
+            if let Some(admission) = admission {
+                admission.give_back(&ctx.runners);
+            }
+            ctx.shared.wake_scheduler();
+        }
+    }
     answer_of(stored)
 }
 

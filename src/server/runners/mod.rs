@@ -4,6 +4,7 @@
 //! Architecture Invariant: `runners/` never talks to clients; it hears of client controls
 //! only as `RunnerMsg::Control`, and answers them with a stored receipt.
 
+pub mod admission;
 pub mod apply;
 pub mod channel;
 pub mod liveness;

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ractor::ActorRef;
+use supervisors::SupervisorMsg;
 
 use super::mailbox::{PoolMsg, RunnerMsg};
 use crate::server::config::RunnerSettings;
@@ -21,6 +22,10 @@ pub struct Runners {
     registry: Mutex<HashMap<String, ActorRef<RunnerMsg>>>,
     /// Live runner actors (started, not yet stopped).
     live: AtomicUsize,
+    /// Admissions under way (`Slot`s): with `live`, never above `settings.max_workers`.
+    reserved: AtomicUsize,
+    /// The `runners` supervisor, looked up again when it restarted.
+    supervisor: Mutex<Option<ActorRef<SupervisorMsg>>>,
     /// Runner children started by this server: names them uniquely (`runner-N`) across a
     /// restart of the scheduler that starts them.
     launched: AtomicU64,
@@ -40,6 +45,8 @@ impl Runners {
             settings,
             registry: Mutex::new(HashMap::new()),
             live: AtomicUsize::new(0),
+            reserved: AtomicUsize::new(0),
+            supervisor: Mutex::new(None),
             launched: AtomicU64::new(0),
             pool: Mutex::new(None),
             declared_memory: Mutex::new(HashMap::new()),
@@ -81,6 +88,46 @@ impl Runners {
         self.live.load(Ordering::SeqCst)
     }
 
+    /// Capacity for one more runner, held until the returned slot is dropped; `None` when
+    /// live runners and admissions under way already fill `settings.max_workers`. A slot is
+    /// dropped only after its runner registered (or its admission failed), so for a moment
+    /// a runner counts twice: capacity is never overshot, at worst briefly undershot.
+    pub fn reserve(self: &Arc<Self>) -> Option<Slot> {
+        let max = self.settings.max_workers;
+        let mut reserved = self.reserved.load(Ordering::SeqCst);
+        loop {
+            // `live` grows only by a runner whose admission holds a slot, so it cannot push
+            // the sum past `max` between this check and the exchange.
+            if self.live().saturating_add(reserved) >= max {
+                return None;
+            }
+            match self
+                .reserved
+                .compare_exchange(reserved, reserved + 1, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return Some(Slot(Arc::clone(self))),
+                Err(current) => reserved = current,
+            }
+        }
+    }
+
+    /// How many more runners may be admitted now.
+    pub fn free(&self) -> usize {
+        let taken = self.live().saturating_add(self.reserved.load(Ordering::SeqCst));
+        self.settings.max_workers.saturating_sub(taken)
+    }
+
+    /// The `runners` supervisor (runner actors are its children), cached until it stops.
+    pub async fn supervisor(&self, shared: &Shared) -> Option<ActorRef<SupervisorMsg>> {
+        let cached = lock(&self.supervisor).clone();
+        if let Some(supervisor) = cached.filter(|cached| cached.get_status() == ractor::ActorStatus::Running) {
+            return Some(supervisor);
+        }
+        let found = shared.supervisor(&["runners"]).await;
+        lock(&self.supervisor).clone_from(&found);
+        found
+    }
+
     /// The next runner child's number.
     pub fn next_launch(&self) -> u64 {
         self.launched.fetch_add(1, Ordering::SeqCst) + 1
@@ -105,6 +152,16 @@ impl Runners {
 
     pub fn pool(&self) -> Option<ActorRef<PoolMsg>> {
         lock(&self.pool).clone()
+    }
+}
+
+/// Capacity reserved for one admission (see `Runners::reserve`).
+pub struct Slot(Arc<Runners>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let before = self.0.reserved.fetch_sub(1, Ordering::SeqCst);
+        assert!(before > 0, "a slot is released once");
     }
 }
 

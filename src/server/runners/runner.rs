@@ -17,35 +17,28 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
-use serde_json::{Map, Value};
 use supervisors::process::{ExitOutcome, ProcessChild};
 use supervisors::{EndCause, ProcessActor, ProcessConfig, ProcessEnd, ProcessInfo, ProcessMsg, Readiness};
 use tokio::io::{AsyncWriteExt, BufReader};
 
 use super::apply::invalid;
-use super::mailbox::{LaunchHandOver, PoolMsg, RunControl, RunnerMsg, RunnerProcess, WarmRunner};
+use super::mailbox::{RunControl, RunnerMsg, RunnerProcess};
 use super::messages;
-use super::registry::Runners;
 use super::settle::settle;
 use super::state::{RunnerArgs, RunnerFence, RunnerState};
-use crate::digest::sha256_hex;
-use crate::protocol::encode_frame;
-use crate::protocol::runner::{LAUNCH_SCHEMA, Launch, RUNNER_PROTOCOL_VERSION};
 use crate::server::blocking;
 use crate::server::frames::{LineRead, read_line};
-use crate::server::shared::{Shared, lock};
+use crate::server::shared::lock;
 use crate::server::spawn::{CHILD_GRACE_MS, child_mark, spawn_with_channel};
 use crate::store::StoreError;
 use crate::store::StoreResult;
-use crate::store::claims::{ClaimAuthority, RUN_CLAIM_LEASE_MS};
+use crate::store::claims::RUN_CLAIM_LEASE_MS;
 use crate::store::commands::{self, CommandOutcome, CommandReceipt, CommandRequest};
 use crate::store::runs;
-use crate::store::workers::{self, Admissible, NewWorker, WorkerOutcome};
+use crate::store::workers::{self, WorkerOutcome};
 
 /// SIGTERM-to-SIGKILL grace of a runner's process group.
 pub const RUNNER_GRACE_MS: u64 = CHILD_GRACE_MS;
-/// How long a launch waits for the warm pool to hand over a runner.
-const POOL_TAKE_TIMEOUT_MS: u64 = 1_000;
 /// The run claim is renewed after a third of its life, so two renewals can fail before
 /// it expires.
 const CLAIM_RENEW_MS: u64 = (RUN_CLAIM_LEASE_MS / 3) as u64;
@@ -268,61 +261,6 @@ async fn settle_ended(myself: &ActorRef<RunnerMsg>, state: &mut RunnerState, out
     myself.stop(Some("runner exited".to_string()));
 }
 
-/// Admit `run` for a runner of `runner_epoch`: its claim (`running`), the runner's launch
-/// (the envelope, by hash) and, when the pool had a warm process, that process's start
-/// identity, in one commit. A warm process already runs but cannot act on any run before
-/// its envelope, which it gets only after this commit; refused, nothing was recorded, the run
-/// stays queued and the warm process (which saw no launch) goes back to the pool. These are
-/// process facts: committed without an `fsync` of their own (in the kernel before any process
-/// acts, so a crash of the server still finds the epoch). A runner without a warm process
-/// spawns one once this commit made its epoch durable in the kernel (`spawn_runner`).
-pub async fn admit_run(
-    shared: &Arc<Shared>,
-    runners: &Arc<Runners>,
-    run: &Admissible,
-    runner_epoch: &str,
-) -> StoreResult<(ClaimAuthority, LaunchHandOver)> {
-    let warm = take_warm(runners).await;
-    let identity = warm
-        .as_ref()
-        .map(|warm| (warm.child.pid(), warm.child.identity().to_string()));
-    let mut envelope = launch_envelope(run, runner_epoch, runners.settings.ready_timeout);
-    let (run_id, owner, epoch, server_epoch) = (
-        run.run_id.clone(),
-        shared.server_id.clone(),
-        runner_epoch.to_string(),
-        shared.epoch,
-    );
-    let admitted = blocking::write_without_fsync(&shared.store, move |tx| {
-        let authority = runs::start_run(tx, &run_id, &owner)?.value;
-        envelope.generation = authority.generation as u64;
-        let bytes = encode_frame(&envelope).map_err(|err| StoreError::InvalidInput {
-            what: "launch envelope",
-            detail: err.to_string(),
-        })?;
-        let worker = NewWorker {
-            runner_epoch: epoch.clone(),
-            run_id,
-            generation: authority.generation,
-            server_epoch,
-            launch_envelope_hash: sha256_hex(&bytes),
-        };
-        workers::record_launch(tx, &worker)?;
-        if let Some((pid, identity)) = &identity {
-            workers::record_process(tx, &epoch, *pid, identity)?;
-        }
-        Ok((authority, bytes))
-    })
-    .await;
-    match admitted {
-        Ok((authority, envelope)) => Ok((authority, LaunchHandOver::new(envelope, warm))),
-        Err(err) => {
-            give_back(runners, warm);
-            Err(err)
-        }
-    }
-}
-
 /// A new runner process in the run's project (the pool had none ready), spawned only now that
 /// its launch is recorded; its identity is recorded right after.
 async fn spawn_runner(args: &RunnerArgs) -> Result<RunnerProcess, ActorProcessingErr> {
@@ -334,24 +272,6 @@ async fn spawn_runner(args: &RunnerArgs) -> Result<RunnerProcess, ActorProcessin
     })
     .await?;
     Ok((child, channel, child_mark(&args.runner_epoch)))
-}
-
-/// A warm runner from the pool, not yet assigned; None when the pool has none ready.
-async fn take_warm(runners: &Runners) -> Option<WarmRunner> {
-    let pool = runners.pool()?;
-    let timeout = Some(Duration::from_millis(POOL_TAKE_TIMEOUT_MS));
-    match pool.call(PoolMsg::Take, timeout).await {
-        Ok(ractor::rpc::CallResult::Success(warm)) => warm,
-        _ => None,
-    }
-}
-
-/// A taken warm runner whose run was not admitted held nothing and saw no launch: back to
-/// the pool (dropped, which stops its group, when the pool is gone).
-fn give_back(runners: &Runners, warm: Option<WarmRunner>) {
-    if let (Some(warm), Some(pool)) = (warm, runners.pool()) {
-        let _ = pool.cast(PoolMsg::Return(Box::new(warm)));
-    }
 }
 
 /// Hand the process to a linked `ProcessActor`: it enforces the ready deadline (this actor
@@ -428,24 +348,6 @@ async fn control_run(
         })
     })
     .await
-}
-
-/// The launch envelope of `run` for `runner_epoch`; its generation is the claim's, set by the
-/// admission that records it.
-fn launch_envelope(run: &Admissible, runner_epoch: &str, load_deadline: Duration) -> Launch {
-    Launch {
-        schema: LAUNCH_SCHEMA.to_string(),
-        run_id: run.run_id.clone(),
-        generation: 0,
-        runner_epoch: runner_epoch.to_string(),
-        project_path: run.project_path.clone(),
-        // Stored canonical by the run's creator; an unreadable value sends `{}` (no file source).
-        workflow_source: serde_json::from_str(&run.workflow_source_json).unwrap_or(Value::Object(Map::new())),
-        definition_digest: run.definition_digest.clone(),
-        input_hash: run.input_hash.clone(),
-        protocol_version: RUNNER_PROTOCOL_VERSION,
-        load_deadline_ms: u64::try_from(load_deadline.as_millis()).unwrap_or(u64::MAX),
-    }
 }
 
 /// Hand the runner's frames to its actor, in order; at the channel's end say so (after the
