@@ -83,7 +83,7 @@ impl WarmRunner {
 /// A runner's process, the server's end of its channel, and the mark its descendants carry.
 pub type RunnerProcess = (ProcessChild, StdUnixStream, String);
 
-/// What an admission hands the new runner actor (`runner::admit_run`): the launch envelope
+/// What an admission hands the new runner actor (`admission.rs`): the launch envelope
 /// recorded for it, and the warm process taken for its run, if any (handed over once; a
 /// runner actor is never restarted).
 #[derive(Clone)]
