@@ -8,13 +8,17 @@
 //! - protected, sequential: one caller through the writer thread, each write doing the
 //!   spec's eight steps (claim check and renewal, event, viewer delta, revision bump);
 //! - protected, 8 callers: concurrent writers on separate runs, sharing commits (group
-//!   commit), which is how the server meets load from many runners.
+//!   commit), which is how the server meets load from many runners;
+//! - status reads (`run.status`: the run row, its counts, current node and pending request),
+//!   each after a protected write of the same run, as a poll during a live run meets them
+//!   (every commit empties a reader's page cache), and back to back with no write between.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pi_workflows::store::claims::{self, ClaimAuthority};
 use pi_workflows::store::events::{Actor, RunEvent};
+use pi_workflows::store::run_summary;
 use pi_workflows::store::runs::{self, ExecutionMode, NewRun};
 use pi_workflows::store::{Store, SystemClock};
 use rusqlite::Connection;
@@ -39,6 +43,10 @@ fn main() -> anyhow::Result<()> {
         writes,
         concurrent,
     );
+
+    let (after_write, back_to_back) = measure_status_reads(&store, writes)?;
+    report("status reads, after a write", writes, after_write);
+    report("status reads, back to back", writes, back_to_back);
 
     let rate = |elapsed: Duration| writes as f64 / elapsed.as_secs_f64();
     println!("ratio protected(1 caller) / raw = {:.2}", rate(sequential) / rate(raw));
@@ -100,6 +108,25 @@ fn measure_protected(store: &Store, callers: usize, writes: usize) -> anyhow::Re
         Ok(())
     })?;
     Ok(started.elapsed())
+}
+
+/// Time `reads` status reads of one live run: each after a protected write of that run (the
+/// write untimed), then back to back.
+fn measure_status_reads(store: &Store, reads: usize) -> anyhow::Result<(Duration, Duration)> {
+    let run_id = "bench-status";
+    let authority = start_live_run(store, run_id)?;
+    let mut after_write = Duration::ZERO;
+    for _ in 0..reads {
+        protected_writes(store, authority.clone(), 1)?;
+        let started = Instant::now();
+        std::hint::black_box(store.read(|conn| run_summary::run_summary(conn, run_id))?);
+        after_write += started.elapsed();
+    }
+    let started = Instant::now();
+    for _ in 0..reads {
+        std::hint::black_box(store.read(|conn| run_summary::run_summary(conn, run_id))?);
+    }
+    Ok((after_write, started.elapsed()))
 }
 
 fn protected_writes(store: &Store, authority: ClaimAuthority, count: usize) -> anyhow::Result<()> {

@@ -10,8 +10,8 @@ use pi_workflows::store::attempts::{self, AttemptOutcome, NewAttempt};
 use pi_workflows::store::blobs::put_json;
 use pi_workflows::store::claims::ClaimAuthority;
 use pi_workflows::store::interactions::{self, InteractionKind, Judged, NewInteraction, Submission, Submitted};
-use pi_workflows::store::runs;
 use pi_workflows::store::{Store, StoreError};
+use pi_workflows::store::{run_summary, run_view, runs};
 
 const RUN: &str = "run-i";
 
@@ -62,6 +62,41 @@ fn validating_run(store: &Store) -> ClaimAuthority {
     claim(store, RUN)
 }
 
+/// The runner accepts `sub-1` as the answer to `req-1`: the request is settled and the
+/// attempt completed in one write.
+fn accept_candidate(store: &Store, authority: ClaimAuthority) {
+    store
+        .write(move |tx| {
+            let output = put_json(tx, &serde_json::json!({"n": 2}), 1024)?;
+            let judged = Judged {
+                request_id: "req-1",
+                submission_id: "sub-1",
+                receipt_hash: &output,
+            };
+            interactions::accept(tx, &authority, None, &judged)
+        })
+        .expect("accept");
+}
+
+/// What a status poll, a run view and the contract read show of the run's pending request.
+fn pending_reads(
+    store: &Store,
+) -> (
+    run_summary::RunSummary,
+    run_view::RunViewFacts,
+    Option<serde_json::Value>,
+) {
+    store
+        .read(|conn| {
+            Ok((
+                run_summary::run_summary(conn, RUN)?,
+                run_view::run_view_facts(conn, RUN, 10)?,
+                run_summary::pending_contract(conn, RUN)?,
+            ))
+        })
+        .expect("read")
+}
+
 #[test]
 fn a_waiting_attempt_cannot_be_finished_past_its_pending_request() {
     let test = open_store();
@@ -79,17 +114,7 @@ fn a_waiting_attempt_cannot_be_finished_past_its_pending_request() {
     assert_eq!(snapshot(&test.store), before, "a refused finish changes nothing");
 
     // The runner's verdict settles the request and completes the attempt in one write.
-    test.store
-        .write(move |tx| {
-            let output = put_json(tx, &serde_json::json!({"n": 2}), 1024)?;
-            let judged = Judged {
-                request_id: "req-1",
-                submission_id: "sub-1",
-                receipt_hash: &output,
-            };
-            interactions::accept(tx, &authority, None, &judged)
-        })
-        .expect("accept");
+    accept_candidate(&test.store, authority);
     let conn = rusqlite::Connection::open(test.dir.path().join("state.sqlite")).expect("db");
     let row = |sql: &str| -> String { conn.query_row(sql, [], |row| row.get(0)).expect(sql) };
     assert_eq!(
@@ -98,6 +123,27 @@ fn a_waiting_attempt_cannot_be_finished_past_its_pending_request() {
     );
     assert_eq!(row("SELECT status FROM interactive_requests"), "settled");
     assert_eq!(row("SELECT outcome FROM interactive_submissions"), "accepted");
+}
+
+/// What status polls, run lists and run views read of the pending request: the request, its
+/// kind and its contract while it is pending, nothing once the runner accepted an answer.
+#[test]
+fn reads_name_the_pending_request_until_it_is_settled() {
+    let test = open_store();
+    let authority = validating_run(&test.store);
+    let (summary, facts, contract) = pending_reads(&test.store);
+    let pending = summary.pending_request.expect("a waiting run names its request");
+    assert_eq!((pending.request_id.as_str(), pending.kind.as_str()), ("req-1", "agent"));
+    let request = facts.pending_request.expect("the run view names the request");
+    assert_eq!(request.request_id, "req-1");
+    assert_eq!(request.attempt.map(|attempt| attempt.attempt_id).as_deref(), Some("a1"));
+    assert_eq!(contract, Some(serde_json::json!({"prompt": "count"})));
+
+    accept_candidate(&test.store, authority);
+    let (summary, facts, contract) = pending_reads(&test.store);
+    assert_eq!(summary.pending_request, None, "a settled request is not pending");
+    assert!(facts.pending_request.is_none());
+    assert_eq!(contract, None);
 }
 
 #[test]

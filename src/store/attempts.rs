@@ -256,14 +256,21 @@ fn require_live(tx: &WriteTx<'_>, run_id: &str, transition: &'static str) -> Sto
 /// Where a run's one unfinished attempt is read from: the partial index that keeps it one, a
 /// unique lookup whose `IN` term the index already implies. Left to itself SQLite seeks
 /// `(run_id, status)` once per status and builds a temporary table for the list each time.
-pub(crate) const UNFINISHED_ATTEMPT_FROM: &str = "FROM node_attempts INDEXED BY node_attempts_one_unfinished_per_run
-     WHERE run_id = ?1 AND status IN ('running', 'waiting')";
+/// A macro, not a `const`, so queries built from it are `concat!` literals: a `format!` per
+/// call cost an allocation and the statement cache a hash of a fresh string (hot reads).
+macro_rules! unfinished_attempt_from {
+    () => {
+        "FROM node_attempts INDEXED BY node_attempts_one_unfinished_per_run
+     WHERE run_id = ?1 AND status IN ('running', 'waiting')"
+    };
+}
+pub(crate) use unfinished_attempt_from;
 
 /// The run's unfinished attempt, if any.
 pub fn unfinished_attempt_id(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<Option<String>> {
     let id = tx
         .conn()
-        .prepare_cached(&format!("SELECT attempt_id {UNFINISHED_ATTEMPT_FROM}"))?
+        .prepare_cached(concat!("SELECT attempt_id ", unfinished_attempt_from!()))?
         .query_row([run_id], |row| row.get(0))
         .optional()?;
     Ok(id)

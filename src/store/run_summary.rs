@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::error::{StoreError, StoreResult};
 use super::run_view;
+use super::run_view::newest_pending_request_where;
 
 /// A page of `run.list` holds at most this many runs (a run-list page's bound).
 pub const RUN_LIST_LIMIT_MAX: usize = run_view::RUNS_PAGE_MAX;
@@ -113,10 +114,10 @@ pub fn run_result(conn: &Connection, run_id: &str) -> StoreResult<Option<serde_j
 /// The contract (prompt, summary, expected output) of the run's pending request, if any.
 pub fn pending_contract(conn: &Connection, run_id: &str) -> StoreResult<Option<serde_json::Value>> {
     let hash: Option<String> = conn
-        .prepare_cached(
-            "SELECT contract_hash FROM interactive_requests WHERE run_id = ?1 AND status = 'pending'
-             ORDER BY created_at DESC LIMIT 1",
-        )?
+        .prepare_cached(concat!(
+            "SELECT i.contract_hash FROM interactive_requests i WHERE ",
+            newest_pending_request_where!()
+        ))?
         .query_row([run_id], |row| row.get(0))
         .optional()?;
     match hash {

@@ -9,7 +9,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::attempts::UNFINISHED_ATTEMPT_FROM;
+use super::attempts::unfinished_attempt_from;
 use super::blobs::DEFINITION_MEDIA_TYPE;
 use super::error::{StoreError, StoreResult};
 use super::writer::WriteTx;
@@ -165,12 +165,18 @@ pub struct RunViewFacts {
     pub recent_attempts: Vec<AttemptFacts>,
 }
 
-const RUN_SELECT: &str = "SELECT r.run_id, r.workflow_name, r.status, q.status, r.paused, r.status_detail,
+/// The run row with its queue status and execution mode; a macro so each query is one
+/// `concat!` literal (see `unfinished_attempt_from`).
+macro_rules! run_select {
+    () => {
+        "SELECT r.run_id, r.workflow_name, r.status, q.status, r.paused, r.status_detail,
         r.revision, b.execution_mode, r.origin, r.parent_run_id, r.definition_digest, r.error_hash,
         r.created_at, r.updated_at, r.finished_at,
         (SELECT s.change_number FROM run_settings s WHERE s.run_id = r.run_id),
         (SELECT c.run_id FROM runs c WHERE c.parent_run_id = r.run_id AND c.origin = 'continuation' LIMIT 1)
-     FROM runs r JOIN run_queue q ON q.run_id = r.run_id JOIN run_bindings b ON b.run_id = r.run_id";
+     FROM runs r JOIN run_queue q ON q.run_id = r.run_id JOIN run_bindings b ON b.run_id = r.run_id"
+    };
+}
 
 fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunFacts> {
     Ok(RunFacts {
@@ -196,12 +202,15 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunFacts> {
 
 /// Every query selecting these reads `FROM node_attempts` (the blob lengths are correlated
 /// subqueries on its hash columns; attempt values are always stored as JSON blobs).
-const ATTEMPT_COLUMNS: &str =
-    "rowid, attempt_id, node_id, node_path, node_type, visit, status, started_at, finished_at,
+macro_rules! attempt_columns {
+    () => {
+        "rowid, attempt_id, node_id, node_path, node_type, visit, status, started_at, finished_at,
      output_hash, (SELECT b.byte_length FROM blobs b
                    WHERE b.blob_hash = node_attempts.output_hash AND b.media_type = 'application/json'),
      error_hash, (SELECT b.byte_length FROM blobs b
-                  WHERE b.blob_hash = node_attempts.error_hash AND b.media_type = 'application/json')";
+                  WHERE b.blob_hash = node_attempts.error_hash AND b.media_type = 'application/json')"
+    };
+}
 
 fn attempt_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<AttemptFacts> {
     Ok(AttemptFacts {
@@ -252,7 +261,7 @@ pub fn presentation_revision(conn: &Connection, run_id: &str) -> StoreResult<Opt
 
 /// One run's lifecycle row (with its queue status and execution mode).
 pub fn run_facts(conn: &Connection, run_id: &str) -> StoreResult<RunFacts> {
-    conn.prepare_cached(&format!("{RUN_SELECT} WHERE r.run_id = ?1"))?
+    conn.prepare_cached(concat!(run_select!(), " WHERE r.run_id = ?1"))?
         .query_row([run_id], run_row)
         .optional()?
         .ok_or_else(|| StoreError::RunNotFound {
@@ -308,25 +317,41 @@ fn live_worker(conn: &Connection, run_id: &str) -> StoreResult<Option<WorkerFact
 /// The run's one unfinished (running or waiting) attempt: its current node.
 pub fn unfinished_attempt(conn: &Connection, run_id: &str) -> StoreResult<Option<AttemptFacts>> {
     Ok(conn
-        .prepare_cached(&format!("SELECT {ATTEMPT_COLUMNS} {UNFINISHED_ATTEMPT_FROM}"))?
+        .prepare_cached(concat!("SELECT ", attempt_columns!(), " ", unfinished_attempt_from!()))?
         .query_row([run_id], attempt_row)
         .optional()?)
 }
 
+/// The condition (on `interactive_requests i`, run `?1`) that holds for exactly the run's
+/// newest pending request, by `created_at` then `request_id`: the pending row no other
+/// pending row of the run follows. Not `ORDER BY … LIMIT 1`: the `(run_id, status)` index
+/// finds the pending rows (nearly always none or one), and SQLite opened a sorter for the
+/// `ORDER BY` on every read of it (each status poll, each run-feed rebuild).
+macro_rules! newest_pending_request_where {
+    () => {
+        "i.run_id = ?1 AND i.status = 'pending'
+         AND NOT EXISTS (SELECT 1 FROM interactive_requests o WHERE o.run_id = ?1 AND o.status = 'pending'
+                         AND (o.created_at, o.request_id) > (i.created_at, i.request_id))"
+    };
+}
+pub(crate) use newest_pending_request_where;
+
 fn pending_request(conn: &Connection, run_id: &str) -> StoreResult<Option<RequestFacts>> {
     let request: Option<(String, String, i64, String)> = conn
-        .prepare_cached(
-            "SELECT request_id, kind, created_at, attempt_id FROM interactive_requests
-             WHERE run_id = ?1 AND status = 'pending' ORDER BY created_at DESC, request_id DESC LIMIT 1",
-        )?
+        .prepare_cached(concat!(
+            "SELECT i.request_id, i.kind, i.created_at, i.attempt_id FROM interactive_requests i WHERE ",
+            newest_pending_request_where!()
+        ))?
         .query_row([run_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
         .optional()?;
     let Some((request_id, kind, created_at, attempt_id)) = request else {
         return Ok(None);
     };
     let attempt = conn
-        .prepare_cached(&format!(
-            "SELECT {ATTEMPT_COLUMNS} FROM node_attempts WHERE attempt_id = ?1"
+        .prepare_cached(concat!(
+            "SELECT ",
+            attempt_columns!(),
+            " FROM node_attempts WHERE attempt_id = ?1"
         ))?
         .query_row([&attempt_id], attempt_row)
         .optional()?;
@@ -402,10 +427,10 @@ fn update_views(conn: &Connection, facts: Vec<super::interactions::UpdateFacts>)
 /// nothing more).
 pub fn pending_request_brief(conn: &Connection, run_id: &str) -> StoreResult<Option<(String, String)>> {
     Ok(conn
-        .prepare_cached(
-            "SELECT request_id, kind FROM interactive_requests WHERE run_id = ?1 AND status = 'pending'
-             ORDER BY created_at DESC, request_id DESC LIMIT 1",
-        )?
+        .prepare_cached(concat!(
+            "SELECT i.request_id, i.kind FROM interactive_requests i WHERE ",
+            newest_pending_request_where!()
+        ))?
         .query_row([run_id], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?)
 }
@@ -420,8 +445,10 @@ fn ambiguous_effects(conn: &Connection, run_id: &str) -> StoreResult<i64> {
 
 fn recent_attempts(conn: &Connection, run_id: &str, window: usize) -> StoreResult<Vec<AttemptFacts>> {
     let mut newest_first = conn
-        .prepare_cached(&format!(
-            "SELECT {ATTEMPT_COLUMNS} FROM node_attempts WHERE run_id = ?1 ORDER BY rowid DESC LIMIT ?2"
+        .prepare_cached(concat!(
+            "SELECT ",
+            attempt_columns!(),
+            " FROM node_attempts WHERE run_id = ?1 ORDER BY rowid DESC LIMIT ?2"
         ))?
         .query_map(params![run_id, window as i64], attempt_row)?
         .collect::<Result<Vec<_>, _>>()?;
@@ -438,8 +465,10 @@ pub fn attempts_page(
 ) -> StoreResult<Vec<AttemptFacts>> {
     assert!(limit <= ATTEMPTS_PAGE_MAX, "attempt pages are bounded");
     Ok(conn
-        .prepare_cached(&format!(
-            "SELECT {ATTEMPT_COLUMNS} FROM node_attempts WHERE run_id = ?1 AND rowid > ?2 ORDER BY rowid LIMIT ?3"
+        .prepare_cached(concat!(
+            "SELECT ",
+            attempt_columns!(),
+            " FROM node_attempts WHERE run_id = ?1 AND rowid > ?2 ORDER BY rowid LIMIT ?3"
         ))?
         .query_map(params![run_id, after_seq.unwrap_or(0), limit as i64], attempt_row)?
         .collect::<Result<Vec<_>, _>>()?)
@@ -470,14 +499,16 @@ pub fn newest_runs(conn: &Connection, before: Option<(i64, &str)>, limit: usize)
     assert!(limit <= RUNS_PAGE_MAX, "run pages are bounded");
     Ok(match before {
         None => conn
-            .prepare_cached(&format!(
-                "{RUN_SELECT} ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?1"
+            .prepare_cached(concat!(
+                run_select!(),
+                " ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?1"
             ))?
             .query_map(params![limit as i64], run_row)?
             .collect::<Result<Vec<_>, _>>()?,
         Some((created_at, run_id)) => conn
-            .prepare_cached(&format!(
-                "{RUN_SELECT} WHERE (r.created_at, r.run_id) < (?1, ?2)
+            .prepare_cached(concat!(
+                run_select!(),
+                " WHERE (r.created_at, r.run_id) < (?1, ?2)
                  ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?3"
             ))?
             .query_map(params![created_at, run_id, limit as i64], run_row)?
