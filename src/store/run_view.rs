@@ -166,14 +166,18 @@ pub struct RunViewFacts {
 }
 
 /// The run row with its queue status and execution mode; a macro so each query is one
-/// `concat!` literal (see `unfinished_attempt_from`).
+/// `concat!` literal (see `unfinished_attempt_from`). Only a run settled `continued` has a
+/// continuation (both are written in one transaction, `continuations::answer_checkpoint`),
+/// so only its row looks one up: every other read (each status poll) skips that index.
 macro_rules! run_select {
     () => {
         "SELECT r.run_id, r.workflow_name, r.status, q.status, r.paused, r.status_detail,
         r.revision, b.execution_mode, r.origin, r.parent_run_id, r.definition_digest, r.error_hash,
         r.created_at, r.updated_at, r.finished_at,
         (SELECT s.change_number FROM run_settings s WHERE s.run_id = r.run_id),
-        (SELECT c.run_id FROM runs c WHERE c.parent_run_id = r.run_id AND c.origin = 'continuation' LIMIT 1)
+        CASE WHEN r.status_detail = 'continued' THEN
+          (SELECT c.run_id FROM runs c WHERE c.parent_run_id = r.run_id AND c.origin = 'continuation' LIMIT 1)
+        END
      FROM runs r JOIN run_queue q ON q.run_id = r.run_id JOIN run_bindings b ON b.run_id = r.run_id"
     };
 }
