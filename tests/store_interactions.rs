@@ -10,8 +10,7 @@ use pi_workflows::store::attempts::{self, AttemptOutcome, NewAttempt};
 use pi_workflows::store::blobs::put_json;
 use pi_workflows::store::claims::ClaimAuthority;
 use pi_workflows::store::interactions::{self, InteractionKind, Judged, NewInteraction, Submission, Submitted};
-use pi_workflows::store::{Store, StoreError};
-use pi_workflows::store::{run_summary, run_view, runs};
+use pi_workflows::store::{Store, StoreError, run_summary, run_view, runs};
 
 const RUN: &str = "run-i";
 
