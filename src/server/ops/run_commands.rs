@@ -74,12 +74,12 @@ pub async fn run_start(ctx: &OpsContext, request: &Request) -> Answer {
             let (shared, runners) = (Arc::clone(&ctx.shared), Arc::clone(&ctx.runners));
             tokio::spawn(async move { admission.launch(&shared, &runners, admitted).await });
         }
-        (admission, _) => {
-            if let Some(admission) = admission {
-                admission.give_back(&ctx.runners);
-            }
+        // Not admitted with its creation: the scheduler admits the run in turn.
+        (Some(admission), None) => {
+            admission.give_back(&ctx.runners);
             ctx.shared.wake_scheduler();
         }
+        (None, _) => ctx.shared.wake_scheduler(),
     }
     answer_of(stored)
 }
