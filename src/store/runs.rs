@@ -34,6 +34,16 @@ use super::run_endings::{Ending, cancel_pending_messages, end_claimed, end_run};
 use super::writer::WriteTx;
 use crate::wire_enum::wire_enum;
 
+/// A queue row still holding its run's origin-session reservation: the predicate of the
+/// partial unique index `run_queue_one_active_per_session`, word for word, so a read by
+/// session can use that index (SQLite matches a partial index's terms literally).
+macro_rules! session_reserved {
+    () => {
+        "status <> 'done' AND status <> 'failed' AND status <> 'cancelled'"
+    };
+}
+pub(crate) use session_reserved;
+
 wire_enum! {
     /// Durable run status.
     pub enum RunStatus {
@@ -285,10 +295,10 @@ pub fn queue_run(tx: &WriteTx<'_>, new_run: &NewRun) -> StoreResult<i64> {
     }
     if let ExecutionMode::Interactive { origin_session_id } = &new_run.execution {
         let busy: bool = conn
-            .prepare_cached(
-                "SELECT count(*) > 0 FROM run_queue WHERE origin_session_id = ?1
-                 AND status NOT IN ('done', 'failed', 'cancelled')",
-            )?
+            .prepare_cached(concat!(
+                "SELECT count(*) > 0 FROM run_queue WHERE origin_session_id = ?1 AND ",
+                session_reserved!()
+            ))?
             .query_row([origin_session_id], |row| row.get(0))?;
         if busy {
             return Err(StoreError::SessionBusy {

@@ -6,7 +6,10 @@
 --
 -- Conventions: every table is STRICT; times are UTC milliseconds since the Unix epoch
 -- (`*_at`); `*_hash` columns hold lowercase hex SHA-256 digests of canonical JSON or of
--- blob bytes; content itself lives in `blobs` or `run_view_content`.
+-- blob bytes; content itself lives in `blobs` or `run_view_content`. A closed set of three
+-- or more values is checked as an `OR` chain (`<>` with `AND` when negated), never as
+-- `IN (…)`: SQLite builds a temporary b-tree for such a list on every statement that checks
+-- it, which was ~3 % of the server's CPU on a run's writes.
 
 CREATE TABLE schema_meta (
   id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -36,15 +39,17 @@ CREATE TABLE runs (
   parent_run_id TEXT REFERENCES runs (run_id),
   root_run_id TEXT NOT NULL,
   -- How the run began: its runner's first command is `start`, `restart` or `continue`.
-  origin TEXT NOT NULL DEFAULT 'start' CHECK (origin IN ('start', 'restart', 'continuation')),
+  origin TEXT NOT NULL DEFAULT 'start' CHECK (origin = 'start' OR origin = 'restart'
+    OR origin = 'continuation'),
   -- A continuation names its waiting checkpoint parent attempt.
   parent_attempt_id TEXT,
   definition_digest TEXT NOT NULL,
   -- The workflow source identity (root and mounted file hashes), canonical JSON.
   workflow_source_json TEXT NOT NULL DEFAULT '{}' CHECK (length(workflow_source_json) <= 65536),
   input_hash TEXT NOT NULL,
-  status TEXT NOT NULL CHECK (status IN
-    ('queued', 'running', 'waiting', 'completed', 'failed', 'timed_out', 'cancelled')),
+  status TEXT NOT NULL CHECK (status = 'queued' OR status = 'running' OR status = 'waiting'
+    OR status = 'completed' OR status = 'failed' OR status = 'timed_out'
+    OR status = 'cancelled'),
   paused INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)),
   -- Why the run stopped or parked: a failure-class code such as runnerNoProgress.
   status_detail TEXT,
@@ -55,13 +60,15 @@ CREATE TABLE runs (
   created_at INTEGER NOT NULL,
   updated_at INTEGER NOT NULL,
   finished_at INTEGER,
-  CHECK ((finished_at IS NOT NULL) = (status IN ('completed', 'failed', 'timed_out', 'cancelled'))),
+  CHECK ((finished_at IS NOT NULL) = (status = 'completed' OR status = 'failed'
+    OR status = 'timed_out' OR status = 'cancelled')),
   CHECK ((origin = 'continuation') = (parent_attempt_id IS NOT NULL)),
   CHECK (origin = 'start' OR parent_run_id IS NOT NULL)
 ) STRICT;
 
 CREATE INDEX runs_by_root ON runs (root_run_id);
-CREATE INDEX runs_by_parent ON runs (parent_run_id);
+-- Partial: most runs have no parent, and an index entry for NULL would only cost writes.
+CREATE INDEX runs_by_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
 -- The run list, newest first.
 CREATE INDEX runs_by_created ON runs (created_at, run_id);
 
@@ -72,13 +79,15 @@ CREATE TABLE run_bindings (
   CHECK ((execution_mode = 'interactive') = (origin_session_id IS NOT NULL))
 ) STRICT;
 
--- A session view finds its newest run (active, or a retained terminal one).
-CREATE INDEX run_bindings_by_session ON run_bindings (origin_session_id);
+-- A session view finds its newest run (active, or a retained terminal one). Headless runs
+-- have no session and no entry.
+CREATE INDEX run_bindings_by_session ON run_bindings (origin_session_id)
+  WHERE origin_session_id IS NOT NULL;
 
 CREATE TABLE run_queue (
   run_id TEXT PRIMARY KEY REFERENCES runs (run_id) ON DELETE CASCADE,
-  status TEXT NOT NULL CHECK (status IN
-    ('queued', 'starting', 'running', 'parked', 'done', 'failed', 'cancelled')),
+  status TEXT NOT NULL CHECK (status = 'queued' OR status = 'starting' OR status = 'running'
+    OR status = 'parked' OR status = 'done' OR status = 'failed' OR status = 'cancelled'),
   available_at INTEGER NOT NULL,
   -- The origin-session reservation of an interactive run (NULL for headless runs).
   origin_session_id TEXT,
@@ -90,7 +99,8 @@ CREATE INDEX run_queue_admission ON run_queue (status, available_at);
 
 -- An interactive run holds its origin-session reservation until it is terminal.
 CREATE UNIQUE INDEX run_queue_one_active_per_session ON run_queue (origin_session_id)
-  WHERE origin_session_id IS NOT NULL AND status NOT IN ('done', 'failed', 'cancelled');
+  WHERE origin_session_id IS NOT NULL AND status <> 'done' AND status <> 'failed'
+    AND status <> 'cancelled';
 
 -- Claims ---------------------------------------------------------------------------------
 
@@ -101,7 +111,7 @@ CREATE TABLE leases (
   resource_type TEXT NOT NULL CHECK (resource_type IN ('run', 'server')),
   resource_id TEXT NOT NULL,
   generation INTEGER NOT NULL CHECK (generation >= 1),
-  owner_type TEXT CHECK (owner_type IN ('host', 'control', 'server')),
+  owner_type TEXT CHECK (owner_type = 'host' OR owner_type = 'control' OR owner_type = 'server'),
   owner_id TEXT,
   token_hash TEXT CHECK (length(token_hash) = 64),
   acquired_at INTEGER,
@@ -125,7 +135,8 @@ CREATE TABLE events (
   run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
   resource_revision INTEGER NOT NULL,
   event_type TEXT NOT NULL,
-  actor_type TEXT NOT NULL CHECK (actor_type IN ('host', 'control', 'client', 'system')),
+  actor_type TEXT NOT NULL CHECK (actor_type = 'host' OR actor_type = 'control'
+    OR actor_type = 'client' OR actor_type = 'system'),
   lease_generation INTEGER,
   payload_hash TEXT,
   created_at INTEGER NOT NULL,
@@ -158,8 +169,9 @@ CREATE TABLE node_attempts (
   node_path TEXT NOT NULL,
   visit INTEGER NOT NULL CHECK (visit >= 1),
   node_type TEXT NOT NULL,
-  status TEXT NOT NULL CHECK (status IN
-    ('running', 'waiting', 'interrupted', 'completed', 'failed', 'timed_out', 'cancelled')),
+  status TEXT NOT NULL CHECK (status = 'running' OR status = 'waiting' OR status = 'interrupted'
+    OR status = 'completed' OR status = 'failed' OR status = 'timed_out'
+    OR status = 'cancelled'),
   lease_generation INTEGER NOT NULL,
   started_at INTEGER NOT NULL,
   finished_at INTEGER,
@@ -206,8 +218,9 @@ CREATE INDEX human_decisions_by_attempt ON human_decisions (attempt_id);
 CREATE TABLE human_decision_resolutions (
   decision_id TEXT PRIMARY KEY REFERENCES human_decisions (decision_id) ON DELETE CASCADE,
   outcome TEXT NOT NULL CHECK (outcome IN ('accepted', 'cancelled')),
-  provenance TEXT NOT NULL CHECK (provenance IN
-    ('human', 'timeout_policy', 'explicit_cancel', 'expired_no_default', 'run_ended')),
+  provenance TEXT NOT NULL CHECK (provenance = 'human' OR provenance = 'timeout_policy'
+    OR provenance = 'explicit_cancel' OR provenance = 'expired_no_default'
+    OR provenance = 'run_ended'),
   response_hash TEXT,
   resolved_at INTEGER NOT NULL
 ) STRICT;
@@ -237,7 +250,8 @@ CREATE TABLE channel_messages (
   channel_revision INTEGER NOT NULL DEFAULT 0 CHECK (channel_revision >= 0),
   -- `pending`: to send; `presented`: sent and open; `closed`: its closing edit applied;
   -- `failed`: the send was refused for good (the decision stays answerable elsewhere).
-  state TEXT NOT NULL CHECK (state IN ('pending', 'presented', 'closed', 'failed')),
+  state TEXT NOT NULL CHECK (state = 'pending' OR state = 'presented' OR state = 'closed'
+    OR state = 'failed'),
   created_at INTEGER NOT NULL,
   updated_at INTEGER NOT NULL,
   UNIQUE (decision_id, profile, chat_id)
@@ -258,7 +272,8 @@ CREATE TABLE effects (
   -- The workflow's contract (spec "Effects and retry safety"): after an uncertain crash an
   -- idempotent effect is applied again with its key, a read-back effect is observed first,
   -- a manual one becomes ambiguous.
-  recovery TEXT NOT NULL CHECK (recovery IN ('idempotent', 'readBack', 'manual')),
+  recovery TEXT NOT NULL CHECK (recovery = 'idempotent' OR recovery = 'readBack'
+    OR recovery = 'manual'),
   -- Who executes it: the run's runner (a workflow node), or a channel adapter presenting a
   -- decision (docs/CHANNELS.md). A runner's lifecycle (its death, a review, resume gating)
   -- touches only its own; a channel adapter's death only the channel's.
@@ -269,8 +284,8 @@ CREATE TABLE effects (
   attempt_id TEXT,
   -- A short, non-secret description for review (e.g. a command name), at most 200 bytes.
   request_summary TEXT CHECK (request_summary IS NULL OR length(CAST(request_summary AS BLOB)) <= 200),
-  status TEXT NOT NULL CHECK (status IN
-    ('pending', 'applying', 'applied', 'rejected', 'ambiguous', 'cancelled')),
+  status TEXT NOT NULL CHECK (status = 'pending' OR status = 'applying' OR status = 'applied'
+    OR status = 'rejected' OR status = 'ambiguous' OR status = 'cancelled'),
   attempt_count INTEGER NOT NULL DEFAULT 0 CHECK (attempt_count >= 0),
   result_hash TEXT,
   external_ref TEXT,
@@ -287,9 +302,11 @@ CREATE TABLE effect_attempts (
   attempt_number INTEGER NOT NULL CHECK (attempt_number >= 1),
   runner_epoch TEXT,
   lease_generation INTEGER NOT NULL,
-  outcome TEXT CHECK (outcome IN ('applied', 'rejected', 'ambiguous', 'interrupted', 'cancelled')),
+  outcome TEXT CHECK (outcome = 'applied' OR outcome = 'rejected' OR outcome = 'ambiguous'
+    OR outcome = 'interrupted' OR outcome = 'cancelled'),
   -- How an ambiguous attempt was settled by an operator's review (NULL: not reviewed).
-  review TEXT CHECK (review IS NULL OR (outcome = 'ambiguous' AND review IN ('applied', 'retry', 'failed'))),
+  review TEXT CHECK (review IS NULL OR (outcome = 'ambiguous' AND (review = 'applied'
+    OR review = 'retry' OR review = 'failed'))),
   started_at INTEGER NOT NULL,
   finished_at INTEGER,
   PRIMARY KEY (effect_id, attempt_number),
@@ -303,14 +320,16 @@ CREATE TABLE interactive_requests (
   run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
   attempt_id TEXT NOT NULL UNIQUE REFERENCES node_attempts (attempt_id) ON DELETE CASCADE,
   target_session_id TEXT,
-  kind TEXT NOT NULL CHECK (kind IN ('agent', 'assistant', 'checkpoint', 'decision')),
+  kind TEXT NOT NULL CHECK (kind = 'agent' OR kind = 'assistant' OR kind = 'checkpoint'
+    OR kind = 'decision'),
   contract_hash TEXT NOT NULL,
   -- The answer revision: a resume of a paused agent or assistant step increments it (the
   -- step is presented again as a fresh turn); a decision's never changes.
   revision INTEGER NOT NULL DEFAULT 1 CHECK (revision >= 1),
   -- `cancelled` also closes a step whose attempt failed `missingSubmission` (the attempt
   -- carries the error); `timed_out`: its deadline fired (the attempt is `timed_out`).
-  status TEXT NOT NULL CHECK (status IN ('pending', 'settled', 'cancelled', 'timed_out')),
+  status TEXT NOT NULL CHECK (status = 'pending' OR status = 'settled' OR status = 'cancelled'
+    OR status = 'timed_out'),
   accepted_submission_id TEXT,
   -- Origin-session turns that ended with the step still pending, not paused and without an
   -- accepted or validating submission (at most 3: the third fails the attempt).
@@ -364,7 +383,8 @@ CREATE TABLE interactive_submissions (
   request_id TEXT NOT NULL REFERENCES interactive_requests (request_id) ON DELETE CASCADE,
   idempotency_key TEXT NOT NULL,
   payload_hash TEXT NOT NULL,
-  outcome TEXT NOT NULL CHECK (outcome IN ('validating', 'accepted', 'rejected')),
+  outcome TEXT NOT NULL CHECK (outcome = 'validating' OR outcome = 'accepted'
+    OR outcome = 'rejected'),
   receipt_hash TEXT,
   submitted_at INTEGER NOT NULL,
   settled_at INTEGER,
@@ -377,13 +397,14 @@ CREATE TABLE workflow_messages (
   workflow_message_id TEXT PRIMARY KEY,
   run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
   target_session_id TEXT NOT NULL,
-  kind TEXT NOT NULL CHECK (kind IN ('step', 'decision', 'notification', 'terminal', 'followUp')),
+  kind TEXT NOT NULL CHECK (kind = 'step' OR kind = 'decision' OR kind = 'notification'
+    OR kind = 'terminal' OR kind = 'followUp'),
   -- The source record: an interactive request, decision, notification node, run or follow-up.
   source_id TEXT NOT NULL,
-  reason TEXT CHECK (reason IN ('initial', 'reminder', 'resumed')),
+  reason TEXT CHECK (reason = 'initial' OR reason = 'reminder' OR reason = 'resumed'),
   content_hash TEXT NOT NULL,
   order_number INTEGER NOT NULL CHECK (order_number >= 1),
-  status TEXT NOT NULL CHECK (status IN ('pending', 'sent', 'cancelled')),
+  status TEXT NOT NULL CHECK (status = 'pending' OR status = 'sent' OR status = 'cancelled'),
   pi_session_entry_id TEXT,
   created_at INTEGER NOT NULL,
   updated_at INTEGER NOT NULL,
@@ -412,8 +433,8 @@ CREATE TABLE workflow_turns (
   turn_id TEXT NOT NULL CHECK (length(turn_id) BETWEEN 1 AND 256),
   workflow_message_id TEXT NOT NULL REFERENCES workflow_messages (workflow_message_id) ON DELETE CASCADE,
   run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
-  status TEXT NOT NULL CHECK (status IN ('open', 'ended', 'lost')),
-  outcome TEXT CHECK (outcome IN ('completed', 'aborted', 'error')),
+  status TEXT NOT NULL CHECK (status = 'open' OR status = 'ended' OR status = 'lost'),
+  outcome TEXT CHECK (outcome = 'completed' OR outcome = 'aborted' OR outcome = 'error'),
   response_entry_id TEXT CHECK (response_entry_id IS NULL OR length(response_entry_id) BETWEEN 1 AND 256),
   started_at INTEGER NOT NULL,
   ended_at INTEGER,
@@ -458,7 +479,8 @@ CREATE TABLE run_settings (
 CREATE TABLE run_setting_changes (
   run_id TEXT NOT NULL REFERENCES run_settings (run_id) ON DELETE CASCADE,
   change_number INTEGER NOT NULL CHECK (change_number >= 0),
-  actor TEXT NOT NULL CHECK (actor IN ('workflow', 'inherited', 'human', 'session')),
+  actor TEXT NOT NULL CHECK (actor = 'workflow' OR actor = 'inherited' OR actor = 'human'
+    OR actor = 'session'),
   patch_hash TEXT,
   settings_hash TEXT NOT NULL,
   changed_at INTEGER NOT NULL,
@@ -514,8 +536,9 @@ CREATE TABLE run_workers (
   pid INTEGER,
   -- boot id + pid + /proc starttime: a reused PID never matches.
   process_start_identity TEXT,
-  status TEXT NOT NULL CHECK (status IN
-    ('starting', 'ready', 'exited', 'cancelled', 'timedOut', 'crashed', 'claimLost', 'orphaned')),
+  status TEXT NOT NULL CHECK (status = 'starting' OR status = 'ready' OR status = 'exited'
+    OR status = 'cancelled' OR status = 'timedOut' OR status = 'crashed'
+    OR status = 'claimLost' OR status = 'orphaned'),
   started_at INTEGER NOT NULL,
   ready_at INTEGER,
   finished_at INTEGER,

@@ -11,6 +11,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use super::error::StoreResult;
+use super::runs::session_reserved;
 use super::turns::{self, TurnRow};
 
 /// Messages one session view window holds at most.
@@ -94,9 +95,10 @@ pub(super) fn window_ids(conn: &Connection, session_id: &str) -> StoreResult<BTr
 /// The session's nonterminal interactive run (at most one: the queue's reservation).
 fn active_run(conn: &Connection, session_id: &str) -> StoreResult<Option<String>> {
     Ok(conn
-        .prepare_cached(
-            "SELECT run_id FROM run_queue WHERE origin_session_id = ?1 AND status NOT IN ('done', 'failed', 'cancelled')",
-        )?
+        .prepare_cached(concat!(
+            "SELECT run_id FROM run_queue WHERE origin_session_id = ?1 AND ",
+            session_reserved!()
+        ))?
         .query_row([session_id], |row| row.get(0))
         .optional()?)
 }

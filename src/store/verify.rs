@@ -5,6 +5,7 @@ use rusqlite::Connection;
 use serde::Serialize;
 
 use super::error::StoreResult;
+use super::runs::session_reserved;
 
 /// The spec's run-lifecycle invariants as queries that count violating rows.
 pub const LIFECYCLE_INVARIANTS: &[(&str, &str)] = &[
@@ -99,9 +100,11 @@ pub const LIFECYCLE_INVARIANTS: &[(&str, &str)] = &[
     ),
     (
         "more than one active interactive run in a session",
-        "SELECT count(*) FROM (SELECT origin_session_id FROM run_queue
-                               WHERE origin_session_id IS NOT NULL AND status NOT IN ('done', 'failed', 'cancelled')
-                               GROUP BY origin_session_id HAVING count(*) > 1)",
+        concat!(
+            "SELECT count(*) FROM (SELECT origin_session_id FROM run_queue WHERE origin_session_id IS NOT NULL AND ",
+            session_reserved!(),
+            " GROUP BY origin_session_id HAVING count(*) > 1)"
+        ),
     ),
     (
         "cleared terminal view naming a run of another session",
