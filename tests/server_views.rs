@@ -109,6 +109,63 @@ fn follow(
     seen
 }
 
+fn status_of(client: &mut Client, run_id: &str) -> JsonObject {
+    receipt(request(client, Operation::RunStatus, Some(run_id), json!({})))
+}
+
+/// A polled `run.status` is answered from the last read while the store is unchanged; it
+/// must still show every change at once. A status read right after a control's answer shows
+/// the control, however often the run was polled just before; a polled run's revision never
+/// goes back; and the end matches the store.
+#[test]
+fn a_polled_status_shows_every_change_at_once() {
+    let server = Server::start(1, 1000, "steps=12,step-delay-ms=30");
+    let mut client = server.client();
+    wait_for_status(&mut client, "run-0", "running");
+    for round in 0..3 {
+        for _ in 0..5 {
+            status_of(&mut client, "run-0");
+        }
+        receipt(request(&mut client, Operation::RunPause, Some("run-0"), json!({})));
+        let paused = status_of(&mut client, "run-0");
+        assert_eq!(paused["paused"], true, "round {round}: {paused:?}");
+        for _ in 0..5 {
+            assert_eq!(status_of(&mut client, "run-0")["paused"], true, "round {round}");
+        }
+        receipt(request(&mut client, Operation::RunResume, Some("run-0"), json!({})));
+        let resumed = status_of(&mut client, "run-0");
+        assert_eq!(resumed["paused"], false, "round {round}: {resumed:?}");
+    }
+    let deadline = Instant::now() + WAIT;
+    let mut revision_seen = 0;
+    let last = loop {
+        let status = status_of(&mut client, "run-0");
+        let revision = status["revision"].as_i64().expect("revision");
+        assert!(
+            revision >= revision_seen,
+            "the revision went back: {revision_seen} then {status:?}"
+        );
+        revision_seen = revision;
+        if status["status"] == "completed" {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the run never completed: {status:?}");
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let stored_revision: i64 = common::query_db(server.dir.path(), "SELECT revision FROM runs WHERE run_id = 'run-0'");
+    let stored_steps: i64 = common::query_db(
+        server.dir.path(),
+        "SELECT count(*) FROM node_attempts WHERE run_id = 'run-0' AND status = 'completed'",
+    );
+    assert_eq!(last["revision"], stored_revision, "{last:?}");
+    assert_eq!(last["completedSteps"], stored_steps, "{last:?}");
+    assert_eq!(
+        status_of(&mut client, "run-0"),
+        last,
+        "unchanged store, the same answer"
+    );
+}
+
 #[test]
 fn a_watcher_gets_one_snapshot_then_patches_that_rebuild_the_final_view() {
     let server = Server::start(1, 30, "steps=30,step-delay-ms=15");

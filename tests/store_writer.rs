@@ -211,6 +211,28 @@ fn only_a_commit_that_changed_rows_wakes_the_watchers_of_commits() {
     );
 }
 
+/// A result read under one data version stays exact while the version is unchanged (the
+/// `run.status` cache relies on it): a write that changed rows has moved the version by the
+/// time its caller hears of the commit, and one that changed nothing never moves it.
+#[test]
+fn the_data_version_moves_before_a_changing_write_is_answered() {
+    let t = common::open_store();
+    let store = Arc::new(t.store);
+    let before = store.data_version();
+    store.write(|_| Ok(())).expect("an empty write");
+    assert_eq!(store.data_version(), before, "a write that changed nothing");
+    for (n, run_id) in ["run-version-1", "run-version-2"].into_iter().enumerate() {
+        store
+            .write(|tx| runs::queue_run(tx, &common::new_run(run_id)))
+            .expect("a run queued");
+        assert_eq!(
+            store.data_version(),
+            before + n as u64 + 1,
+            "answered after the version moved"
+        );
+    }
+}
+
 /// Queue `run_id` with an awaited `Disk` write (a watched change).
 async fn queue_run_async(store: &Store, run_id: &'static str) {
     store

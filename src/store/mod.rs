@@ -146,6 +146,12 @@ impl Store {
         self.writer.commits()
     }
 
+    /// Moves with every commit that changed rows, before its writers are answered (see
+    /// `Writer::data_version`): a result read under an unchanged number is still exact.
+    pub fn data_version(&self) -> u64 {
+        self.writer.data_version()
+    }
+
     /// Run `query` on a read-only connection inside one read transaction, so it sees one
     /// consistent snapshot.
     pub fn read<T>(&self, query: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {

@@ -21,6 +21,7 @@ use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::thread::JoinHandle;
 
@@ -257,6 +258,8 @@ pub struct Writer {
     /// Counts committed transactions that changed rows of `Watched` jobs; live views wait on
     /// it instead of polling.
     commits: tokio::sync::watch::Receiver<u64>,
+    /// See `data_version`.
+    data_version: Arc<AtomicU64>,
     /// Closed when the writer thread ends (its sender lives on the thread's stack, so a
     /// panic closes it too): a watcher waits on it instead of polling `is_running`.
     alive: tokio::sync::watch::Receiver<()>,
@@ -267,16 +270,27 @@ impl Writer {
         let (sender, receiver) = sync_channel(WRITER_QUEUE_LEN_MAX);
         let (committed, commits) = tokio::sync::watch::channel(0);
         let (running, alive) = tokio::sync::watch::channel(());
+        let data_version = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&data_version);
         let thread = std::thread::Builder::new()
             .name("store-writer".to_string())
             .spawn(move || {
                 let _running = running;
-                run_writer(conn, clock, receiver, committed);
+                run_writer(
+                    conn,
+                    clock,
+                    receiver,
+                    Counters {
+                        committed,
+                        data_version: counted,
+                    },
+                );
             })?;
         Ok(Self {
             sender: Some(sender),
             thread: Some(thread),
             commits,
+            data_version,
             alive,
         })
     }
@@ -300,6 +314,14 @@ impl Writer {
     /// a `Watched` job (answers first).
     pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
         self.commits.clone()
+    }
+
+    /// Counts committed transactions that changed any rows. Unlike `commits` it moves before
+    /// the commit's jobs are answered: a read that starts after a write's answer (and any read
+    /// that saw the write) finds a newer number than every read before the commit, so a
+    /// result read under one number stays exact while the number is unchanged.
+    pub fn data_version(&self) -> u64 {
+        self.data_version.load(Ordering::Acquire)
     }
 
     /// Run `change` in a write transaction and return its result after the commit reached
@@ -391,12 +413,14 @@ impl Drop for Writer {
     }
 }
 
-fn run_writer(
-    conn: Connection,
-    clock: Arc<dyn Clock>,
-    receiver: Receiver<WriterMessage>,
+/// The writer thread's two commit counters (see `Writer::commits` and
+/// `Writer::data_version`).
+struct Counters {
     committed: tokio::sync::watch::Sender<u64>,
-) {
+    data_version: Arc<AtomicU64>,
+}
+
+fn run_writer(conn: Connection, clock: Arc<dyn Clock>, receiver: Receiver<WriterMessage>, counters: Counters) {
     // The state directory, named in `DiskFull` (the user's own directory, not a secret).
     let dir = conn
         .path()
@@ -419,12 +443,19 @@ fn run_writer(
             }
         }
         while !pending.is_empty() {
-            let batch = commit_batch(&conn, clock.as_ref(), &dir, &mut pending, &mut synchronous);
+            let batch = commit_batch(
+                &conn,
+                clock.as_ref(),
+                &dir,
+                &mut pending,
+                &mut synchronous,
+                &counters.data_version,
+            );
             note_disk(&mut disk_full, &batch, &dir);
             // Only a commit that changed rows a watcher reads is news: a write that found its
             // rows already in place, or changed only `Unwatched` ones, wakes no watcher.
             if matches!(batch, Ok(Wrote { watched: true, .. })) {
-                committed.send_modify(|count| *count += 1);
+                counters.committed.send_modify(|count| *count += 1);
             }
         }
     }
@@ -467,13 +498,15 @@ struct Wrote {
 /// the disk refused for space ends the transaction the same way, rolled back whole (SQLite's
 /// advice after `SQLITE_FULL`: its pager may be unusable until then). `Ok` when it committed,
 /// with what it changed. The batch commits with the `synchronous` setting its
-/// most demanding job needs (`synchronous` holds the connection's current one).
+/// most demanding job needs (`synchronous` holds the connection's current one). A commit that
+/// changed rows moves `data_version` before any job hears of it.
 fn commit_batch(
     conn: &Connection,
     clock: &dyn Clock,
     dir: &Path,
     pending: &mut VecDeque<Box<dyn WriteJob>>,
     synchronous: &mut i64,
+    data_version: &AtomicU64,
 ) -> Result<Wrote, BatchFailure> {
     if !conn.is_autocommit() {
         // Never expected: a transaction left open by an earlier failure.
@@ -528,6 +561,9 @@ fn commit_batch(
         tracing::error!(error = %message, jobs = ran.len(), "store write batch was not committed");
     }
     let rows = conn.total_changes() != changes_before;
+    if commit.is_ok() && rows {
+        data_version.fetch_add(1, Ordering::Release);
+    }
     for job in ran {
         job.deliver(commit.clone());
     }

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use super::rate_limit::UpdateLimiter;
+use super::status_cache::StatusCache;
 use crate::server::channels::Channels;
 use crate::server::coordinators::Coordinators;
 use crate::server::resolvers::handle::Resolvers;
@@ -25,6 +26,8 @@ pub struct OpsContext {
     pub views: Arc<Views>,
     /// Rate limits of `interaction.update`.
     pub update_limiter: UpdateLimiter,
+    /// Plain `run.status` answers while the store is unchanged.
+    pub status_cache: StatusCache,
     /// Which connection coordinates each origin session (shared with `clients/`).
     pub coordinators: Arc<Coordinators>,
     /// The channel adapters' handle (`channel.*`).
@@ -46,6 +49,7 @@ impl OpsContext {
             resolvers,
             views,
             update_limiter: UpdateLimiter::default(),
+            status_cache: StatusCache::default(),
             coordinators: Arc::new(Coordinators::default()),
             channels,
         })

@@ -20,6 +20,7 @@ pub mod sessions;
 pub mod settings;
 pub mod state;
 pub mod status;
+pub mod status_cache;
 pub mod submissions;
 pub mod updates;
 pub mod views;

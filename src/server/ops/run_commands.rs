@@ -400,6 +400,20 @@ const CONTINUATION_ID_HEX: usize = 24;
 pub async fn run_status(ctx: &OpsContext, request: &Request) -> Answer {
     let run_id = run_id_of(request)?;
     let include_result = request.payload.get("includeResult").and_then(Value::as_bool) == Some(true);
+    if include_result {
+        return run_status_read(ctx, run_id, true).await;
+    }
+    // Read before the read transaction begins: see `status_cache`.
+    let data_version = ctx.store.data_version();
+    if let Some(kept) = ctx.status_cache.get(&run_id, data_version) {
+        return Ok((Outcome::Accepted, kept, None));
+    }
+    let answer = run_status_read(ctx, run_id.clone(), false).await?;
+    ctx.status_cache.put(&run_id, data_version, &answer.1);
+    Ok(answer)
+}
+
+async fn run_status_read(ctx: &OpsContext, run_id: String, include_result: bool) -> Answer {
     let query = move |conn: &rusqlite::Connection| {
         let summary = run_summary::run_summary(conn, &run_id)?;
         let result = match include_result && summary.finished_at.is_some() {
