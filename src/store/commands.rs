@@ -241,7 +241,7 @@ fn record_request_id(
 }
 
 fn put_json(tx: &WriteTx<'_>, value: &impl Serialize) -> StoreResult<BlobRef> {
-    let bytes = serde_json_canonicalizer::to_vec(value)
+    let bytes = crate::protocol::to_canonical_vec(value)
         .map_err(|err| StoreError::CommitFailed(format!("receipt encoding: {err}")))?;
     if bytes.len() > RECEIPT_BYTES_MAX {
         return Err(StoreError::TooLarge {

@@ -147,8 +147,10 @@ fn viewer_delta(tx: &WriteTx<'_>, run_id: &str, event_type: &str) -> StoreResult
                 detail: row.get(3)?,
             })
         })?;
-    let json = serde_json_canonicalizer::to_string(&delta)
+    let bytes = crate::protocol::to_canonical_vec(&delta)
         .map_err(|err| StoreError::CommitFailed(format!("viewer delta encoding: {err}")))?;
+    // JSON text is UTF-8: the encoder writes Rust strings and ASCII only.
+    let json = String::from_utf8(bytes).expect("canonical JSON is UTF-8");
     if json.len() > VIEWER_DELTA_BYTES_MAX {
         return Err(StoreError::TooLarge {
             what: "viewer delta",

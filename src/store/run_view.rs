@@ -412,7 +412,7 @@ fn update_views(conn: &Connection, facts: Vec<super::interactions::UpdateFacts>)
             .unwrap_or(0);
         let data_json = match data_bytes <= UPDATE_DATA_INLINE_BYTES_MAX {
             true => super::blobs::read_json(conn, &update.data_hash)?
-                .map(|data| serde_json_canonicalizer::to_string(&data).unwrap_or_default()),
+                .map(|data| String::from_utf8(crate::protocol::value_to_canonical_vec(&data)).unwrap_or_default()),
             false => None,
         };
         views.push(UpdateView {

@@ -230,7 +230,7 @@ fn insert_reason(display: &mut serde_json::Map<String, Value>, reason: &Reason, 
     let complete = json!({ "code": reason.code, "message": reason.message });
     let content = GeneratedContent {
         media_type: REASON_MEDIA_TYPE,
-        bytes: serde_json_canonicalizer::to_vec(&complete).expect("a JSON value encodes"),
+        bytes: crate::protocol::value_to_canonical_vec(&complete),
     };
     let notice = crate::protocol::bounded_text(&reason.message, REASON_NOTICE_BYTES_MAX);
     display.insert(

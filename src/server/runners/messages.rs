@@ -7,6 +7,8 @@
 //! Architecture Invariant: the generation and runner epoch of a frame are checked before its
 //! payload is read; a stale runner gets one `claimLost` answer and is stopped.
 
+use std::sync::Arc;
+
 use ractor::ActorProcessingErr;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -24,7 +26,7 @@ use crate::store::{Durability, StoreError, StoreResult, settings, workers};
 /// Check, apply and answer frames that arrived together; false closes the channel (and
 /// stops the runner).
 pub async fn on_frames(state: &mut RunnerState, lines: Vec<Vec<u8>>) -> bool {
-    let mut pipelined: Vec<(Message, Submitted)> = Vec::new();
+    let mut pipelined: Vec<(Arc<Message>, Submitted)> = Vec::new();
     for line in lines {
         let (message, hash) = match parse(state, &line) {
             Parsed::Message(message, hash) => (message, hash),
@@ -76,7 +78,7 @@ fn pipelinable(kind: MessageKind) -> bool {
 /// Answer the pipelined proposals in order, each after its commit, in one write: a runner
 /// woken by the first answer alone would send its next proposal alone, and the pipeline
 /// would shrink to one message per commit.
-async fn flush(state: &mut RunnerState, pipelined: &mut Vec<(Message, Submitted)>) -> bool {
+async fn flush(state: &mut RunnerState, pipelined: &mut Vec<(Arc<Message>, Submitted)>) -> bool {
     if pipelined.is_empty() {
         return true;
     }
@@ -103,8 +105,8 @@ enum Parsed {
     /// A liveness pong (not a protocol message: no fencing, no receipt).
     Pong(u64),
     /// A fenced message and the SHA-256 of its frame (canonical JSON: a repeat is the same
-    /// message byte for byte).
-    Message(Message, String),
+    /// message byte for byte). Shared with its writer job rather than copied.
+    Message(Arc<Message>, String),
     /// Another generation or epoch: answered `claimLost` (after earlier frames), then stop.
     Stale(String),
     /// Not a protocol message: stop the runner.
@@ -139,11 +141,11 @@ fn parse(state: &mut RunnerState, line: &[u8]) -> Parsed {
         return Parsed::Bad;
     };
     let hash = crate::digest::sha256_hex(line.strip_suffix(b"\n").unwrap_or(line));
-    Parsed::Message(message, hash)
+    Parsed::Message(Arc::new(message), hash)
 }
 
 /// One message on its own: a read, or a state change answered before the next frame.
-async fn handle(state: &mut RunnerState, message: Message, hash: String) -> bool {
+async fn handle(state: &mut RunnerState, message: Arc<Message>, hash: String) -> bool {
     if message.kind == MessageKind::ContentRead {
         let response = match channel::read_content(&state.args.shared.store, &state.advertised, &message).await {
             Ok(result) => {
@@ -215,7 +217,7 @@ enum Submitted {
 
 /// Queue one fenced message to be applied exactly once: a repeated message ID gets its
 /// stored answer. The receipt lookup and the change share one writer job.
-fn submit(state: &RunnerState, message: &Message, message_hash: String) -> Submitted {
+fn submit(state: &RunnerState, message: &Arc<Message>, message_hash: String) -> Submitted {
     if !state.ready && message.kind != MessageKind::RunnerReady {
         return Submitted::Answered(
             Response::new(&message.message_id, ResponseOutcome::Rejected)
@@ -227,7 +229,7 @@ fn submit(state: &RunnerState, message: &Message, message_hash: String) -> Submi
     let (authority, epoch, owned, known) = (
         state.args.authority.clone(),
         state.args.runner_epoch.clone(),
-        message.clone(),
+        Arc::clone(message),
         state.settings_known,
     );
     let store = &state.args.shared.store;

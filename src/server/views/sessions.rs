@@ -98,8 +98,7 @@ fn assemble(facts: &SessionFacts, active: Value, retained: Value) -> SessionView
         "truncated": facts.truncated,
         "openTurn": facts.open_turn,
     });
-    let digest =
-        crate::digest::sha256_hex(&serde_json_canonicalizer::to_vec(&json!([document, eligible])).unwrap_or_default());
+    let digest = crate::digest::sha256_hex(&crate::protocol::value_to_canonical_vec(&json!([document, eligible])));
     SessionView {
         digest,
         document: Arc::new(document),
