@@ -67,6 +67,31 @@ impl Dir {
         std::fs::read_to_string(self.path().join("acks")).unwrap_or_default()
     }
 
+    /// The message kinds the server refused, in order (ack lines `<runner epoch> <message
+    /// ID> <kind> <outcome>`).
+    fn refused_kinds(&self) -> Vec<String> {
+        self.acks()
+            .lines()
+            .filter(|line| line.ends_with(" rejected"))
+            .filter_map(|line| line.split(' ').nth(2))
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn wait_runner_exited(&self) {
+        self.wait(
+            "the runner exits",
+            "SELECT count(*) FROM run_workers WHERE status = 'exited'",
+        );
+    }
+
+    /// How many times `run_id` ended (completed or failed): 0 or 1.
+    fn ended(&self, run_id: &str) -> i64 {
+        self.count(&format!(
+            "SELECT count(*) FROM runs WHERE run_id = '{run_id}' AND status IN ('completed', 'failed')"
+        ))
+    }
+
     fn script(&self, directives: &str) -> String {
         format!("{directives},ack-file={}", self.path().join("acks").display())
     }
@@ -203,10 +228,7 @@ fn a_checkpoint_waits_without_a_runner_and_its_answer_continues_the_run() {
     let script = dir.script("steps=3,checkpoint-at=2");
     dir.start(&script);
     dir.wait("the run waits", "SELECT count(*) FROM runs WHERE status = 'waiting'");
-    dir.wait(
-        "the runner exits",
-        "SELECT count(*) FROM run_workers WHERE status = 'exited'",
-    );
+    dir.wait_runner_exited();
     assert_eq!(dir.text("SELECT status FROM run_queue"), "parked");
     assert_eq!(dir.text("SELECT status FROM interactive_requests"), "pending");
     assert_eq!(
@@ -376,10 +398,7 @@ fn pipelined_pure_results_are_each_committed_and_answered_in_order() {
     // order, so completion proves the order.
     dir.start(&dir.script("steps=40,pipeline=8"));
     dir.wait_completed();
-    dir.wait(
-        "the runner exits",
-        "SELECT count(*) FROM run_workers WHERE status = 'exited'",
-    );
+    dir.wait_runner_exited();
     assert_eq!(
         dir.count("SELECT count(DISTINCT node_id) FROM node_attempts WHERE status = 'completed'"),
         40
@@ -400,10 +419,7 @@ fn a_run_end_sent_behind_unanswered_results_is_applied_after_them_in_order() {
     dir.start(&dir.script("steps=10,pipeline=16,finish-ahead,fenced"));
     dir.wait_completed();
     // The goodbye's answer comes after the end's commit: read the answers once it exited.
-    dir.wait(
-        "the runner exits",
-        "SELECT count(*) FROM run_workers WHERE status = 'exited'",
-    );
+    dir.wait_runner_exited();
     assert_eq!(
         dir.count("SELECT count(*) FROM node_attempts WHERE run_id = 'run-finish-ahead' AND status = 'completed'"),
         10
@@ -429,32 +445,96 @@ fn a_run_end_behind_a_refused_result_is_refused_and_the_run_does_not_end() {
     // Step 4's result names a revision the run never had: refused. Steps 5 and 6 and the
     // run's end were sent behind it expecting what it would have led to: refused as well.
     dir.start(&dir.script("steps=6,pipeline=16,finish-ahead,fenced,bad-revision-at=4"));
-    dir.wait(
-        "the runner exits",
-        "SELECT count(*) FROM run_workers WHERE status = 'exited'",
-    );
+    dir.wait_runner_exited();
     assert_eq!(
         dir.count("SELECT count(*) FROM node_attempts WHERE run_id = 'run-finish-refused' AND status = 'completed'"),
         3,
         "only the results before the refused one committed"
     );
+    assert_eq!(dir.ended("run-finish-refused"), 0, "the run did not end");
     assert_eq!(
-        dir.count(
-            "SELECT count(*) FROM runs WHERE run_id = 'run-finish-refused' AND status IN ('completed', 'failed')"
-        ),
-        0,
-        "the run did not end"
-    );
-    let acks = dir.acks();
-    let refused: Vec<&str> = acks
-        .lines()
-        .filter(|line| line.ends_with(" rejected"))
-        .filter_map(|line| line.split(' ').nth(2))
-        .collect();
-    assert_eq!(
-        refused,
+        dir.refused_kinds(),
         ["node.finished", "node.finished", "node.finished", "run.finished"],
+        "{}",
+        dir.acks()
+    );
+}
+
+#[test]
+fn pure_results_in_one_message_commit_each_node_at_its_own_revision() {
+    let dir = Dir::new(&["run-batch"]);
+    // Five pure results in one `nodes.finished`, the run's end sent behind it, fenced as the
+    // Node runner sends them: the end expects the revision five past the batch's.
+    dir.start(&dir.script("steps=5,batch,finish-ahead,fenced"));
+    dir.wait_completed();
+    dir.wait_runner_exited();
+    assert_eq!(
+        dir.count("SELECT count(*) FROM node_attempts WHERE run_id = 'run-batch' AND status = 'completed'"),
+        5
+    );
+    // One event and one viewer delta per node, at consecutive revisions in step order.
+    let events = dir.text(
+        "SELECT group_concat(e.resource_revision || ':' || a.node_id, ' ') FROM (
+           SELECT resource_revision, row_number() OVER (ORDER BY resource_revision) AS n
+           FROM events WHERE run_id = 'run-batch' AND event_type = 'node.finished') e
+         JOIN (SELECT node_id, row_number() OVER (ORDER BY rowid) AS n
+               FROM node_attempts WHERE run_id = 'run-batch') a ON a.n = e.n",
+    );
+    let revisions: Vec<(i64, &str)> = events
+        .split(' ')
+        .map(|pair| pair.split_once(':').expect("revision:node"))
+        .map(|(revision, node)| (revision.parse().expect("revision"), node))
+        .collect();
+    let first = revisions[0].0;
+    let expected: Vec<(i64, String)> = (0..5).map(|i| (first + i, format!("step{}", i + 1))).collect();
+    let seen: Vec<(i64, String)> = revisions.iter().map(|(r, n)| (*r, n.to_string())).collect();
+    assert_eq!(seen, expected, "{events}");
+    assert_eq!(
+        dir.count(&format!(
+            "SELECT count(*) FROM viewer_deltas WHERE run_id = 'run-batch' AND resource_revision BETWEEN {first} AND {}",
+            first + 4
+        )),
+        5
+    );
+    assert_eq!(
+        dir.count("SELECT count(*) FROM runner_messages WHERE kind = 'nodes.finished'"),
+        1,
+        "one receipt for the batch"
+    );
+    // `<runner epoch> <message ID> <kind> <outcome>` per answer (the command line has three).
+    let acks = dir.acks();
+    let answers: Vec<&str> = acks.lines().filter(|line| line.split(' ').count() == 4).collect();
+    let kinds: Vec<&str> = answers.iter().filter_map(|line| line.split(' ').nth(2)).collect();
+    assert_eq!(
+        kinds,
+        ["runner.ready", "nodes.finished", "run.finished", "runner.exiting"],
         "{acks}"
+    );
+    assert!(answers.iter().all(|line| line.ends_with(" accepted")), "{acks}");
+}
+
+#[test]
+fn a_batch_with_one_bad_result_is_refused_whole_and_changes_nothing() {
+    let dir = Dir::new(&["run-batch-bad"]);
+    // Step 3 of five claims a node type a batch may not carry: no step of the batch commits,
+    // and the run's end sent behind it expects a revision the run never reached.
+    dir.start(&dir.script("steps=5,batch,bad-node-type-at=3,finish-ahead,fenced"));
+    dir.wait_runner_exited();
+    assert_eq!(
+        dir.count("SELECT count(*) FROM node_attempts WHERE run_id = 'run-batch-bad'"),
+        0,
+        "no result of the refused batch committed"
+    );
+    assert_eq!(
+        dir.count("SELECT count(*) FROM events WHERE run_id = 'run-batch-bad' AND event_type = 'node.finished'"),
+        0
+    );
+    assert_eq!(dir.ended("run-batch-bad"), 0, "the run did not end");
+    assert_eq!(
+        dir.refused_kinds(),
+        ["nodes.finished", "run.finished"],
+        "{}",
+        dir.acks()
     );
 }
 

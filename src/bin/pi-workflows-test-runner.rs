@@ -36,8 +36,13 @@
 //!   step from its send to its answer
 //! - `finish-ahead`       send `run.finished` behind the results still unanswered, as the
 //!   Node runner does, then read every answer
+//! - `batch`              send the pure steps' results together, as one `nodes.finished`
+//!   after the last step (as the Node runner gathers the results of one tick)
+//! - `bad-node-type-at=N` (with `batch`) step N's result names a node type other than
+//!   compute, which a batch may not carry: the whole batch is refused
 //! - `fenced`             carry `expectedRevision` as the Node runner does: the ready answer
-//!   gives the revision, each state-changing message sent expects one more
+//!   gives the revision, each state-changing message sent expects one more (a
+//!   `nodes.finished` one more per result)
 //! - `bad-revision-at=N`  (with `fenced`) step N's result expects a revision the run never
 //!   had, so it is refused; what was sent after it still expects what it would have led to
 //! - `reuse-id`           at step 1 send a `node.update`, then another one under the same
@@ -105,6 +110,8 @@ struct Script {
     bad_reads: bool,
     reuse_id: bool,
     pipeline: usize,
+    batch: bool,
+    bad_node_type_at: Option<u64>,
     finish_ahead: bool,
     fenced: bool,
     bad_revision_at: Option<u64>,
@@ -155,6 +162,8 @@ fn parse_script() -> Script {
             "bad-reads" => script.bad_reads = true,
             "pipeline" => script.pipeline = number() as usize,
             "finish-ahead" => script.finish_ahead = true,
+            "batch" => script.batch = true,
+            "bad-node-type-at" => script.bad_node_type_at = Some(number()),
             "fenced" => script.fenced = true,
             "bad-revision-at" => script.bad_revision_at = Some(number()),
             "register-child" => script.register_child = true,
@@ -246,6 +255,7 @@ impl Channel {
     /// in order.
     fn send_only(&mut self, kind: MessageKind, attempt_id: Option<String>, payload: Value, script: &Script) -> Sent {
         self.next_id += 1;
+        let changes = payload.get("results").and_then(Value::as_array).map_or(1, Vec::len) as u64;
         let message = Message {
             schema: MESSAGE_SCHEMA.to_string(),
             launch_schema: LAUNCH_SCHEMA.to_string(),
@@ -254,7 +264,7 @@ impl Channel {
             run_id: self.launch.run_id.clone(),
             generation: self.generation,
             runner_epoch: self.launch.runner_epoch.clone(),
-            expected_revision: self.expect(kind, script),
+            expected_revision: self.expect(kind, changes, script),
             attempt_id,
             payload: match payload {
                 Value::Object(map) => map,
@@ -273,8 +283,9 @@ impl Channel {
         }
     }
 
-    /// The revision a message expects under `fenced` (advancing the next one's), else none.
-    fn expect(&mut self, kind: MessageKind, script: &Script) -> Option<u64> {
+    /// The revision a message expects under `fenced` (advancing the next one's by the
+    /// `changes` it makes), else none.
+    fn expect(&mut self, kind: MessageKind, changes: u64, script: &Script) -> Option<u64> {
         let changes_revision = !matches!(
             kind,
             MessageKind::RunnerReady
@@ -283,7 +294,7 @@ impl Channel {
                 | MessageKind::ContentRead
         );
         let expected = self.revision.filter(|_| script.fenced && changes_revision)?;
-        self.revision = Some(expected + 1);
+        self.revision = Some(expected + changes);
         let spoiled = std::mem::take(&mut self.spoil_next);
         Some(if spoiled { expected + 1_000_000 } else { expected })
     }
@@ -663,6 +674,7 @@ fn main() {
     }
     let output = Value::String("o".repeat(script.output_bytes));
     let mut in_flight = std::collections::VecDeque::new();
+    let mut batch = Vec::new();
     for step in 1..=script.steps {
         let node_id = format!("step{step}");
         if done.contains(&node_id) {
@@ -676,7 +688,13 @@ fn main() {
         let node = json!({"nodeId": node_id, "nodePath": format!("root/{node_id}"), "visit": 1, "nodeType": "compute"});
         let (wall_start, started) = (SystemTime::now(), Instant::now());
         if script.checkpoint_at == Some(step) {
-            // Synchronous messages follow: answer everything in flight first.
+            // Synchronous messages follow: send the gathered results, then answer everything
+            // in flight first.
+            if !batch.is_empty() {
+                let results = json!({"results": std::mem::take(&mut batch)});
+                let sent = channel.send_only(MessageKind::NodesFinished, None, results, &script);
+                in_flight.push_back((sent, SystemTime::now(), Instant::now()));
+            }
             while let Some((sent, wall_start, started)) = in_flight.pop_front() {
                 channel.receive(sent);
                 record_step(&mut timings, &channel, wall_start, started);
@@ -724,6 +742,19 @@ fn main() {
             reuse_message_id(&mut channel, attempt.clone(), &script);
         }
         std::thread::sleep(Duration::from_millis(script.work_ms));
+        if script.batch && !two_phase {
+            let node_type = match script.bad_node_type_at == Some(step) {
+                true => "shell",
+                false => "compute",
+            };
+            let mut result = node;
+            result["nodeType"] = json!(node_type);
+            result["attemptId"] = json!(attempt);
+            result["outcome"] = json!("completed");
+            result["value"] = output.clone();
+            batch.push(result);
+            continue;
+        }
         let mut finished = if two_phase { json!({}) } else { node };
         finished["output"] = output.clone();
         channel.spoil_next = script.bad_revision_at == Some(step);
@@ -741,6 +772,10 @@ fn main() {
     } else {
         json!({"outcome": "completed", "output": {"steps": script.steps}})
     };
+    if !batch.is_empty() {
+        let sent = channel.send_only(MessageKind::NodesFinished, None, json!({"results": batch}), &script);
+        in_flight.push_back((sent, SystemTime::now(), Instant::now()));
+    }
     // Sent ahead, the run's end follows the results still unanswered (one group commit).
     let finish_ahead = (script.finish_ahead && !script.updates)
         .then(|| channel.send_only(MessageKind::RunFinished, None, finish.clone(), &script));

@@ -87,6 +87,9 @@ wire_enum! {
         NodeUpdate = "node.update",
         NodeFinished = "node.finished",
         NodeFailed = "node.failed",
+        /// The results of pure compute nodes that were never started, in order (a runner
+        /// gathers the ones of one event-loop tick): each recorded already settled.
+        NodesFinished = "nodes.finished",
         RunParked = "run.parked",
         RunFinished = "run.finished",
         InteractionRequested = "interaction.requested",
@@ -121,6 +124,37 @@ pub struct Message {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt_id: Option<String>,
     pub payload: Map<String, Value>,
+}
+
+/// The most results one `nodes.finished` message may carry.
+pub const PURE_RESULTS_MAX: usize = 32;
+
+wire_enum! {
+    /// How a pure node ended.
+    pub enum PureOutcome {
+        Completed = "completed",
+        Failed = "failed",
+    }
+}
+
+/// One pure compute node's start fields and outcome in a `nodes.finished` payload
+/// (`{"results": [...]}`); `value` is its output, or its `{code, message}` error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PureResult {
+    pub attempt_id: String,
+    pub node_id: String,
+    pub node_path: String,
+    pub visit: i64,
+    pub node_type: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_at: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings_change_number: Option<i64>,
+    pub outcome: PureOutcome,
+    pub value: Value,
 }
 
 wire_enum! {

@@ -185,9 +185,72 @@ fn settle_unfinished(
     Ok(ended.event_type)
 }
 
+/// A node that was never started, recorded already settled (a pure compute node).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettledAttempt {
+    pub attempt: NewAttempt,
+    pub outcome: AttemptOutcome,
+}
+
+/// The most attempts one `record_settled` records (a runner's batch of pure results).
+pub const SETTLED_ATTEMPTS_MAX: usize = 32;
+
+/// `nodes.finished`: nodes that were never started, each recorded already settled, in one
+/// protected write with one event per node at consecutive revisions, in order. None of them
+/// leaves an unfinished attempt, so the run's lack of one is checked once.
+pub fn record_settled(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    settled: &[SettledAttempt],
+) -> StoreResult<i64> {
+    assert!(
+        (1..=SETTLED_ATTEMPTS_MAX).contains(&settled.len()),
+        "a batch of settled attempts holds 1 to {SETTLED_ATTEMPTS_MAX}"
+    );
+    let run_id = authority.resource_id.as_str();
+    let committed = claims::protected_write_each(tx, authority, expected, |tx| {
+        require_live(tx, run_id, "record node results of")?;
+        refuse_unfinished(tx, run_id)?;
+        let settings = super::settings::current_number(tx.conn(), run_id)?;
+        let mut events = Vec::with_capacity(settled.len());
+        for one in settled {
+            super::settings::check_version_of(settings, one.attempt.settings_change_number)?;
+            insert_attempt_row(tx, authority, &one.attempt, Some(&one.outcome))?;
+            events.push(RunEvent::new(Ended::of(&one.outcome).event_type, Actor::Host));
+        }
+        Ok(((), events))
+    })?;
+    Ok(committed.revision)
+}
+
 /// Insert a new attempt, running or (`ended`) already settled; refused while the run has
 /// another unfinished one.
 fn insert_attempt(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    attempt: &NewAttempt,
+    ended: Option<&AttemptOutcome>,
+) -> StoreResult<()> {
+    let run_id = authority.resource_id.as_str();
+    refuse_unfinished(tx, run_id)?;
+    super::settings::check_attempt_version(tx.conn(), run_id, attempt.settings_change_number)?;
+    insert_attempt_row(tx, authority, attempt, ended)
+}
+
+fn refuse_unfinished(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<()> {
+    match unfinished_attempt_id(tx, run_id)? {
+        Some(open) => Err(StoreError::AttemptNotActive {
+            run_id: run_id.to_string(),
+            attempt_id: open,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The attempt's row, after the caller checked that the run has no unfinished attempt and
+/// that the attempt's settings version is one of the run's.
+fn insert_attempt_row(
     tx: &WriteTx<'_>,
     authority: &ClaimAuthority,
     attempt: &NewAttempt,
@@ -200,13 +263,6 @@ fn insert_attempt(
         });
     }
     let run_id = authority.resource_id.as_str();
-    if let Some(open) = unfinished_attempt_id(tx, run_id)? {
-        return Err(StoreError::AttemptNotActive {
-            run_id: run_id.to_string(),
-            attempt_id: open,
-        });
-    }
-    super::settings::check_attempt_version(tx.conn(), run_id, attempt.settings_change_number)?;
     let now = tx.now_ms();
     let (status, output_hash, error_hash, finished_at) = match ended.map(Ended::of) {
         None => (AttemptStatus::Running, None, None, None),

@@ -445,6 +445,35 @@ pub fn protected_write<T>(
     expected_revision: Option<i64>,
     change: impl FnOnce(&WriteTx<'_>) -> StoreResult<(T, RunEvent)>,
 ) -> StoreResult<Committed<T>> {
+    let revision = guard(tx, authority, expected_revision)?;
+    let (value, event) = change(tx)?;
+    let revision = events::advance(tx, &authority.resource_id, revision, &event, Some(authority.generation))?;
+    Ok(Committed { value, revision })
+}
+
+/// `protected_write` for a change that appends several events (a runner's batch of pure
+/// results): steps 1–4 once, then one event and viewer delta per revision, in order.
+pub fn protected_write_each<T>(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected_revision: Option<i64>,
+    change: impl FnOnce(&WriteTx<'_>) -> StoreResult<(T, Vec<RunEvent>)>,
+) -> StoreResult<Committed<T>> {
+    let revision = guard(tx, authority, expected_revision)?;
+    let (value, events) = change(tx)?;
+    let revision = events::advance_each(
+        tx,
+        &authority.resource_id,
+        revision,
+        &events,
+        Some(authority.generation),
+    )?;
+    Ok(Committed { value, revision })
+}
+
+/// Steps 1–4 of a protected write: the run's current revision, once the claim is verified,
+/// the expected revision matched and the claim renewed.
+fn guard(tx: &WriteTx<'_>, authority: &ClaimAuthority, expected_revision: Option<i64>) -> StoreResult<i64> {
     assert_eq!(
         authority.resource_type,
         ResourceType::Run,
@@ -458,7 +487,5 @@ pub fn protected_write<T>(
     if !renewed {
         extend(tx, authority, RUN_CLAIM_LEASE_MS)?;
     }
-    let (value, event) = change(tx)?;
-    let revision = events::advance(tx, &authority.resource_id, revision, &event, Some(authority.generation))?;
-    Ok(Committed { value, revision })
+    Ok(revision)
 }

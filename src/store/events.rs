@@ -1,7 +1,7 @@
 //! Run revisions, immutable events and viewer deltas: steps 6–7 of every run change.
 //!
-//! Architecture Invariant: a run's revision changes only through `advance`, which appends
-//! exactly one event and one viewer delta at the new revision. Events are never updated
+//! Architecture Invariant: a run's revision changes only through `advance` /
+//! `advance_each`, which append exactly one event and one viewer delta at each new revision. Events are never updated
 //! (a trigger enforces it).
 
 use rusqlite::{OptionalExtension, params};
@@ -82,10 +82,10 @@ pub(crate) fn check_expected_revision(run_id: &str, expected: Option<i64>, actua
 #[serde(rename_all = "camelCase")]
 struct RunDelta<'a> {
     event: &'a str,
-    status: String,
-    queue: String,
+    status: &'a str,
+    queue: &'a str,
     paused: bool,
-    detail: Option<String>,
+    detail: Option<&'a str>,
 }
 
 /// Bump the revision from `current` and append the event and viewer delta at the new one.
@@ -96,15 +96,31 @@ pub(crate) fn advance(
     event: &RunEvent,
     lease_generation: Option<i64>,
 ) -> StoreResult<i64> {
-    let next = current + 1;
-    let conn = tx.conn();
-    let now = tx.now_ms();
-    let bumped = conn
+    advance_each(tx, run_id, current, std::slice::from_ref(event), lease_generation)
+}
+
+/// Bump the revision from `current` by one per event and append each event and its viewer
+/// delta at its own revision, in order: one `UPDATE` and one read of the run's status for
+/// all of them (a runner's batch of pure results changes nothing else between its events).
+pub(crate) fn advance_each(
+    tx: &WriteTx<'_>,
+    run_id: &str,
+    current: i64,
+    events: &[RunEvent],
+    lease_generation: Option<i64>,
+) -> StoreResult<i64> {
+    assert!(!events.is_empty(), "a revision moves only with an event");
+    let last = current + events.len() as i64;
+    let bumped = tx
+        .conn()
         .prepare_cached("UPDATE runs SET revision = ?1, updated_at = ?2 WHERE run_id = ?3 AND revision = ?4")?
-        .execute(params![next, now, run_id, current])?;
+        .execute(params![last, tx.now_ms(), run_id, current])?;
     assert_eq!(bumped, 1, "the revision read in this transaction must still be current");
-    append(tx, run_id, next, event, lease_generation)?;
-    Ok(next)
+    let status = RunStatusRow::read(tx, run_id)?;
+    for (revision, event) in (current + 1..=last).zip(events) {
+        append_with(tx, run_id, revision, event, lease_generation, &status)?;
+    }
+    Ok(last)
 }
 
 /// Append the event and viewer delta of `revision` (also used for a run's first revision).
@@ -115,6 +131,18 @@ pub(crate) fn append(
     event: &RunEvent,
     lease_generation: Option<i64>,
 ) -> StoreResult<()> {
+    let status = RunStatusRow::read(tx, run_id)?;
+    append_with(tx, run_id, revision, event, lease_generation, &status)
+}
+
+fn append_with(
+    tx: &WriteTx<'_>,
+    run_id: &str,
+    revision: i64,
+    event: &RunEvent,
+    lease_generation: Option<i64>,
+    status: &RunStatusRow,
+) -> StoreResult<()> {
     let conn = tx.conn();
     let now = tx.now_ms();
     conn.prepare_cached(
@@ -122,7 +150,7 @@ pub(crate) fn append(
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?
     .execute(params![run_id, revision, event.event_type, event.actor.as_str(), lease_generation, event.payload_hash, now])?;
-    let delta = viewer_delta(tx, run_id, event.event_type)?;
+    let delta = status.delta_json(event.event_type)?;
     conn.prepare_cached(
         "INSERT INTO viewer_deltas (run_id, resource_revision, delta_kind, delta_json, created_at)
          VALUES (?1, ?2, 'run', ?3, ?4)",
@@ -131,32 +159,51 @@ pub(crate) fn append(
     Ok(())
 }
 
-fn viewer_delta(tx: &WriteTx<'_>, run_id: &str, event_type: &str) -> StoreResult<String> {
-    let delta = tx
-        .conn()
-        .prepare_cached(
-            "SELECT r.status, q.status, r.paused, r.status_detail
-             FROM runs r JOIN run_queue q ON q.run_id = r.run_id WHERE r.run_id = ?1",
-        )?
-        .query_row([run_id], |row| {
-            Ok(RunDelta {
-                event: event_type,
-                status: row.get(0)?,
-                queue: row.get(1)?,
-                paused: row.get(2)?,
-                detail: row.get(3)?,
-            })
-        })?;
-    let bytes = crate::protocol::to_canonical_vec(&delta)
-        .map_err(|err| StoreError::CommitFailed(format!("viewer delta encoding: {err}")))?;
-    // JSON text is UTF-8: the encoder writes Rust strings and ASCII only.
-    let json = String::from_utf8(bytes).expect("canonical JSON is UTF-8");
-    if json.len() > VIEWER_DELTA_BYTES_MAX {
-        return Err(StoreError::TooLarge {
-            what: "viewer delta",
-            bytes: json.len(),
-            max: VIEWER_DELTA_BYTES_MAX,
-        });
+/// What a viewer delta says of the run besides its event: read once per change.
+struct RunStatusRow {
+    status: String,
+    queue: String,
+    paused: bool,
+    detail: Option<String>,
+}
+
+impl RunStatusRow {
+    fn read(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<Self> {
+        Ok(tx
+            .conn()
+            .prepare_cached(
+                "SELECT r.status, q.status, r.paused, r.status_detail
+                 FROM runs r JOIN run_queue q ON q.run_id = r.run_id WHERE r.run_id = ?1",
+            )?
+            .query_row([run_id], |row| {
+                Ok(Self {
+                    status: row.get(0)?,
+                    queue: row.get(1)?,
+                    paused: row.get(2)?,
+                    detail: row.get(3)?,
+                })
+            })?)
     }
-    Ok(json)
+
+    fn delta_json(&self, event_type: &str) -> StoreResult<String> {
+        let delta = RunDelta {
+            event: event_type,
+            status: &self.status,
+            queue: &self.queue,
+            paused: self.paused,
+            detail: self.detail.as_deref(),
+        };
+        let bytes = crate::protocol::to_canonical_vec(&delta)
+            .map_err(|err| StoreError::CommitFailed(format!("viewer delta encoding: {err}")))?;
+        // JSON text is UTF-8: the encoder writes Rust strings and ASCII only.
+        let json = String::from_utf8(bytes).expect("canonical JSON is UTF-8");
+        if json.len() > VIEWER_DELTA_BYTES_MAX {
+            return Err(StoreError::TooLarge {
+                what: "viewer delta",
+                bytes: json.len(),
+                max: VIEWER_DELTA_BYTES_MAX,
+            });
+        }
+        Ok(json)
+    }
 }

@@ -212,7 +212,11 @@ fn stored_json(conn: &Connection, hash: &str, what: &'static str) -> StoreResult
 /// An attempt's settings version must be a stored version of its run, and exist exactly
 /// when the run declares settings.
 pub fn check_attempt_version(conn: &Connection, run_id: &str, change_number: Option<i64>) -> StoreResult<()> {
-    let current = current_number(conn, run_id)?;
+    check_version_of(current_number(conn, run_id)?, change_number)
+}
+
+/// `check_attempt_version` against the run's `current` version read once (a batch of attempts).
+pub fn check_version_of(current: Option<i64>, change_number: Option<i64>) -> StoreResult<()> {
     let fits = match (current, change_number) {
         (None, None) => true,
         (Some(current), Some(number)) => (0..=current).contains(&number),

@@ -25,7 +25,7 @@ test("a start command runs a shell workflow to completion over the channel", asy
     "runner.progress",
     "effect.settle",
     "node.finished",
-    "node.finished",
+    "nodes.finished",
     "run.finished",
     "runner.exiting",
   ]);
@@ -90,7 +90,7 @@ test("claimLost makes the runner exit 75 at once", async (t) => {
   const result = await runRunner({
     launch: launchFor({ projectPath: project, loaded }),
     payload: { runState: runState({ input: { who: "x" } }) },
-    answer: (frame) => (frame.kind === "node.finished" ? { outcome: "claimLost" } : undefined),
+    answer: (frame) => (frame.kind === "nodes.finished" ? { outcome: "claimLost" } : undefined),
   });
   assert.equal(result.code, 75);
   // Pure results, and the run's end behind them, may already be in flight (pipelined) when
@@ -98,7 +98,7 @@ test("claimLost makes the runner exit 75 at once", async (t) => {
   // sent, not even the goodbye.
   const sent = kinds(result.messages);
   assert.equal(sent[0], "runner.ready");
-  assert.ok(sent.slice(1).every((kind) => kind === "node.finished" || kind === "run.finished"), sent.join(","));
+  assert.ok(sent.slice(1).every((kind) => kind === "nodes.finished" || kind === "run.finished"), sent.join(","));
   assert.ok(!sent.includes("runner.exiting"), sent.join(","));
 });
 
@@ -125,12 +125,18 @@ test("a checkpoint waits with no runner, and a resume with the settled answer fi
   const launch = launchFor({ projectPath: project, loaded });
   const first = await runRunner({ launch, payload: { runState: runState() } });
   assert.equal(first.code, 0, first.stderr);
-  assert.deepEqual(kinds(first.messages), ["runner.ready", "node.finished", "node.started", "interaction.requested", "runner.exiting"]);
-  const [, prepared, started, requested] = first.messages;
+  assert.deepEqual(kinds(first.messages), ["runner.ready", "nodes.finished", "node.started", "interaction.requested", "runner.exiting"]);
+  const [, preparedBatch, started, requested] = first.messages;
+  assert.equal(preparedBatch.payload.results.length, 1);
+  const prepared = preparedBatch.payload.results[0];
+  assert.deepEqual(
+    { nodeId: prepared.nodeId, nodePath: prepared.nodePath, visit: prepared.visit, nodeType: prepared.nodeType, outcome: prepared.outcome },
+    { nodeId: "prepare", nodePath: "prepare", visit: 1, nodeType: "compute", outcome: "completed" },
+  );
   assert.equal(requested.payload.contract.summary, "approve draft v1?");
 
   const attempts = [
-    { attemptId: prepared.attemptId, nodeId: "prepare", nodePath: "prepare", visit: 1, nodeType: "compute", status: "completed", output: prepared.payload.output, error: null },
+    { attemptId: prepared.attemptId, nodeId: "prepare", nodePath: "prepare", visit: 1, nodeType: "compute", status: "completed", output: prepared.value, error: null },
     { attemptId: started.attemptId, nodeId: "approve", nodePath: "approve", visit: 1, nodeType: "checkpoint", status: "waiting", output: null, error: null },
   ];
   const interaction = { requestId: requested.payload.requestId, attemptId: started.attemptId, kind: "checkpoint", status: "settled", answer: { decision: "yes", by: "grace" } };
@@ -140,7 +146,7 @@ test("a checkpoint waits with no runner, and a resume with the settled answer fi
     payload: { runState: runState({ attempts, interaction }) },
   });
   assert.equal(second.code, 0, second.stderr);
-  assert.deepEqual(kinds(second.messages), ["runner.ready", "node.finished", "node.finished", "run.finished", "runner.exiting"]);
+  assert.deepEqual(kinds(second.messages), ["runner.ready", "node.finished", "nodes.finished", "run.finished", "runner.exiting"]);
   assert.equal(second.messages[1].attemptId, started.attemptId);
   assert.deepEqual(second.messages[3].payload, { outcome: "completed", output: { published: "v1", by: "grace" } });
 });
@@ -168,10 +174,13 @@ test("state-changing messages after ready carry an increasing expectedRevision",
   const result = await runRunner({ launch: launchFor({ projectPath: project, loaded }), payload: { runState: runState({ input: { who: "z" } }) } });
   assert.equal(result.code, 0, result.stderr);
   const changes = result.messages.filter((m) => !["runner.ready", "runner.exiting", "runner.progress", "content.read"].includes(m.kind));
-  assert.ok(changes.length >= 3, changes.map((m) => m.kind).join(","));
+  assert.deepEqual(kinds(changes), ["nodes.finished", "run.finished"]);
   const revisions = changes.map((m) => m.expectedRevision);
   assert.ok(revisions.every((r) => Number.isInteger(r)), JSON.stringify(revisions));
-  assert.ok(revisions.every((r, i) => i === 0 || r > revisions[i - 1]), JSON.stringify(revisions));
+  // A batch of pure results advances the revision by one per result.
+  const results = changes[0].payload.results.length;
+  assert.ok(results >= 2, JSON.stringify(changes[0].payload));
+  assert.equal(revisions[1], revisions[0] + results, JSON.stringify(revisions));
   assert.equal(result.messages[0].expectedRevision, undefined, "runner.ready comes before the runner knows a revision");
 });
 

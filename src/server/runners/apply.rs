@@ -4,11 +4,12 @@
 //! Architecture Invariant: this module only translates a fenced, decoded message into the
 //! store's transactions; it never signals processes or talks to the runner.
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::decision::DecisionRequest;
-use crate::protocol::runner::{Message, MessageKind};
-use crate::store::attempts::{self, AttemptOutcome, Finish, NewAttempt};
+use crate::protocol::runner::{Message, MessageKind, PURE_RESULTS_MAX, PureOutcome, PureResult};
+use crate::store::attempts::{self, AttemptOutcome, Finish, NewAttempt, SettledAttempt};
 use crate::store::blobs::put_json;
 use crate::store::claims::{self, ClaimAuthority, RUN_CLAIM_LEASE_MS};
 use crate::store::decisions::NewDecision;
@@ -78,6 +79,7 @@ pub fn apply(
         }
         MessageKind::NodeStarted => attempts::start_attempt(tx, authority, expected, &payload.new_attempt()?)?,
         MessageKind::NodeFinished | MessageKind::NodeFailed => finish_node(tx, authority, expected, &payload)?,
+        MessageKind::NodesFinished => record_pure_results(tx, authority, expected, message)?,
         MessageKind::NodeUpdate => {
             let update = put_json(tx, &Value::Object(message.payload.clone()), UPDATE_BYTES_MAX)?;
             runs::note_run(tx, authority, expected, "node.updated", &update)?
@@ -127,12 +129,7 @@ impl Payload<'_> {
     /// A required ID-like field (IDs, node paths, types): present and bounded.
     fn required_text(&self, key: &'static str) -> StoreResult<String> {
         let text = self.text(key).ok_or_else(|| missing(key))?;
-        if text.is_empty() || text.len() > PAYLOAD_ID_BYTES_MAX {
-            return Err(StoreError::InvalidInput {
-                what: key,
-                detail: format!("must be 1 to {PAYLOAD_ID_BYTES_MAX} bytes"),
-            });
-        }
+        bounded_id(key, &text)?;
         Ok(text)
     }
 
@@ -204,6 +201,105 @@ fn finish_node(
         }
     };
     finish_attempt_of(tx, authority, expected, payload, &outcome, |_, _| Ok(()))
+}
+
+/// The payload key of a `nodes.finished` message's results.
+const RESULTS: &str = "results";
+
+// Every batch the protocol admits fits one store write.
+const _: () = assert!(PURE_RESULTS_MAX <= attempts::SETTLED_ATTEMPTS_MAX);
+
+/// `nodes.finished`: pure compute nodes that were never started, each recorded settled with
+/// its value, all in one protected write (or none of them).
+fn record_pure_results(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    expected: Option<i64>,
+    message: &Message,
+) -> StoreResult<i64> {
+    if message.attempt_id.is_some() {
+        return Err(invalid(
+            "nodes.finished names its attempts in its results, not in attemptId",
+        ));
+    }
+    let results = message.payload.get(RESULTS).ok_or_else(|| missing("results"))?;
+    let results = Vec::<PureResult>::deserialize(results)
+        .map_err(|err| invalid(&format!("payload.results does not match the protocol: {err}")))?;
+    if results.is_empty() || results.len() > PURE_RESULTS_MAX {
+        return Err(StoreError::InvalidInput {
+            what: "results",
+            detail: format!("must hold 1 to {PURE_RESULTS_MAX} results"),
+        });
+    }
+    let settled = results
+        .into_iter()
+        .map(|result| settled_of(tx, result))
+        .collect::<StoreResult<Vec<_>>>()?;
+    attempts::record_settled(tx, authority, expected, &settled)
+}
+
+/// One pure result as the attempt it records, its value stored.
+fn settled_of(tx: &WriteTx<'_>, result: PureResult) -> StoreResult<SettledAttempt> {
+    for (what, text) in [
+        ("attemptId", &result.attempt_id),
+        ("nodeId", &result.node_id),
+        ("nodePath", &result.node_path),
+    ] {
+        bounded_id(what, text)?;
+    }
+    if result.node_type != "compute" {
+        return Err(invalid("nodes.finished carries compute nodes only"));
+    }
+    if result.settings_change_number.is_some_and(|number| number < 0) {
+        return Err(invalid("settingsChangeNumber must be a non-negative integer"));
+    }
+    let outcome = match result.outcome {
+        PureOutcome::Completed => AttemptOutcome::Completed {
+            output_hash: Some(put_json(tx, &result.value, VALUE_BYTES_MAX)?),
+        },
+        PureOutcome::Failed => AttemptOutcome::Failed {
+            error_hash: Some(put_json(tx, &result.value, ERROR_BYTES_MAX)?),
+        },
+    };
+    let attempt = NewAttempt {
+        attempt_id: result.attempt_id,
+        node_id: result.node_id,
+        node_path: result.node_path,
+        visit: result.visit,
+        node_type: result.node_type,
+        deadline_at: result.deadline_at,
+        timeout_ms: result.timeout_ms,
+        settings_change_number: result.settings_change_number,
+    };
+    Ok(SettledAttempt { attempt, outcome })
+}
+
+/// The settings version a message says its node(s) saw, the newest of them: the answer then
+/// carries a newer one if there is one.
+pub fn claimed_settings_number(message: &Message) -> Option<i64> {
+    let number_of =
+        |fields: &serde_json::Map<String, Value>| fields.get(SETTINGS_CHANGE_NUMBER).and_then(Value::as_i64);
+    match message.kind {
+        MessageKind::NodesFinished => message
+            .payload
+            .get(RESULTS)
+            .and_then(Value::as_array)?
+            .iter()
+            .filter_map(|result| result.as_object().and_then(number_of))
+            .max(),
+        _ => number_of(&message.payload),
+    }
+}
+
+/// An ID-like text of a runner payload: present and bounded.
+fn bounded_id(what: &'static str, text: &str) -> StoreResult<()> {
+    if text.is_empty() || text.len() > PAYLOAD_ID_BYTES_MAX {
+        return Err(StoreError::InvalidInput {
+            what,
+            detail: format!("must be 1 to {PAYLOAD_ID_BYTES_MAX} bytes"),
+        });
+    }
+    Ok(())
 }
 
 /// Settle the message's attempt (started here when the payload carries start fields) with

@@ -13,7 +13,7 @@ use ractor::ActorProcessingErr;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
-use super::apply::{Applied, Checked, Registration, SETTINGS_CHANGE_NUMBER, apply};
+use super::apply::{Applied, Checked, Registration, apply, claimed_settings_number};
 use super::channel;
 use super::state::RunnerState;
 use crate::protocol::decode_frame;
@@ -71,7 +71,11 @@ pub async fn on_frames(state: &mut RunnerState, lines: Vec<Vec<u8>>) -> bool {
 fn pipelinable(kind: MessageKind) -> bool {
     matches!(
         kind,
-        MessageKind::NodeFinished | MessageKind::NodeFailed | MessageKind::NodeUpdate | MessageKind::RunFinished
+        MessageKind::NodeFinished
+            | MessageKind::NodeFailed
+            | MessageKind::NodesFinished
+            | MessageKind::NodeUpdate
+            | MessageKind::RunFinished
     )
 }
 
@@ -271,8 +275,7 @@ fn durability_of(kind: MessageKind) -> Durability {
 /// known version, or the one the message's start fields name), read in the message's own
 /// transaction; `None` otherwise, and without a read for a run that declares no settings.
 fn newer_settings(conn: &rusqlite::Connection, message: &Message, known: Option<i64>) -> StoreResult<Option<Value>> {
-    let claimed = message.payload.get(SETTINGS_CHANGE_NUMBER).and_then(Value::as_i64);
-    let Some(known) = known.max(claimed) else {
+    let Some(known) = known.max(claimed_settings_number(message)) else {
         return Ok(None);
     };
     let Some(current) = settings::current_number(conn, &message.run_id)?.filter(|current| *current > known) else {

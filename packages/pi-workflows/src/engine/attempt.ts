@@ -4,7 +4,7 @@ import type { LiveSettings, SettingsVersion } from "../settings.js";
 import type { NodeContext, NodeError, NodeResult } from "../types.js";
 import { contextOf, type Frame } from "./frames.js";
 import { type AgentExecutor, type Host, HostRejectedError, type NodeStart, type RunState, type RunStateAttempt } from "./host.js";
-import { checkedOutput, OutputError, nodeError } from "./limits.js";
+import { measuredOutput, OutputError, nodeError } from "./limits.js";
 import { outcomeOfError, type ReplayIndex } from "./replay.js";
 
 export type RunCommand = "start" | "resume" | "continue" | "restart";
@@ -59,15 +59,16 @@ export async function ensureStarted(attempt: Attempt, extra?: { deadlineAt?: num
 /** Commit `output` (start and finish in one message when the attempt was never started). */
 export async function complete(attempt: Attempt, rawOutput: unknown): Promise<StepOutcome> {
   let output: unknown;
+  let outputBytes: number;
   try {
-    output = checkedOutput(rawOutput);
+    ({ value: output, bytes: outputBytes } = measuredOutput(rawOutput));
   } catch (error) {
     if (error instanceof OutputError) return fail(attempt, nodeError(error.code, error.message));
     throw error;
   }
   const start = attempt.started ? undefined : startFields(attempt);
   try {
-    await attempt.env.host.nodeFinished(attempt.attemptId, { output, start });
+    await attempt.env.host.nodeFinished(attempt.attemptId, { output, start, outputBytes });
   } catch (error) {
     if (error instanceof HostRejectedError && error.code === "outputTooLarge") {
       return fail(attempt, nodeError("outputTooLarge", error.message));

@@ -100,8 +100,11 @@ export type InteractionKind = "agent" | "assistant" | "checkpoint" | "decision";
 export interface Host {
   nodeStarted(attemptId: string, start: NodeStart): Promise<void>;
   nodeUpdate(attemptId: string, update: { message: string; completed?: number; total?: number }): Promise<void>;
-  /** `start` is present when the attempt was never started (a pure compute node: one commit). */
-  nodeFinished(attemptId: string, finished: { output: unknown; start?: NodeStart }): Promise<void>;
+  /**
+   * `start` is present when the attempt was never started (a pure compute node: one commit);
+   * `outputBytes` is the size of the output's canonical JSON when the engine measured it.
+   */
+  nodeFinished(attemptId: string, finished: { output: unknown; start?: NodeStart; outputBytes?: number }): Promise<void>;
   nodeFailed(attemptId: string, failed: { error: NodeError; start?: NodeStart }): Promise<void>;
   runFinished(
     result: { outcome: "completed"; output: unknown } | { outcome: "failed" | "timed_out"; error: NodeError },

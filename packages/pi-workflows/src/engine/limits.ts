@@ -35,6 +35,14 @@ export class OutputError extends Error {
 
 /** The JSON value of a node output, checked against the 256 KiB limit (one encoding). */
 export function checkedOutput(value: unknown): unknown {
+  return measuredOutput(value).value;
+}
+
+/**
+ * `checkedOutput` with the size of its canonical JSON: a runner that gathers results into one
+ * frame keeps the frame under its limit without encoding the value again.
+ */
+export function measuredOutput(value: unknown): { value: unknown; bytes: number } {
   let text: string;
   try {
     text = value === undefined ? "null" : canonicalJson(value);
@@ -45,5 +53,5 @@ export function checkedOutput(value: unknown): unknown {
   if (size > VALUE_BYTES_MAX) {
     throw new OutputError("outputTooLarge", `output is ${size} bytes of JSON; the limit is ${VALUE_BYTES_MAX}`);
   }
-  return JSON.parse(text) as unknown;
+  return { value: JSON.parse(text) as unknown, bytes: size };
 }

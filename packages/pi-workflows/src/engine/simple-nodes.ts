@@ -4,7 +4,7 @@ import { type Attempt, attemptContext, complete, ensureStarted, fail, type StepO
 import { resolveDynamic } from "./interactive-node.js";
 import { checkedOutput, errorFrom, NOTIFICATION_BYTES_MAX, nodeError, OutputError, truncateUtf8 } from "./limits.js";
 
-/** Pure: no start message; start and finish travel in one `node.finished`. */
+/** Pure: no start message; start and finish travel together (a runner gathers the results of one tick into one `nodes.finished`). */
 export async function runCompute(attempt: Attempt, node: ComputeNode): Promise<StepOutcome> {
   let output: unknown;
   try {

@@ -1,5 +1,6 @@
 // The engine's Host implemented over the runner channel: one method, one message kind.
 import type { EffectReservation, Host } from "../engine/host.js";
+import { VALUE_BYTES_MAX } from "../engine/limits.js";
 import type { RunnerSession } from "./session.js";
 
 export function channelHost(session: RunnerSession): Host {
@@ -11,13 +12,14 @@ export function channelHost(session: RunnerSession): Host {
     // Progress and the results of pure nodes started here go ahead without waiting: nothing
     // the engine does next depends on their answers (an uncommitted pure node reruns).
     nodeUpdate: (attemptId, update) => session.sendAhead("node.update", { ...update }, attemptId),
-    nodeFinished: (attemptId, { output, start }) =>
+    // A pure node's result joins the others of its tick in one `nodes.finished` message.
+    nodeFinished: (attemptId, { output, start, outputBytes }) =>
       start?.nodeType === "compute"
-        ? session.sendAhead("node.finished", { ...start, output }, attemptId)
+        ? session.sendPureResult({ ...start, attemptId, outcome: "completed", value: output }, outputBytes ?? VALUE_BYTES_MAX)
         : send("node.finished", { ...start, output }, attemptId),
     nodeFailed: (attemptId, { error, start }) =>
       start?.nodeType === "compute"
-        ? session.sendAhead("node.failed", { ...start, error }, attemptId)
+        ? session.sendPureResult({ ...start, attemptId, outcome: "failed", value: error }, Buffer.byteLength(JSON.stringify(error), "utf8"))
         : send("node.failed", { ...start, error }, attemptId),
     // The run's end goes out behind the results still in flight (their last burst and the
     // end share one commit), and the runner still waits for every answer before it goes on.

@@ -1,5 +1,6 @@
 // Runner messages: fenced, one in flight at a time, stable message IDs `<runnerEpoch>:<seq>`.
-import { HostRejectedError } from "../engine/host.js";
+import { HostRejectedError, type NodeStart } from "../engine/host.js";
+import type { NodeError } from "../types.js";
 import { type FrameChannel, ProtocolError } from "./channel.js";
 
 export const LAUNCH_SCHEMA = "pi-workflows.worker-launch.v1";
@@ -49,6 +50,25 @@ export const PIPELINE_WINDOW = 16;
 /** A proposal sent ahead was refused: the runner cannot tell what followed it, so it stops. */
 export class PipelineError extends Error {}
 
+/**
+ * One pure compute node's start fields and outcome, as a `nodes.finished` message carries it
+ * (the node was never started: it is recorded already settled).
+ */
+export type PureResult = NodeStart & { attemptId: string } & (
+    | { outcome: "completed"; value: unknown }
+    | { outcome: "failed"; value: NodeError }
+  );
+
+/** Pure results gathered into one `nodes.finished` message, at most (the server's bound too). */
+export const PURE_RESULTS_MAX = 32;
+/**
+ * Bytes of values and start fields gathered into one message, at most: half a frame, so one
+ * more result of the largest size (a 256 KiB value) still fits under the 1 MiB frame limit.
+ */
+export const PURE_RESULTS_BYTES_MAX = 512 * 1024;
+/** Room for one result's keys, numbers and punctuation besides its IDs and value. */
+const PURE_RESULT_KEYS_BYTES = 256;
+
 interface Waiter {
   messageId: string;
   kind: string;
@@ -65,6 +85,8 @@ export class RunnerSession {
   private pumping = false;
   /** Answers of messages sent ahead, oldest first. */
   private readonly ahead: Promise<RunnerResponse>[] = [];
+  /** Pure results of this event-loop tick not posted yet, and their size (sendPureResult). */
+  private pending?: { results: PureResult[]; bytes: number };
   /**
    * The run revision the next state-changing message expects (fencing: a change made by
    * anyone else in between makes the server refuse it). Known from the `runner.ready`
@@ -102,15 +124,53 @@ export class RunnerSession {
    * the next send or flush.
    */
   async sendAhead(kind: string, payload: Record<string, unknown>, attemptId?: string): Promise<void> {
-    if (this.ahead.length >= PIPELINE_WINDOW) await this.settleOldest();
-    const answer = this.post(kind, payload, attemptId);
-    answer.catch(() => undefined); // observed by settleOldest
-    this.ahead.push(answer);
+    this.postPending();
+    while (this.ahead.length >= PIPELINE_WINDOW) await this.settleOldest();
+    this.pushAhead(this.post(kind, payload, attemptId));
+  }
+
+  /**
+   * Send a pure node's result ahead (like sendAhead), gathered with the others of this
+   * event-loop tick into one `nodes.finished` message: a run of trivial steps costs one
+   * frame, one receipt and one protected write instead of one per step. `valueBytes` is the
+   * size of the output's or error's canonical JSON (it keeps the frame under its limit).
+   */
+  async sendPureResult(result: PureResult, valueBytes: number): Promise<void> {
+    const bytes = valueBytes + startFieldBytes(result);
+    for (;;) {
+      const pending = this.pending;
+      if (pending && (pending.results.length >= PURE_RESULTS_MAX || pending.bytes + bytes > PURE_RESULTS_BYTES_MAX)) {
+        this.postPending();
+      }
+      if (this.pending || this.ahead.length < PIPELINE_WINDOW) break;
+      await this.settleOldest();
+    }
+    if (!this.pending) {
+      this.pending = { results: [], bytes: 0 };
+      // After the tick's other results (the engine's steps run on microtasks before it).
+      process.nextTick(() => this.postPending());
+    }
+    this.pending.results.push(result);
+    this.pending.bytes += bytes;
   }
 
   /** Wait until every message sent ahead was answered. */
   async flush(): Promise<void> {
+    this.postPending();
     while (this.ahead.length > 0) await this.settleOldest();
+  }
+
+  /** Post the gathered pure results as one message sent ahead (a no-op when none wait). */
+  private postPending(): void {
+    const pending = this.pending;
+    if (!pending) return;
+    this.pending = undefined;
+    this.pushAhead(this.postNow("nodes.finished", { results: pending.results }, undefined, pending.results.length));
+  }
+
+  private pushAhead(answer: Promise<RunnerResponse>): void {
+    answer.catch(() => undefined); // observed by settleOldest
+    this.ahead.push(answer);
   }
 
   private async settleOldest(): Promise<void> {
@@ -121,11 +181,18 @@ export class RunnerSession {
     }
   }
 
+  /** Post one message, after any gathered pure results (messages leave in call order). */
   private post(kind: string, payload: Record<string, unknown>, attemptId?: string): Promise<RunnerResponse> {
+    this.postPending();
+    return this.postNow(kind, payload, attemptId, 1);
+  }
+
+  /** Write one message; `changes` is how many revisions it advances the run by when accepted. */
+  private postNow(kind: string, payload: Record<string, unknown>, attemptId: string | undefined, changes: number): Promise<RunnerResponse> {
     const { runId, generation, runnerEpoch } = this.launch;
     const messageId = `${runnerEpoch}:${++this.sequence}`;
     const expectedRevision = CHANGES_NO_REVISION.has(kind) ? undefined : this.expectedRevision;
-    if (expectedRevision !== undefined) this.expectedRevision = expectedRevision + 1;
+    if (expectedRevision !== undefined) this.expectedRevision = expectedRevision + changes;
     const answer = new Promise<RunnerResponse>((resolve, reject) =>
       this.waiters.push({ messageId, kind, expectedRevision, resolve, reject }),
     );
@@ -190,6 +257,12 @@ export class RunnerSession {
     if (frame.schema !== COMMAND_SCHEMA) throw new ProtocolError(`expected a ${COMMAND_SCHEMA} frame`);
     return frame;
   }
+}
+
+/** Room a result's start fields take in a `nodes.finished` frame (its IDs as JSON strings). */
+function startFieldBytes(result: PureResult): number {
+  const ids = JSON.stringify([result.attemptId, result.nodeId, result.nodePath, result.nodeType]);
+  return Buffer.byteLength(ids, "utf8") + PURE_RESULT_KEYS_BYTES;
 }
 
 /** Messages that never change the run's revision (reads, process registry, goodbye). */

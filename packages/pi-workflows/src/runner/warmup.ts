@@ -135,7 +135,9 @@ async function playServer(server: FrameChannel): Promise<void> {
   let revision = 1;
   for (;;) {
     const message = await server.readFrame();
-    if (typeof message.expectedRevision === "number") revision = message.expectedRevision + 1;
+    const results = (message.payload as { results?: unknown[] } | undefined)?.results;
+    // A `nodes.finished` advances the revision by one per result, any other change by one.
+    if (typeof message.expectedRevision === "number") revision = message.expectedRevision + (results?.length ?? 1);
     await server.writeFrame({ schema: RESPONSE_SCHEMA, messageId: message.messageId, outcome: "accepted", revision });
     if (message.kind === "runner.ready") {
       await server.writeFrame({ schema: COMMAND_SCHEMA, command: "start", payload: { runState: emptyRunState() } });
