@@ -333,3 +333,31 @@ fn a_nested_change_that_fails_rolls_back_alone_and_the_job_commits_the_rest() {
         assert!(run_exists(&t.store, kept), "{kept} was lost with a nested failure");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_write_commits_with_the_next_job_or_alone_after_its_wait() {
+    let t = common::open_store();
+    let store = Arc::new(t.store);
+    let before = store.data_version();
+    let deferred = store
+        .submit_write(Durability::Deferred, |tx| {
+            runs::queue_run(tx, &common::new_run("run-deferred-1"))
+        })
+        .expect("queued");
+    // Well inside the deferred job's wait: a job the writer took alone would be committed
+    // by now.
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    queue_run_async(&store, "run-deferred-2").await;
+    deferred.wait().await.expect("the deferred write");
+    assert_eq!(store.data_version(), before + 1, "one commit took both");
+    assert!(run_exists(&store, "run-deferred-1") && run_exists(&store, "run-deferred-2"));
+    // With nothing to ride on, it commits alone once its wait is over.
+    let alone = store
+        .submit_write(Durability::Deferred, |tx| {
+            runs::queue_run(tx, &common::new_run("run-deferred-3"))
+        })
+        .expect("queued");
+    alone.wait().await.expect("the deferred write alone");
+    assert!(run_exists(&store, "run-deferred-3"));
+    assert_eq!(store.data_version(), before + 2);
+}

@@ -102,6 +102,12 @@ impl<'c> WriteTx<'c> {
 /// `fsync` covers every frame before it, so it makes every earlier `Kernel` commit durable
 /// too. A crash of the server loses neither: a `Kernel` commit's WAL frames reach the kernel
 /// before its callers hear of it.
+///
+/// Architecture Invariant: a `Deferred` job records only a fact that nobody waits for and
+/// whose loss in a crash of the server within `DEFERRED_WAIT_MS_MAX` leaves what recovery
+/// already handles: a runner's plain end (recovery records an epoch left without an outcome
+/// `orphaned`, as for a runner the crash outlived). Its caller does not wait for it; jobs
+/// queued after it still commit after it (or with it), so nothing later can overtake it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
     /// On the disk before any caller hears of it (`synchronous = FULL`): survives power loss.
@@ -109,14 +115,20 @@ pub enum Durability {
     /// In the kernel's page cache before any caller hears of it (`synchronous = NORMAL`):
     /// survives a crash of the server; on the disk with the next `Disk` commit.
     Kernel,
+    /// `Kernel`, and its commit waits up to `DEFERRED_WAIT_MS_MAX` for the next job to share
+    /// it: a commit, a wake of every watcher and a status read saved when one comes.
+    Deferred,
 }
+
+/// The longest a `Deferred` job waits for company before it commits alone.
+pub const DEFERRED_WAIT_MS_MAX: u64 = 20;
 
 impl Durability {
     /// The `synchronous` setting a batch needs: FULL (2) if any of its jobs needs the disk.
     fn synchronous(self) -> i64 {
         match self {
             Durability::Disk => 2,
-            Durability::Kernel => 1,
+            Durability::Kernel | Durability::Deferred => 1,
         }
     }
 }
@@ -435,7 +447,16 @@ fn run_writer(conn: Connection, clock: Arc<dyn Clock>, receiver: Receiver<Writer
     // another thread after an answer went out, far later than a spin could wait, so a spin
     // only burned CPU (docs/PERFORMANCE.md, tenth round).
     while let Ok(WriterMessage::Write(first)) = receiver.recv() {
+        let deferred = first.durability() == Durability::Deferred;
         let mut pending = VecDeque::from([first]);
+        if deferred {
+            // Nobody waits for it: the next job (or the deadline, or the writer's end) takes
+            // it along.
+            let company = receiver.recv_timeout(std::time::Duration::from_millis(DEFERRED_WAIT_MS_MAX));
+            if let Ok(WriterMessage::Write(job)) = company {
+                pending.push_back(job);
+            }
+        }
         while pending.len() < GROUP_COMMIT_JOBS_MAX {
             match receiver.try_recv() {
                 Ok(WriterMessage::Write(job)) => pending.push_back(job),

@@ -61,36 +61,47 @@ pub async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: 
         park.is_some_and(|(_, reason)| reason == ParkReason::Boundary) && state.args.shared.stop_requested().is_none();
     let (authority, epoch) = (state.args.authority.clone(), state.args.runner_epoch.clone());
     let (code, signal) = (exit.and_then(ExitOutcome::code), exit.and_then(ExitOutcome::signal));
-    // A runner's end alone is a process fact; a change to its run is a workflow fact.
-    let durability = if park.is_none() && !requeue && !give_up {
-        Durability::Kernel
+    // A runner's end alone is a process fact nobody waits for: its commit rides the next
+    // one. A change to its run is a workflow fact, on the disk before the actor goes on.
+    let plain_end = park.is_none() && !requeue && !give_up;
+    let durability = if plain_end {
+        Durability::Deferred
     } else {
         Durability::Disk
     };
-    let settled = state
-        .args
-        .shared
-        .store
-        .write_async(durability, move |tx| {
-            if let Some((revision_at_ready, reason)) = park {
-                park_if_still_running(tx, &authority, revision_at_ready, reason)?;
+    let submitted = state.args.shared.store.submit_write(durability, move |tx| {
+        if let Some((revision_at_ready, reason)) = park {
+            park_if_still_running(tx, &authority, revision_at_ready, reason)?;
+        }
+        if requeue {
+            crate::store::recovery::requeue_boundary(tx, &authority.resource_id)?;
+        }
+        if give_up {
+            // After its groups died: whoever reclaims the run next can overlap with nothing.
+            match claims::expire_now(tx, &authority) {
+                Ok(()) | Err(StoreError::ClaimLost(_)) => {}
+                Err(err) => return Err(err),
             }
-            if requeue {
-                crate::store::recovery::requeue_boundary(tx, &authority.resource_id)?;
-            }
-            if give_up {
-                // After its groups died: whoever reclaims the run next can overlap with nothing.
-                match claims::expire_now(tx, &authority) {
-                    Ok(()) | Err(StoreError::ClaimLost(_)) => {}
-                    Err(err) => return Err(err),
-                }
-            }
-            workers::record_outcome(tx, &epoch, outcome, code, signal)
-        })
-        .await;
-    match settled {
-        Ok(_) => tracing::info!(run_id = %state.args.run.run_id, outcome = outcome.as_str(), "runner ended"),
-        Err(err) => tracing::warn!(run_id = %state.args.run.run_id, error = %err, "runner end was not recorded"),
+        }
+        workers::record_outcome(tx, &epoch, outcome, code, signal)
+    });
+    let run_id = state.args.run.run_id.clone();
+    let settled = async move {
+        let settled = match submitted {
+            Ok(pending) => pending.wait().await.map(|_| ()),
+            Err(err) => Err(err),
+        };
+        match settled {
+            Ok(()) => tracing::info!(run_id = %run_id, outcome = outcome.as_str(), "runner ended"),
+            Err(err) => tracing::warn!(run_id = %run_id, error = %err, "runner end was not recorded"),
+        }
+    };
+    if plain_end {
+        // Queued already, so every later write (another admission of the run included)
+        // commits after it; the actor need not wait, and its slot comes free now.
+        tokio::spawn(settled);
+    } else {
+        settled.await;
     }
 }
 
