@@ -44,16 +44,21 @@ fn children_of(pid: &str) -> Vec<i32> {
     };
     let mut children = Vec::new();
     for task in tasks.flatten() {
-        let mut text = String::new();
-        let path = task.path().join("children");
-        if std::fs::File::open(path)
-            .and_then(|file| file.take(64 * 1024).read_to_string(&mut text))
-            .is_ok()
-        {
-            children.extend(text.split_ascii_whitespace().filter_map(|pid| pid.parse::<i32>().ok()));
-        }
+        children.extend(children_in(&task.path().join("children")));
     }
     children
+}
+
+/// The pids a `/proc/.../task/<tid>/children` file lists (none if it cannot be read).
+fn children_in(path: &std::path::Path) -> Vec<i32> {
+    let mut text = String::new();
+    match std::fs::File::open(path).and_then(|file| file.take(64 * 1024).read_to_string(&mut text)) {
+        Ok(_) => text
+            .split_ascii_whitespace()
+            .filter_map(|pid| pid.parse::<i32>().ok())
+            .collect(),
+        Err(_) => Vec::new(),
+    }
 }
 
 /// Whether this process has a direct child that no `ProcessChild` owns (an orphan, live or
@@ -63,9 +68,14 @@ pub fn has_orphans() -> bool {
     !unowned_children(&owned()).is_empty()
 }
 
-/// This process's direct children that no `ProcessChild` owns.
+/// This process's direct children that no `ProcessChild` owns. Only the main thread's list
+/// is read: the kernel gives an orphan to the subreaper's first live thread, which is the
+/// main thread (`find_new_reaper`, `find_alive_thread`), and so are the children of a thread
+/// that exits. Every other thread's list holds only children it spawned itself, which their
+/// spawner waits for. One small read instead of one per thread at every runner's end.
 fn unowned_children(owned: &BTreeSet<i32>) -> Vec<i32> {
-    children_of("self")
+    let main = format!("/proc/self/task/{}/children", std::process::id());
+    children_in(std::path::Path::new(&main))
         .into_iter()
         .filter(|pid| !owned.contains(pid))
         .collect()
