@@ -615,6 +615,21 @@ fn register_child(channel: &mut Channel, script: &Script) {
     );
 }
 
+/// Send the gathered pure results (if any) as one `nodes.finished`, ahead of its answer.
+fn send_batch(
+    channel: &mut Channel,
+    batch: &mut Vec<Value>,
+    in_flight: &mut std::collections::VecDeque<(Sent, SystemTime, Instant)>,
+    script: &Script,
+) {
+    if batch.is_empty() {
+        return;
+    }
+    let results = json!({"results": std::mem::take(batch)});
+    let sent = channel.send_only(MessageKind::NodesFinished, None, results, script);
+    in_flight.push_back((sent, SystemTime::now(), Instant::now()));
+}
+
 fn main() {
     let script = parse_script();
     if script.ignore_sigterm {
@@ -690,11 +705,7 @@ fn main() {
         if script.checkpoint_at == Some(step) {
             // Synchronous messages follow: send the gathered results, then answer everything
             // in flight first.
-            if !batch.is_empty() {
-                let results = json!({"results": std::mem::take(&mut batch)});
-                let sent = channel.send_only(MessageKind::NodesFinished, None, results, &script);
-                in_flight.push_back((sent, SystemTime::now(), Instant::now()));
-            }
+            send_batch(&mut channel, &mut batch, &mut in_flight, &script);
             while let Some((sent, wall_start, started)) = in_flight.pop_front() {
                 channel.receive(sent);
                 record_step(&mut timings, &channel, wall_start, started);
@@ -772,10 +783,7 @@ fn main() {
     } else {
         json!({"outcome": "completed", "output": {"steps": script.steps}})
     };
-    if !batch.is_empty() {
-        let sent = channel.send_only(MessageKind::NodesFinished, None, json!({"results": batch}), &script);
-        in_flight.push_back((sent, SystemTime::now(), Instant::now()));
-    }
+    send_batch(&mut channel, &mut batch, &mut in_flight, &script);
     // Sent ahead, the run's end follows the results still unanswered (one group commit).
     let finish_ahead = (script.finish_ahead && !script.updates)
         .then(|| channel.send_only(MessageKind::RunFinished, None, finish.clone(), &script));
