@@ -11,12 +11,18 @@
 //!   commit), which is how the server meets load from many runners;
 //! - status reads (`run.status`: the run row, its counts, current node and pending request),
 //!   each after a protected write of the same run, as a poll during a live run meets them
-//!   (every commit empties a reader's page cache), and back to back with no write between.
+//!   (every commit empties a reader's page cache), and back to back with no write between;
+//! - the deadline task's look (its five reads: open intervals, unobserved steps, expired
+//!   steps, overdue runs, the next deadline), which it makes every second while anything
+//!   commits: on this fresh store, then with a history of finished runs of ten steps each,
+//!   and their ratio (a look that reads only live rows stays near 1).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use pi_workflows::store::attempts::{self, AttemptOutcome, NewAttempt, SettledAttempt};
 use pi_workflows::store::claims::{self, ClaimAuthority};
+use pi_workflows::store::deadlines;
 use pi_workflows::store::events::{Actor, RunEvent};
 use pi_workflows::store::run_summary;
 use pi_workflows::store::runs::{self, ExecutionMode, NewRun};
@@ -25,6 +31,11 @@ use rusqlite::Connection;
 
 const WRITES_DEFAULT: usize = 5_000;
 const CONCURRENT_CALLERS: usize = 8;
+/// Deadline looks timed per measurement.
+const DEADLINE_LOOKS: usize = 200;
+/// Finished runs in the history the deadline looks are timed against, and their steps.
+const HISTORY_RUNS: usize = 5_000;
+const HISTORY_STEPS_PER_RUN: usize = 10;
 
 fn main() -> anyhow::Result<()> {
     let writes = parse_writes()?;
@@ -47,6 +58,21 @@ fn main() -> anyhow::Result<()> {
     let (after_write, back_to_back) = measure_status_reads(&store, writes)?;
     report("status reads, after a write", writes, after_write);
     report("status reads, back to back", writes, back_to_back);
+
+    let fresh = measure_deadline_looks(&store, DEADLINE_LOOKS)?;
+    report("deadline looks, fresh store", DEADLINE_LOOKS, fresh);
+    add_history(&store, HISTORY_RUNS)?;
+    let with_history = measure_deadline_looks(&store, DEADLINE_LOOKS)?;
+    report(
+        &format!("deadline looks, {HISTORY_RUNS} runs done"),
+        DEADLINE_LOOKS,
+        with_history,
+    );
+    println!(
+        "ratio deadline look with {} attempts / fresh = {:.2}",
+        HISTORY_RUNS * HISTORY_STEPS_PER_RUN,
+        with_history.as_secs_f64() / fresh.as_secs_f64()
+    );
 
     let rate = |elapsed: Duration| writes as f64 / elapsed.as_secs_f64();
     println!("ratio protected(1 caller) / raw = {:.2}", rate(sequential) / rate(raw));
@@ -127,6 +153,47 @@ fn measure_status_reads(store: &Store, reads: usize) -> anyhow::Result<(Duration
         std::hint::black_box(store.read(|conn| run_summary::run_summary(conn, run_id))?);
     }
     Ok((after_write, started.elapsed()))
+}
+
+/// Time `looks` deadline looks, each read in its own read transaction as the task makes them.
+fn measure_deadline_looks(store: &Store, looks: usize) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    for _ in 0..looks {
+        let now_ms = store.now_ms();
+        std::hint::black_box(store.read(deadlines::observation)?);
+        std::hint::black_box(store.read(|conn| deadlines::expired(conn, now_ms, 1))?);
+        std::hint::black_box(store.read(|conn| deadlines::overdue_runs(conn, now_ms, deadlines::OVERDUE_BATCH_MAX))?);
+        std::hint::black_box(store.read(deadlines::next_due_ms)?);
+    }
+    Ok(started.elapsed())
+}
+
+/// `runs` runs of `HISTORY_STEPS_PER_RUN` settled steps each, left completed.
+fn add_history(store: &Store, runs: usize) -> anyhow::Result<()> {
+    for run in 0..runs {
+        let run_id = format!("history-{run}");
+        let authority = start_live_run(store, &run_id)?;
+        let settled: Vec<SettledAttempt> = (0..HISTORY_STEPS_PER_RUN)
+            .map(|step| SettledAttempt {
+                attempt: NewAttempt {
+                    attempt_id: format!("{run_id}-{step}"),
+                    node_id: format!("s{step}"),
+                    node_path: format!("s{step}"),
+                    visit: 1,
+                    node_type: "compute".to_string(),
+                    deadline_at: None,
+                    timeout_ms: None,
+                    settings_change_number: None,
+                },
+                outcome: AttemptOutcome::Completed { output_hash: None },
+            })
+            .collect();
+        store.write(move |tx| {
+            attempts::record_settled(tx, &authority, None, &settled)?;
+            runs::complete_run(tx, &authority, None, None)
+        })?;
+    }
+    Ok(())
 }
 
 fn protected_writes(store: &Store, authority: ClaimAuthority, count: usize) -> anyhow::Result<()> {

@@ -29,6 +29,54 @@ pub const EXPIRED_BATCH_MAX: usize = 64;
 /// The stored error of a timed-out step.
 const TIMEOUT_ERROR_BYTES_MAX: usize = 1024;
 
+// The deadline task's looks run every second while anything commits, so each one reads only
+// live rows through a partial index (pending requests, running steps with a deadline, open
+// turns and intervals), never the settled history: the plans are tested below.
+
+const OPEN_INTERVALS_SQL: &str = "SELECT request_id, interval_number, target_session_id FROM active_intervals
+     WHERE status = 'open' ORDER BY observed_at";
+
+const UNOBSERVED_SQL: &str = "SELECT i.request_id, i.run_id, t.target_session_id, t.turn_id
+     FROM workflow_turns t
+     JOIN workflow_messages m ON m.workflow_message_id = t.workflow_message_id AND m.kind = 'step'
+     JOIN interactive_requests i ON i.request_id = m.source_id
+     JOIN node_attempts a ON a.attempt_id = i.attempt_id
+     JOIN runs r ON r.run_id = i.run_id
+     WHERE t.status = 'open' AND i.status = 'pending' AND i.kind IN ('agent', 'assistant')
+       AND a.timeout_ms IS NOT NULL AND r.status = 'waiting' AND r.paused = 0
+       AND NOT EXISTS (SELECT 1 FROM active_intervals o WHERE o.request_id = i.request_id AND o.status = 'open')";
+
+const EXPIRED_SQL: &str = "SELECT i.run_id, i.request_id, i.attempt_id, i.kind, a.timeout_ms
+     FROM interactive_requests i
+     JOIN node_attempts a ON a.attempt_id = i.attempt_id
+     JOIN runs r ON r.run_id = i.run_id
+     WHERE i.status = 'pending' AND a.status = 'waiting' AND r.status = 'waiting' AND r.paused = 0
+       AND ((i.kind IN ('agent', 'assistant') AND a.timeout_ms IS NOT NULL
+             AND (SELECT coalesce(sum(v.elapsed_ms), 0) FROM active_intervals v WHERE v.request_id = i.request_id)
+                 >= a.timeout_ms)
+         OR (i.kind IN ('checkpoint', 'decision') AND a.deadline_at IS NOT NULL AND a.deadline_at <= ?1))
+     ORDER BY i.created_at
+     LIMIT ?2";
+
+const NEXT_DUE_SQL: &str = "SELECT min(due) FROM (
+       SELECT a.deadline_at AS due
+       FROM interactive_requests i
+       JOIN node_attempts a ON a.attempt_id = i.attempt_id
+       JOIN runs r ON r.run_id = i.run_id
+       WHERE i.status = 'pending' AND a.status = 'waiting' AND r.status = 'waiting' AND r.paused = 0
+         AND i.kind IN ('checkpoint', 'decision') AND a.deadline_at IS NOT NULL
+       UNION ALL
+       SELECT a.deadline_at + ?1 AS due
+       FROM node_attempts a JOIN runs r ON r.run_id = a.run_id
+       WHERE a.status = 'running' AND a.deadline_at IS NOT NULL AND r.status = 'running')";
+
+/// `deadline_at <= now - grace`, not `deadline_at + grace <= now`: only a bare column bounds
+/// the index range (and gives the order).
+const OVERDUE_SQL: &str = "SELECT a.run_id FROM node_attempts a JOIN runs r ON r.run_id = a.run_id
+     WHERE a.status = 'running' AND a.deadline_at IS NOT NULL AND a.deadline_at <= ?2 - ?1
+       AND r.status = 'running'
+     ORDER BY a.deadline_at LIMIT ?3";
+
 /// An interval that is growing now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenInterval {
@@ -50,17 +98,7 @@ pub struct Unobserved {
 /// Open turns serving a pending agent or assistant step with a time budget, in a waiting and
 /// unpaused run, with no open interval (at most one open turn per session).
 pub fn unobserved(conn: &Connection) -> StoreResult<Vec<Unobserved>> {
-    let mut statement = conn.prepare_cached(
-        "SELECT i.request_id, i.run_id, t.target_session_id, t.turn_id
-         FROM workflow_turns t
-         JOIN workflow_messages m ON m.workflow_message_id = t.workflow_message_id AND m.kind = 'step'
-         JOIN interactive_requests i ON i.request_id = m.source_id
-         JOIN node_attempts a ON a.attempt_id = i.attempt_id
-         JOIN runs r ON r.run_id = i.run_id
-         WHERE t.status = 'open' AND i.status = 'pending' AND i.kind IN ('agent', 'assistant')
-           AND a.timeout_ms IS NOT NULL AND r.status = 'waiting' AND r.paused = 0
-           AND NOT EXISTS (SELECT 1 FROM active_intervals o WHERE o.request_id = i.request_id AND o.status = 'open')",
-    )?;
+    let mut statement = conn.prepare_cached(UNOBSERVED_SQL)?;
     let rows = statement.query_map([], |row| {
         Ok(Unobserved {
             request_id: row.get(0)?,
@@ -128,10 +166,7 @@ pub fn close_all_open(tx: &WriteTx<'_>) -> StoreResult<usize> {
 
 /// The intervals growing now (bounded by the sessions with an open turn: one each).
 pub fn open_intervals(conn: &Connection) -> StoreResult<Vec<OpenInterval>> {
-    let mut statement = conn.prepare_cached(
-        "SELECT request_id, interval_number, target_session_id FROM active_intervals
-         WHERE status = 'open' ORDER BY observed_at",
-    )?;
+    let mut statement = conn.prepare_cached(OPEN_INTERVALS_SQL)?;
     let rows = statement.query_map([], |row| {
         Ok(OpenInterval {
             request_id: row.get(0)?,
@@ -243,19 +278,7 @@ pub struct Expired {
 /// assistant step whose model time reached its `timeout_ms`, a checkpoint or decision whose
 /// wall-clock `deadline_at` passed.
 pub fn expired(conn: &Connection, now_ms: i64, limit: usize) -> StoreResult<Vec<Expired>> {
-    let mut statement = conn.prepare_cached(
-        "SELECT i.run_id, i.request_id, i.attempt_id, i.kind, a.timeout_ms
-         FROM interactive_requests i
-         JOIN node_attempts a ON a.attempt_id = i.attempt_id
-         JOIN runs r ON r.run_id = i.run_id
-         WHERE i.status = 'pending' AND a.status = 'waiting' AND r.status = 'waiting' AND r.paused = 0
-           AND ((i.kind IN ('agent', 'assistant') AND a.timeout_ms IS NOT NULL
-                 AND (SELECT coalesce(sum(v.elapsed_ms), 0) FROM active_intervals v WHERE v.request_id = i.request_id)
-                     >= a.timeout_ms)
-             OR (i.kind IN ('checkpoint', 'decision') AND a.deadline_at IS NOT NULL AND a.deadline_at <= ?1))
-         ORDER BY i.created_at
-         LIMIT ?2",
-    )?;
+    let mut statement = conn.prepare_cached(EXPIRED_SQL)?;
     let rows = statement.query_map(params![now_ms, limit as i64], |row| {
         Ok(Expired {
             run_id: row.get(0)?,
@@ -335,19 +358,7 @@ pub fn time_out_due(tx: &WriteTx<'_>) -> StoreResult<Vec<String>> {
 /// grows only while a turn is open, and the deadline task observes every tick then.
 pub fn next_due_ms(conn: &Connection) -> StoreResult<Option<i64>> {
     Ok(conn
-        .prepare_cached(
-            "SELECT min(due) FROM (
-               SELECT a.deadline_at AS due
-               FROM interactive_requests i
-               JOIN node_attempts a ON a.attempt_id = i.attempt_id
-               JOIN runs r ON r.run_id = i.run_id
-               WHERE i.status = 'pending' AND a.status = 'waiting' AND r.status = 'waiting' AND r.paused = 0
-                 AND i.kind IN ('checkpoint', 'decision') AND a.deadline_at IS NOT NULL
-               UNION ALL
-               SELECT a.deadline_at + ?1 AS due
-               FROM node_attempts a JOIN runs r ON r.run_id = a.run_id
-               WHERE a.status = 'running' AND a.deadline_at IS NOT NULL AND r.status = 'running')",
-        )?
+        .prepare_cached(NEXT_DUE_SQL)?
         .query_row(params![OVERDUE_GRACE_MS], |row| row.get(0))?)
 }
 
@@ -361,12 +372,7 @@ pub const OVERDUE_BATCH_MAX: usize = 64;
 /// Runs whose running step (a headless agent step, which commits its wall-clock deadline
 /// when it starts) is past its deadline by `OVERDUE_GRACE_MS` at `now_ms`.
 pub fn overdue_runs(conn: &Connection, now_ms: i64, limit: usize) -> StoreResult<Vec<String>> {
-    let mut statement = conn.prepare_cached(
-        "SELECT a.run_id FROM node_attempts a JOIN runs r ON r.run_id = a.run_id
-         WHERE a.status = 'running' AND a.deadline_at IS NOT NULL AND a.deadline_at + ?1 <= ?2
-           AND r.status = 'running'
-         ORDER BY a.deadline_at LIMIT ?3",
-    )?;
+    let mut statement = conn.prepare_cached(OVERDUE_SQL)?;
     let rows = statement.query_map(params![OVERDUE_GRACE_MS, now_ms, limit as i64], |row| row.get(0))?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
@@ -391,4 +397,72 @@ pub(super) fn time_out_overdue(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<us
                                AND e.status IN ('pending', 'applying', 'ambiguous'))",
         )?
         .execute(params![error_hash, tx.now_ms(), run_id, OVERDUE_GRACE_MS])?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::{EXPIRED_SQL, NEXT_DUE_SQL, OPEN_INTERVALS_SQL, OVERDUE_SQL, UNOBSERVED_SQL};
+    use crate::store::{Store, SystemClock};
+
+    /// The plan's steps that read a whole table or index (a `SCAN`, a `SEARCH` with no key, a
+    /// temporary sort), except a scan of a partial index, which holds only live rows.
+    fn whole_reads(conn: &rusqlite::Connection, sql: &str) -> Vec<String> {
+        let mut plan = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let unbound = std::iter::repeat_n(rusqlite::types::Null, plan.parameter_count());
+        let details: Vec<String> = plan
+            .query_map(rusqlite::params_from_iter(unbound), |row| row.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let partial = |index: &str| -> bool {
+            conn.query_row(
+                "SELECT instr(upper(sql), ' WHERE ') > 0 FROM sqlite_schema WHERE type = 'index' AND name = ?1",
+                [index],
+                |row| row.get(0),
+            )
+            .unwrap_or(false)
+        };
+        let whole = |detail: &str| -> bool {
+            if detail.contains("(subquery") {
+                return false;
+            }
+            let index = detail.split("INDEX ").nth(1).and_then(|rest| rest.split(' ').next());
+            match () {
+                () if detail.contains("TEMP B-TREE") => true,
+                () if detail.starts_with("SCAN ") => !index.is_some_and(partial),
+                () if detail.starts_with("SEARCH ") => !detail.contains(" USING "),
+                () => false,
+            }
+        };
+        details.into_iter().filter(|detail| whole(detail)).collect()
+    }
+
+    #[test]
+    fn the_deadline_looks_read_only_live_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.sqlite"), Arc::new(SystemClock)).unwrap();
+        let looks = [
+            ("open intervals", OPEN_INTERVALS_SQL),
+            ("unobserved steps", UNOBSERVED_SQL),
+            ("expired steps", EXPIRED_SQL),
+            ("next due", NEXT_DUE_SQL),
+            ("overdue runs", OVERDUE_SQL),
+        ];
+        store
+            .read(|conn| {
+                for (name, sql) in looks {
+                    let whole = whole_reads(conn, sql);
+                    assert!(whole.is_empty(), "{name} reads history: {whole:?}");
+                }
+                // The check itself: a look through every attempt is a whole read, a keyed one is not.
+                let all = whole_reads(conn, "SELECT count(*) FROM node_attempts WHERE node_type = 'compute'");
+                assert!(!all.is_empty());
+                let keyed = whole_reads(conn, "SELECT status FROM node_attempts WHERE attempt_id = 'a'");
+                assert!(keyed.is_empty(), "{keyed:?}");
+                Ok(())
+            })
+            .unwrap();
+    }
 }

@@ -192,6 +192,11 @@ CREATE UNIQUE INDEX node_attempts_one_unfinished_per_run ON node_attempts (run_i
 -- of runs is indexed by run, so neither ever scans other runs' rows.
 CREATE INDEX node_attempts_by_run ON node_attempts (run_id, status);
 
+-- The deadline task's looks (every second while anything commits): only running steps with a
+-- deadline, so a look reads the live few, never the whole history.
+CREATE INDEX node_attempts_running_deadlines ON node_attempts (deadline_at)
+  WHERE status = 'running' AND deadline_at IS NOT NULL;
+
 -- Human decisions ------------------------------------------------------------------------
 
 -- A protected decision (`humanDecision`): its decision ID is its interactive request's ID.
@@ -342,6 +347,8 @@ CREATE TABLE interactive_requests (
 CREATE INDEX interactive_requests_by_run ON interactive_requests (run_id, status);
 -- A branch report looks up the session's pending requests.
 CREATE INDEX interactive_requests_by_session ON interactive_requests (target_session_id, status);
+-- The deadline task's looks at every pending step, oldest first, without the settled history.
+CREATE INDEX interactive_requests_pending ON interactive_requests (created_at) WHERE status = 'pending';
 
 -- Model time a pending agent or assistant step used (docs/SESSIONS.md "Deadlines"): one
 -- interval per stretch of a reported Pi model turn in a connected session. `elapsed_ms` grows
