@@ -15,7 +15,8 @@
 //! - the deadline task's look (its five reads: open intervals, unobserved steps, expired
 //!   steps, overdue runs, the next deadline), which it makes every second while anything
 //!   commits: on this fresh store, then with a history of finished runs of ten steps each,
-//!   and their ratio (a look that reads only live rows stays near 1).
+//!   and their ratio (a look that reads only live rows stays near 1); the same for the idle
+//!   rule's count of unsettled work (each history run also settled one effect).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,9 +24,11 @@ use std::time::{Duration, Instant};
 use pi_workflows::store::attempts::{self, AttemptOutcome, NewAttempt, SettledAttempt};
 use pi_workflows::store::claims::{self, ClaimAuthority};
 use pi_workflows::store::deadlines;
+use pi_workflows::store::effects::{self, EffectRecovery, EffectRequest, Settlement};
 use pi_workflows::store::events::{Actor, RunEvent};
 use pi_workflows::store::run_summary;
 use pi_workflows::store::runs::{self, ExecutionMode, NewRun};
+use pi_workflows::store::verify;
 use pi_workflows::store::{Store, SystemClock};
 use rusqlite::Connection;
 
@@ -61,6 +64,8 @@ fn main() -> anyhow::Result<()> {
 
     let fresh = measure_deadline_looks(&store, DEADLINE_LOOKS)?;
     report("deadline looks, fresh store", DEADLINE_LOOKS, fresh);
+    let idle_fresh = measure_idle_checks(&store, DEADLINE_LOOKS)?;
+    report("idle checks, fresh store", DEADLINE_LOOKS, idle_fresh);
     add_history(&store, HISTORY_RUNS)?;
     let with_history = measure_deadline_looks(&store, DEADLINE_LOOKS)?;
     report(
@@ -68,10 +73,20 @@ fn main() -> anyhow::Result<()> {
         DEADLINE_LOOKS,
         with_history,
     );
+    let idle_history = measure_idle_checks(&store, DEADLINE_LOOKS)?;
+    report(
+        &format!("idle checks, {HISTORY_RUNS} runs done"),
+        DEADLINE_LOOKS,
+        idle_history,
+    );
     println!(
         "ratio deadline look with {} attempts / fresh = {:.2}",
         HISTORY_RUNS * HISTORY_STEPS_PER_RUN,
         with_history.as_secs_f64() / fresh.as_secs_f64()
+    );
+    println!(
+        "ratio idle check with {HISTORY_RUNS} settled effects / fresh = {:.2}",
+        idle_history.as_secs_f64() / idle_fresh.as_secs_f64()
     );
 
     let rate = |elapsed: Duration| writes as f64 / elapsed.as_secs_f64();
@@ -168,7 +183,18 @@ fn measure_deadline_looks(store: &Store, looks: usize) -> anyhow::Result<Duratio
     Ok(started.elapsed())
 }
 
-/// `runs` runs of `HISTORY_STEPS_PER_RUN` settled steps each, left completed.
+/// Time `checks` of the idle rule's count of unsettled work (an idle server without clients
+/// makes one every few seconds).
+fn measure_idle_checks(store: &Store, checks: usize) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    for _ in 0..checks {
+        std::hint::black_box(store.read(verify::unsettled_work)?);
+    }
+    Ok(started.elapsed())
+}
+
+/// `runs` runs of `HISTORY_STEPS_PER_RUN` settled steps and one applied effect each, left
+/// completed.
 fn add_history(store: &Store, runs: usize) -> anyhow::Result<()> {
     for run in 0..runs {
         let run_id = format!("history-{run}");
@@ -188,8 +214,18 @@ fn add_history(store: &Store, runs: usize) -> anyhow::Result<()> {
                 outcome: AttemptOutcome::Completed { output_hash: None },
             })
             .collect();
+        let effect = EffectRequest {
+            effect_type: "shell".to_string(),
+            idempotency_key: format!("{run_id}-0"),
+            request_fingerprint: "0".repeat(64),
+            recovery: EffectRecovery::Idempotent,
+            attempt_id: None,
+            request_summary: None,
+        };
         store.write(move |tx| {
             attempts::record_settled(tx, &authority, None, &settled)?;
+            let reserved = effects::reserve(tx, &authority, None, &effect)?.value;
+            effects::settle(tx, &authority, None, &reserved.effect_id, Settlement::Applied, None)?;
             runs::complete_run(tx, &authority, None, None)
         })?;
     }

@@ -70,6 +70,13 @@ const NEXT_DUE_SQL: &str = "SELECT min(due) FROM (
        FROM node_attempts a JOIN runs r ON r.run_id = a.run_id
        WHERE a.status = 'running' AND a.deadline_at IS NOT NULL AND r.status = 'running')";
 
+/// The run's own effects only (`e.run_id` leads the effects' unique index; `attempt_id` has
+/// none): the run's overdue step, unless an effect of it is left to judge.
+const TIME_OUT_OVERDUE_SQL: &str = "UPDATE node_attempts SET status = 'timed_out', error_hash = ?1, finished_at = ?2
+     WHERE run_id = ?3 AND status = 'running' AND deadline_at IS NOT NULL AND deadline_at <= ?2 - ?4
+       AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.run_id = ?3 AND e.attempt_id = node_attempts.attempt_id
+                       AND e.status IN ('pending', 'applying', 'ambiguous'))";
+
 /// `deadline_at <= now - grace`, not `deadline_at + grace <= now`: only a bare column bounds
 /// the index range (and gives the order).
 const OVERDUE_SQL: &str = "SELECT a.run_id FROM node_attempts a JOIN runs r ON r.run_id = a.run_id
@@ -388,81 +395,28 @@ pub(super) fn time_out_overdue(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<us
                     the server stopped the runner",
     });
     let error_hash = super::blobs::put_json(tx, &error, TIMEOUT_ERROR_BYTES_MAX)?;
-    Ok(tx
-        .conn()
-        .prepare_cached(
-            "UPDATE node_attempts SET status = 'timed_out', error_hash = ?1, finished_at = ?2
-             WHERE run_id = ?3 AND status = 'running' AND deadline_at IS NOT NULL AND deadline_at + ?4 <= ?2
-               AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.attempt_id = node_attempts.attempt_id
-                               AND e.status IN ('pending', 'applying', 'ambiguous'))",
-        )?
-        .execute(params![error_hash, tx.now_ms(), run_id, OVERDUE_GRACE_MS])?)
+    Ok(tx.conn().prepare_cached(TIME_OUT_OVERDUE_SQL)?.execute(params![
+        error_hash,
+        tx.now_ms(),
+        run_id,
+        OVERDUE_GRACE_MS
+    ])?)
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use super::{EXPIRED_SQL, NEXT_DUE_SQL, OPEN_INTERVALS_SQL, OVERDUE_SQL, UNOBSERVED_SQL};
-    use crate::store::{Store, SystemClock};
-
-    /// The plan's steps that read a whole table or index (a `SCAN`, a `SEARCH` with no key, a
-    /// temporary sort), except a scan of a partial index, which holds only live rows.
-    fn whole_reads(conn: &rusqlite::Connection, sql: &str) -> Vec<String> {
-        let mut plan = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
-        let unbound = std::iter::repeat_n(rusqlite::types::Null, plan.parameter_count());
-        let details: Vec<String> = plan
-            .query_map(rusqlite::params_from_iter(unbound), |row| row.get(3))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        let partial = |index: &str| -> bool {
-            conn.query_row(
-                "SELECT instr(upper(sql), ' WHERE ') > 0 FROM sqlite_schema WHERE type = 'index' AND name = ?1",
-                [index],
-                |row| row.get(0),
-            )
-            .unwrap_or(false)
-        };
-        let whole = |detail: &str| -> bool {
-            if detail.contains("(subquery") {
-                return false;
-            }
-            let index = detail.split("INDEX ").nth(1).and_then(|rest| rest.split(' ').next());
-            match () {
-                () if detail.contains("TEMP B-TREE") => true,
-                () if detail.starts_with("SCAN ") => !index.is_some_and(partial),
-                () if detail.starts_with("SEARCH ") => !detail.contains(" USING "),
-                () => false,
-            }
-        };
-        details.into_iter().filter(|detail| whole(detail)).collect()
-    }
+    use super::{EXPIRED_SQL, NEXT_DUE_SQL, OPEN_INTERVALS_SQL, OVERDUE_SQL, TIME_OUT_OVERDUE_SQL, UNOBSERVED_SQL};
+    use crate::store::query_plans::assert_live_reads_only;
 
     #[test]
     fn the_deadline_looks_read_only_live_rows() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("state.sqlite"), Arc::new(SystemClock)).unwrap();
-        let looks = [
+        assert_live_reads_only(&[
             ("open intervals", OPEN_INTERVALS_SQL),
             ("unobserved steps", UNOBSERVED_SQL),
             ("expired steps", EXPIRED_SQL),
             ("next due", NEXT_DUE_SQL),
             ("overdue runs", OVERDUE_SQL),
-        ];
-        store
-            .read(|conn| {
-                for (name, sql) in looks {
-                    let whole = whole_reads(conn, sql);
-                    assert!(whole.is_empty(), "{name} reads history: {whole:?}");
-                }
-                // The check itself: a look through every attempt is a whole read, a keyed one is not.
-                let all = whole_reads(conn, "SELECT count(*) FROM node_attempts WHERE node_type = 'compute'");
-                assert!(!all.is_empty());
-                let keyed = whole_reads(conn, "SELECT status FROM node_attempts WHERE attempt_id = 'a'");
-                assert!(keyed.is_empty(), "{keyed:?}");
-                Ok(())
-            })
-            .unwrap();
+            ("an overdue step's timeout", TIME_OUT_OVERDUE_SQL),
+        ]);
     }
 }

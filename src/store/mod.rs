@@ -28,6 +28,8 @@ pub mod events;
 pub mod interactions;
 pub mod messages;
 pub mod processes;
+#[cfg(test)]
+mod query_plans;
 pub mod recovery;
 pub mod retention;
 mod run_endings;

@@ -264,6 +264,7 @@ CREATE TABLE channel_messages (
 
 CREATE INDEX channel_messages_by_profile ON channel_messages (profile, state);
 CREATE INDEX channel_messages_by_run ON channel_messages (run_id);
+CREATE INDEX channel_messages_open ON channel_messages (state) WHERE state = 'pending' OR state = 'presented';
 
 -- Effects --------------------------------------------------------------------------------
 
@@ -301,6 +302,9 @@ CREATE TABLE effects (
 ) STRICT;
 
 CREATE INDEX effects_by_channel_message ON effects (channel_message_id, status);
+-- The idle check (every few seconds on a server without clients) counts the unsettled
+-- effects, channel messages and submissions alone, never the settled history.
+CREATE INDEX effects_unsettled ON effects (status) WHERE status = 'pending' OR status = 'applying';
 
 CREATE TABLE effect_attempts (
   effect_id TEXT NOT NULL REFERENCES effects (effect_id) ON DELETE CASCADE,
@@ -397,6 +401,9 @@ CREATE TABLE interactive_submissions (
   settled_at INTEGER,
   UNIQUE (request_id, idempotency_key)
 ) STRICT;
+
+CREATE INDEX interactive_submissions_validating ON interactive_submissions (request_id)
+  WHERE outcome = 'validating';
 
 -- Messages -------------------------------------------------------------------------------
 

@@ -231,7 +231,14 @@ pub fn state_counts(conn: &Connection, now_ms: i64) -> StoreResult<StateCounts> 
 /// 0. An agent step's budget is model time, which passes only while a Pi session is
 /// connected (and a connection keeps the server up anyway), so it keeps nothing alive.
 pub fn unsettled_work(conn: &Connection) -> StoreResult<i64> {
-    let sql = "SELECT
+    Ok(conn
+        .prepare_cached(UNSETTLED_WORK_SQL)?
+        .query_row([], |row| row.get(0))?)
+}
+
+/// `unsettled_work`'s count: each part through a key or a partial index of live rows (tested),
+/// since an idle server without clients looks every few seconds.
+const UNSETTLED_WORK_SQL: &str = "SELECT
         (SELECT count(*) FROM run_queue q JOIN runs r ON r.run_id = q.run_id
            WHERE q.status IN ('queued', 'starting', 'running') AND r.paused = 0)
       + (SELECT count(*) FROM interactive_requests i
@@ -239,8 +246,19 @@ pub fn unsettled_work(conn: &Connection) -> StoreResult<i64> {
            JOIN runs r ON r.run_id = i.run_id
            WHERE i.status = 'pending' AND i.kind IN ('checkpoint', 'decision')
              AND a.status = 'waiting' AND a.deadline_at IS NOT NULL AND r.paused = 0)
-      + (SELECT count(*) FROM effects WHERE status IN ('pending', 'applying'))
-      + (SELECT count(*) FROM channel_messages WHERE state IN ('pending', 'presented'))
+      + (SELECT count(*) FROM effects WHERE status = 'pending')
+      + (SELECT count(*) FROM effects WHERE status = 'applying')
+      + (SELECT count(*) FROM channel_messages WHERE state = 'pending')
+      + (SELECT count(*) FROM channel_messages WHERE state = 'presented')
       + (SELECT count(*) FROM interactive_submissions WHERE outcome = 'validating')";
-    Ok(conn.prepare_cached(sql)?.query_row([], |row| row.get(0))?)
+
+#[cfg(test)]
+mod tests {
+    use super::UNSETTLED_WORK_SQL;
+    use crate::store::query_plans::assert_live_reads_only;
+
+    #[test]
+    fn the_idle_check_reads_only_live_rows() {
+        assert_live_reads_only(&[("unsettled work", UNSETTLED_WORK_SQL)]);
+    }
 }
