@@ -1,4 +1,4 @@
-//! Tests of query plans: what a statement that runs on a timer reads. A look made every
+//! Tests of query plans: what a statement that runs on a short timer reads. A look made every
 //! second (or every few seconds on an idle server) must read only live rows, through a key
 //! or a partial index, so its cost does not grow with the retained history.
 
