@@ -50,42 +50,44 @@ fn is_partial(conn: &Connection, index: &str) -> bool {
     .unwrap_or(false)
 }
 
-/// Check `looks` (name, SQL) on a fresh store of this schema: none reads history.
-pub fn assert_live_reads_only(looks: &[(&str, &str)]) {
+/// Run `check` on a read connection of a fresh store of this schema.
+fn on_fresh_store(check: impl FnOnce(&Connection)) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("state.sqlite"), Arc::new(SystemClock)).unwrap();
     store
         .read(|conn| {
-            for (name, sql) in looks {
-                let whole = whole_reads(conn, sql);
-                assert!(whole.is_empty(), "{name} reads history: {whole:?}");
-            }
+            check(conn);
             Ok(())
         })
         .unwrap();
 }
 
+/// Check `looks` (name, SQL) on a fresh store of this schema: none reads history.
+pub fn assert_live_reads_only(looks: &[(&str, &str)]) {
+    on_fresh_store(|conn| {
+        for (name, sql) in looks {
+            let whole = whole_reads(conn, sql);
+            assert!(whole.is_empty(), "{name} reads history: {whole:?}");
+        }
+    });
+}
+
 #[test]
 fn a_scan_of_every_row_is_a_whole_read_and_a_keyed_look_is_not() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&dir.path().join("state.sqlite"), Arc::new(SystemClock)).unwrap();
-    store
-        .read(|conn| {
-            let all = whole_reads(conn, "SELECT count(*) FROM node_attempts WHERE node_type = 'compute'");
-            assert!(!all.is_empty());
-            let sorted = whole_reads(
-                conn,
-                "SELECT run_id FROM node_attempts WHERE run_id = ?1 ORDER BY node_type",
-            );
-            assert!(!sorted.is_empty());
-            let keyed = whole_reads(conn, "SELECT status FROM node_attempts WHERE attempt_id = 'a'");
-            assert!(keyed.is_empty(), "{keyed:?}");
-            let partial = whole_reads(
-                conn,
-                "SELECT run_id FROM run_workers WHERE status IN ('starting', 'ready')",
-            );
-            assert!(partial.is_empty(), "{partial:?}");
-            Ok(())
-        })
-        .unwrap();
+    on_fresh_store(|conn| {
+        let all = whole_reads(conn, "SELECT count(*) FROM node_attempts WHERE node_type = 'compute'");
+        assert!(!all.is_empty());
+        let sorted = whole_reads(
+            conn,
+            "SELECT run_id FROM node_attempts WHERE run_id = ?1 ORDER BY node_type",
+        );
+        assert!(!sorted.is_empty());
+        let keyed = whole_reads(conn, "SELECT status FROM node_attempts WHERE attempt_id = 'a'");
+        assert!(keyed.is_empty(), "{keyed:?}");
+        let partial = whole_reads(
+            conn,
+            "SELECT run_id FROM run_workers WHERE status IN ('starting', 'ready')",
+        );
+        assert!(partial.is_empty(), "{partial:?}");
+    });
 }
