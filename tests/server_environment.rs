@@ -6,6 +6,19 @@
 mod common;
 
 use common::e2e::{Env, json_of};
+use serde_json::json;
+
+/// Runs the `show-env` fixture to its end: which variables its shell step saw, and whether
+/// its runner started with the server's tunables.
+fn environment_seen_by_a_step(env: &Env) -> serde_json::Value {
+    let run_id = env.start_fixture("show-env", None);
+    env.wait_until("the run completed", || {
+        env.count(&format!(
+            "SELECT count(*) FROM runs WHERE run_id = '{run_id}' AND status = 'completed'"
+        )) == 1
+    });
+    env.node_output(&run_id, "env")
+}
 
 #[test]
 fn steps_see_the_users_environment_without_the_servers_internals() {
@@ -16,13 +29,7 @@ fn steps_see_the_users_environment_without_the_servers_internals() {
         ("PI_WORKFLOWS_TEST_SCRIPT".to_string(), "steps=1".to_string()),
         ("PI_WORKFLOWS_IDLE_EXIT_MS".to_string(), "600000".to_string()),
     ]);
-    let run_id = env.start_fixture("show-env", None);
-    env.wait_until("the run completed", || {
-        env.count(&format!(
-            "SELECT count(*) FROM runs WHERE run_id = '{run_id}' AND status = 'completed'"
-        )) == 1
-    });
-    let seen = env.node_output(&run_id, "env");
+    let seen = environment_seen_by_a_step(&env);
     assert_eq!(
         seen["PIW_TEST_PLAIN"], true,
         "a user's variable must reach the step: {seen}"
@@ -40,6 +47,15 @@ fn steps_see_the_users_environment_without_the_servers_internals() {
         seen["PI_WORKFLOWS_IDLE_EXIT_MS"], false,
         "a server internal reached a step: {seen}"
     );
+    assert_eq!(
+        seen["runnerStartedTuned"], true,
+        "the Node runner starts with glibc's tunables: {seen}"
+    );
+    assert_eq!(
+        (&seen["GLIBC_TUNABLES"], &seen["PI_WORKFLOWS_TUNABLES_ADDED"]),
+        (&json!(false), &json!(false)),
+        "the runner's own tunables and their mark reached a step: {seen}"
+    );
     let status = env.cli(&["server", "status"]);
     let text = String::from_utf8_lossy(&status.stdout).to_string();
     assert!(text.contains("environment: the server's, from its start"), "{text}");
@@ -52,6 +68,20 @@ fn steps_see_the_users_environment_without_the_servers_internals() {
     assert_eq!(json["socket"], "available", "{json}");
     let log = std::fs::read_to_string(env.dir().join("logs/server.log")).unwrap_or_default();
     assert!(!log.contains("canary-4d1e"), "the log shows the environment");
+}
+
+/// A user who sets glibc's tunables keeps them, in the runner and in its steps: the server
+/// adds its own only to an environment without any.
+#[test]
+fn a_users_glibc_tunables_reach_the_steps_unchanged() {
+    let env = Env::with_vars(vec![("GLIBC_TUNABLES".to_string(), "glibc.malloc.check=0".to_string())]);
+    let seen = environment_seen_by_a_step(&env);
+    assert_eq!(seen["userTunables"], "glibc.malloc.check=0", "{seen}");
+    assert_eq!(seen["PI_WORKFLOWS_TUNABLES_ADDED"], false, "{seen}");
+    assert_eq!(
+        seen["runnerStartedTuned"], false,
+        "the server replaced the user's tunables: {seen}"
+    );
 }
 
 #[test]

@@ -81,6 +81,21 @@ pub enum SpawnError {
     },
 }
 
+/// glibc's allocator as a Node runner starts fastest: transparent huge pages for its heap
+/// (`hugetlb=1`: malloc advises them), and blocks up to 16 MiB from that heap rather than
+/// mappings of their own (`mmap_threshold`; glibc's own adaptive threshold reaches 32 MiB).
+/// Why: a snapshot runner reads its ~5 MB startup snapshot into a fresh buffer and copies it
+/// out again, and in 4 KiB pages each page costs a fault; a start's minor faults go from
+/// ~5,000 to ~2,300 and its CPU from ~31 to ~25 ms (docs/PERFORMANCE.md, twenty-fourth round),
+/// for ~4 MiB more resident memory while it runs.
+pub const RUNNER_MALLOC_TUNABLES: &str = "glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=16777216";
+/// glibc reads its tunables from this variable when a process starts.
+pub const GLIBC_TUNABLES_ENV: &str = "GLIBC_TUNABLES";
+/// Set beside [`RUNNER_MALLOC_TUNABLES`] when the server added them: the runner then removes
+/// both before a workflow's code runs, so its steps see the user's environment
+/// (`runner/environment.ts`).
+pub const TUNABLES_ADDED_ENV: &str = "PI_WORKFLOWS_TUNABLES_ADDED";
+
 /// Start `program` with a private channel on its fd 3; returns the child and the server's
 /// end of the channel. Captures go to `<logs_dir>/<log_stem>.out|.err`; `cwd` is the project
 /// when known (a warm runner changes there itself once launched).
@@ -90,25 +105,50 @@ pub fn spawn_with_channel(
     log_stem: &str,
     cwd: Option<PathBuf>,
 ) -> Result<(ProcessChild, StdUnixStream), SpawnError> {
+    spawn_paired(settings, program, log_stem, cwd, &[])
+}
+
+/// [`spawn_with_channel`] for a runner: the package's Node runner also gets
+/// [`RUNNER_MALLOC_TUNABLES`], unless the user's environment sets glibc's tunables itself (a
+/// custom runner program gets nothing added).
+pub fn spawn_runner_with_channel(
+    settings: &RunnerSettings,
+    program: &Program,
+    log_stem: &str,
+    cwd: Option<PathBuf>,
+) -> Result<(ProcessChild, StdUnixStream), SpawnError> {
+    let tuned = !settings.custom_runner && std::env::var_os(GLIBC_TUNABLES_ENV).is_none();
+    let added: &[(&str, &str)] = if tuned {
+        &[(GLIBC_TUNABLES_ENV, RUNNER_MALLOC_TUNABLES), (TUNABLES_ADDED_ENV, "1")]
+    } else {
+        &[]
+    };
+    spawn_paired(settings, program, log_stem, cwd, added)
+}
+
+fn spawn_paired(
+    settings: &RunnerSettings,
+    program: &Program,
+    log_stem: &str,
+    cwd: Option<PathBuf>,
+    added_env: &[(&str, &str)],
+) -> Result<(ProcessChild, StdUnixStream), SpawnError> {
     let (parent_end, child_end) = StdUnixStream::pair()?;
-    let child = start(settings, program, log_stem, cwd, Some(child_end.into()))?;
-    Ok((child, parent_end))
+    let mut spec = process_spec(settings, program, log_stem, cwd, Some(child_end.into()));
+    for (name, value) in added_env {
+        spec = spec.env(name, value);
+    }
+    Ok((start(spec, program)?, parent_end))
 }
 
 /// Start `program` as a helper of the server's own (no channel, the server's directory),
 /// with every child's group, limits, environment and captures.
 pub fn spawn_helper(settings: &RunnerSettings, program: &Program, log_stem: &str) -> Result<ProcessChild, SpawnError> {
-    start(settings, program, log_stem, None, None)
+    start(process_spec(settings, program, log_stem, None, None), program)
 }
 
-fn start(
-    settings: &RunnerSettings,
-    program: &Program,
-    log_stem: &str,
-    cwd: Option<PathBuf>,
-    channel: Option<std::os::fd::OwnedFd>,
-) -> Result<ProcessChild, SpawnError> {
-    spawn(process_spec(settings, program, log_stem, cwd, channel)).map_err(|source| SpawnError::Process {
+fn start(spec: ProcessSpec, program: &Program) -> Result<ProcessChild, SpawnError> {
+    spawn(spec).map_err(|source| SpawnError::Process {
         program: program_name(program),
         source,
     })

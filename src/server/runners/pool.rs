@@ -49,7 +49,7 @@ use super::registry::Runners;
 use super::snapshot::{self, SnapshotSource};
 use crate::server::config::{Program, WARM_RUNNERS_MAX};
 use crate::server::shared::Shared;
-use crate::server::spawn::spawn_with_channel;
+use crate::server::spawn::spawn_runner_with_channel;
 
 /// How long the pool waits for a warm runner to stop on a graceful stop.
 const WARM_STOP_GRACE_MS: u64 = 500;
@@ -343,7 +343,7 @@ fn runner_program(state: &PoolState, mut program: Program) -> Program {
 fn start_one(state: &PoolState, program: &Program) -> anyhow::Result<WarmRunner> {
     // Numbered from the registry's counter, so a restarted pool never reuses a capture name.
     let log_stem = format!("warm-e{}-{}", state.args.shared.epoch, state.args.runners.next_launch());
-    let (child, channel) = spawn_with_channel(&state.args.runners.settings, program, &log_stem, None)?;
+    let (child, channel) = spawn_runner_with_channel(&state.args.runners.settings, program, &log_stem, None)?;
     Ok(WarmRunner {
         child,
         channel,

@@ -29,7 +29,7 @@ use super::state::{RunnerArgs, RunnerFence, RunnerState};
 use crate::server::blocking;
 use crate::server::frames::{LineRead, read_line};
 use crate::server::shared::lock;
-use crate::server::spawn::{CHILD_GRACE_MS, child_mark, spawn_with_channel};
+use crate::server::spawn::{CHILD_GRACE_MS, child_mark, spawn_runner_with_channel};
 use crate::store::StoreError;
 use crate::store::StoreResult;
 use crate::store::claims::RUN_CLAIM_LEASE_MS;
@@ -265,7 +265,8 @@ async fn settle_ended(myself: &ActorRef<RunnerMsg>, state: &mut RunnerState, out
 /// its launch is recorded; its identity is recorded right after.
 async fn spawn_runner(args: &RunnerArgs) -> Result<RunnerProcess, ActorProcessingErr> {
     let project = (!args.run.project_path.is_empty()).then(|| PathBuf::from(&args.run.project_path));
-    let (child, channel) = spawn_with_channel(&args.runners.settings, &args.program, &args.runner_epoch, project)?;
+    let (child, channel) =
+        spawn_runner_with_channel(&args.runners.settings, &args.program, &args.runner_epoch, project)?;
     let (pid, identity, epoch) = (child.pid(), child.identity().to_string(), args.runner_epoch.clone());
     blocking::write_without_fsync(&args.shared.store, move |tx| {
         workers::record_process(tx, &epoch, pid, &identity)

@@ -8,6 +8,7 @@ import { WorkflowError } from "../errors.js";
 import { importModule } from "../module-import.js";
 import { loadWorkflowFile, type LoadedWorkflow, SourceChangedError } from "../loader.js";
 import { FrameChannel, ProtocolError } from "./channel.js";
+import { dropServerTunables } from "./environment.js";
 import { readyWhileLoading, runGeneration } from "./generation.js";
 import { type Launch, parseLaunch, RunnerSession } from "./session.js";
 import { warmUpUnlessLaunched } from "./warmup.js";
@@ -112,6 +113,8 @@ export function runnerMainFromCommandLine(distUrl: URL): Promise<number> {
 export async function runnerMain({ executorUrl, warmUp = true }: { executorUrl: URL; warmUp?: boolean }): Promise<number> {
   // Workflow code must never write to stdout as if it were protocol (it is only a log).
   for (const method of ["log", "info", "debug"] as const) console[method] = console.error;
+  // Read by glibc when this process started; its steps' processes must not inherit them.
+  dropServerTunables();
   const channel = FrameChannel.fromFd(3);
   let session: RunnerSession | undefined;
   try {
