@@ -60,11 +60,33 @@ fn content_reference(digest: &str, media_type: &str, byte_length: Option<usize>)
     reference
 }
 
-/// The stored definition of a run: its canonical bytes and its parsed form.
+/// What a view shows of a run's stored definition, derived once per definition (the views'
+/// cache keeps it by digest; every rebuild of every view of its runs reuses it): the size of
+/// its canonical bytes and its bounded node projection.
 #[derive(Debug, Clone)]
 pub struct Definition {
-    pub canonical: Vec<u8>,
-    pub value: Value,
+    pub canonical_bytes: usize,
+    pub topology: Value,
+}
+
+impl Definition {
+    pub fn new(canonical: &[u8], value: &Value) -> Self {
+        Self {
+            canonical_bytes: canonical.len(),
+            topology: topology_projection(value),
+        }
+    }
+}
+
+/// A JSON object of these entries, in order. Unlike `json!`, which serializes each value
+/// expression into a new one (a deep copy of every nested object), the values move in.
+fn object<const N: usize>(entries: [(&str, Value); N]) -> Value {
+    Value::Object(
+        entries
+            .into_iter()
+            .map(|(key, value)| (key.to_string(), value))
+            .collect(),
+    )
 }
 
 /// Why the run needs action, as stored (an error's code and message, or a park reason).
@@ -95,16 +117,16 @@ pub fn run_view(input: &RunViewInput<'_>) -> RunView {
     let run = &facts.run;
     let mut contents = Vec::new();
     let display = display_object(facts, input.reason.as_ref(), &mut contents);
-    let mut document = json!({
-        "schema": RUN_VIEW_SCHEMA,
-        "runId": run.run_id,
-        "revision": facts.presentation_revision,
-        "workflow": workflow_object(facts, input.definition),
-        "run": run_object(facts),
-        "queue": { "status": run.queue_status },
-        "display": display,
-        "history": history_object(facts),
-    });
+    let mut document = object([
+        ("schema", json!(RUN_VIEW_SCHEMA)),
+        ("runId", json!(run.run_id)),
+        ("revision", json!(facts.presentation_revision)),
+        ("workflow", workflow_object(facts, input.definition)),
+        ("run", run_object(facts)),
+        ("queue", json!({ "status": run.queue_status })),
+        ("display", display),
+        ("history", history_object(facts)),
+    ]);
     strip_nulls(&mut document);
     RunView {
         revision: facts.presentation_revision,
@@ -322,12 +344,12 @@ fn history_object(facts: &RunViewFacts) -> Value {
         .collect();
     let first_seq = facts.recent_attempts.first().map(|attempt| attempt.seq);
     let complete = facts.recent_attempts.len() as i64 >= facts.attempt_count;
-    json!({
-        "items": items,
-        "total": facts.attempt_count,
+    object([
+        ("items", Value::Object(items)),
+        ("total", json!(facts.attempt_count)),
         // Older attempts: `view.page` with kind `attempts` from the start, up to this cursor.
-        "olderBefore": if complete { None } else { first_seq },
-    })
+        ("olderBefore", json!(if complete { None } else { first_seq })),
+    ])
 }
 
 /// The workflow's name, digest, a bounded node projection and the complete definition as
@@ -341,13 +363,13 @@ fn workflow_object(facts: &RunViewFacts, definition: Option<&Definition>) -> Val
         return workflow;
     };
     let object = workflow.as_object_mut().expect("a JSON object");
-    object.insert("nodes".into(), topology_projection(&definition.value));
+    object.insert("nodes".into(), definition.topology.clone());
     // A stored fact of the run (its blob was verified against this digest when read), read in
     // place by `view.content`: referenced, never copied or hashed again.
     let reference = content_reference(
         &facts.run.definition_digest,
         DEFINITION_MEDIA_TYPE,
-        Some(definition.canonical.len()),
+        Some(definition.canonical_bytes),
     );
     object.insert("definition".into(), reference);
     workflow

@@ -21,10 +21,11 @@ use crate::view::list;
 
 /// A page's items are cut at this many encoded bytes (and at its item limit).
 pub const PAGE_BYTES_MAX: usize = 256 * 1024;
-/// Parsed definitions kept for views (a run's definition never changes).
+/// Definitions kept for views, as views show them (a run's definition never changes).
 const DEFINITIONS_CACHED_MAX: usize = 32;
 
-/// The views' handle: the store they read and the parsed definitions by digest.
+/// The views' handle: the store they read and what they show of definitions, by digest
+/// (the canonical bytes are not kept: a view names their size only).
 pub struct Views {
     pub store: Arc<Store>,
     definitions: Mutex<HashMap<String, Arc<Definition>>>,
@@ -93,7 +94,7 @@ pub async fn finish_run_view(
     Ok(view)
 }
 
-/// A run's parsed definition snapshot (read once per digest; `None` if it was not stored).
+/// What a view shows of a run's definition (read and derived once per digest; `None` if it was not stored).
 async fn definition(views: &Views, digest: &str) -> StoreResult<Option<Arc<Definition>>> {
     if let Some(definition) = views.definition(digest) {
         return Ok(Some(definition));
@@ -117,7 +118,7 @@ async fn definition(views: &Views, digest: &str) -> StoreResult<Option<Arc<Defin
         what: "stored definition",
         detail: err.to_string(),
     })?;
-    let definition = Arc::new(Definition { canonical, value });
+    let definition = Arc::new(Definition::new(&canonical, &value));
     views.keep_definition(digest, Arc::clone(&definition));
     Ok(Some(definition))
 }
