@@ -2,7 +2,7 @@
 
 use super::canonical::{CanonicalError, DIAGNOSTIC_BYTES_MAX, bounded_text, map_to_canonical_vec};
 use super::error::ProtocolError;
-use super::frame::{decode_frame, encode_frame};
+use super::frame::{decode_frame, encode_object_frame};
 use super::validate::{check_id, check_text, validate_message};
 use super::vocabulary::{EventKind, Operation, Outcome};
 use super::{ERROR_CODE_BYTES_MAX, ERROR_MESSAGE_BYTES_MAX, REVISION_MAX};
@@ -12,6 +12,15 @@ use serde_json::{Map, Value};
 
 /// A JSON object, the type of every `payload` and `receipt`.
 pub type JsonObject = Map<String, Value>;
+
+/// A JSON object of these entries, in order. Unlike `json!`, which serializes each value
+/// expression into a new one (a deep copy of every nested object), the values move in.
+pub fn json_object<const N: usize>(entries: [(&str, Value); N]) -> JsonObject {
+    entries
+        .into_iter()
+        .map(|(key, value)| (key.to_string(), value))
+        .collect()
+}
 
 /// The `schema` field. client.v1 is the only live protocol; the enum exists so a wrong value is a
 /// decoding error rather than a string comparison someone can forget.
@@ -262,9 +271,37 @@ pub fn decode_client_message(line: &[u8]) -> Result<ClientMessage, ProtocolError
 /// `packageVersion` or error message), or [`ProtocolError::Frame`] with
 /// [`super::FrameError::TooLarge`] when the frame exceeds 1 MiB.
 pub fn encode_client_message(message: &ClientMessage) -> Result<Vec<u8>, ProtocolError> {
-    let object = to_object(message)?;
+    encode_owned_client_message(message.clone())
+}
+
+/// [`encode_client_message`] for a message the caller is done with: its payload (or receipt)
+/// moves into the encoded object, where serializing the whole message would copy it (a run
+/// view's snapshot is the largest part of what the server writes to its clients).
+///
+/// # Errors
+///
+/// As [`encode_client_message`].
+pub fn encode_owned_client_message(mut message: ClientMessage) -> Result<Vec<u8>, ProtocolError> {
+    let content = message.take_content();
+    let mut object = to_object(&message)?;
+    if let Some((key, content)) = content {
+        object.insert(key.to_owned(), Value::Object(content));
+    }
     validate_message(&object)?;
-    Ok(encode_frame(&object)?)
+    Ok(encode_object_frame(&object)?)
+}
+
+impl ClientMessage {
+    /// The message's object-valued content and its wire key, left empty (a request's or an
+    /// event's `payload`, still written as `{}`) or absent (a response's `receipt`).
+    fn take_content(&mut self) -> Option<(&'static str, JsonObject)> {
+        match self {
+            Self::Hello(_) => None,
+            Self::Request(request) => Some(("payload", std::mem::take(&mut request.payload))),
+            Self::Response(response) => response.receipt.take().map(|receipt| ("receipt", receipt)),
+            Self::Event(event) => Some(("payload", std::mem::take(&mut event.payload))),
+        }
+    }
 }
 
 /// The durable fingerprint of a request: lowercase hex SHA-256 of the canonical JSON of the wire

@@ -137,7 +137,21 @@ pub fn decode_frame(line: &[u8]) -> Result<Map<String, Value>, FrameError> {
 /// [`FrameError::Encode`] when the value has no canonical form, [`FrameError::NotObject`] when it
 /// is not a JSON object, and [`FrameError::TooLarge`] when the frame would exceed the limit.
 pub fn encode_frame<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, FrameError> {
-    let mut bytes = to_canonical_vec(value)?;
+    finish_frame(to_canonical_vec(value)?)
+}
+
+/// [`encode_frame`] of an object already built, written as it is: serializing it (what the
+/// generic path does) would first copy the whole tree.
+///
+/// # Errors
+///
+/// [`FrameError::TooLarge`] when the frame would exceed the limit.
+pub fn encode_object_frame(object: &Map<String, Value>) -> Result<Vec<u8>, FrameError> {
+    finish_frame(map_to_canonical_vec(object))
+}
+
+/// The canonical bytes of one value as a frame: an object, within the limit, with its newline.
+fn finish_frame(mut bytes: Vec<u8>) -> Result<Vec<u8>, FrameError> {
     if bytes.first() != Some(&b'{') {
         let found =
             serde_json::from_slice::<Value>(&bytes).map_or("non-object value", |parsed| json_type_name(&parsed));
@@ -281,6 +295,16 @@ mod tests {
         let big = json!({"p": "x".repeat(FRAME_BYTES_MAX)});
         assert_eq!(encode_frame(&big).map_err(|e| e.code()), Err("too_large"));
         assert_eq!(encode_frame(&f64::NAN).map_err(|e| e.code()), Err("encode"));
+    }
+
+    #[test]
+    fn an_object_frame_is_the_generic_frame_of_that_object() {
+        let object = json!({"b": [1.5, {"d": null, "c": "é"}], "a": "\u{1F600}"});
+        let map = object.as_object().expect("an object");
+        assert_eq!(encode_object_frame(map), encode_frame(&object));
+        let big = json!({"p": "x".repeat(FRAME_BYTES_MAX)});
+        let too_large = encode_object_frame(big.as_object().expect("an object"));
+        assert_eq!(too_large.map_err(|e| e.code()), Err("too_large"));
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub(crate) use canonical::bounded_text;
 pub use canonical::{CanonicalError, canonical_sha256_hex, to_canonical_vec, value_to_canonical_vec};
 pub use envelope::{
     ClientMessage, ClientSchema, Event, Hello, JsonObject, OpaqueId, Request, Response, ResponseError, Revision,
-    decode_client_message, encode_client_message, request_fingerprint,
+    decode_client_message, encode_client_message, encode_owned_client_message, json_object, request_fingerprint,
 };
 pub use error::ProtocolError;
 pub use frame::{FRAME_BYTES_MAX, FRAME_TERMINATOR, FrameError, decode_frame, encode_frame};

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::blobs::read_json;
 use super::error::StoreResult;
+use crate::protocol::json_object;
 
 pub const RUN_STATE_SCHEMA: &str = "pi-workflows.run-state.v1";
 /// Attempts one run state lists at most (a run's `maxSteps` bounds them far below this).
@@ -102,30 +103,40 @@ pub fn read_run_state_within(conn: &Connection, run_id: &str, bytes_max: usize) 
             ))
         })?;
     let continuation = match (parent_run, parent_attempt) {
-        (Some(parent_run_id), Some(parent_attempt_id)) => json!({
-            "parentRunId": parent_run_id,
-            "parentAttemptId": parent_attempt_id,
-            "answer": accepted_answer(conn, &parent_attempt_id, &budget)?,
+        (Some(parent_run_id), Some(parent_attempt_id)) => {
+            let answer = accepted_answer(conn, &parent_attempt_id, &budget)?;
             // The parent's history up to its checkpoint: the continuation replays it to
             // know where the checkpoint sits and what each node produced.
-            "attempts": attempts(conn, &parent_run_id, &budget)?,
-        }),
+            let attempts = attempts(conn, &parent_run_id, &budget)?;
+            Value::Object(json_object([
+                ("parentRunId", json!(parent_run_id)),
+                ("parentAttemptId", json!(parent_attempt_id)),
+                ("answer", answer),
+                ("attempts", Value::Array(attempts)),
+            ]))
+        }
         _ => Value::Null,
     };
-    Ok(json!({
-        "schema": RUN_STATE_SCHEMA,
-        "runId": run_id,
-        "workflowName": name,
-        "revision": revision,
-        "executionMode": mode,
-        "input": json_by_hash(conn, Some(input_hash.trim_start_matches("sha256:")), &budget)?,
-        "attempts": attempts(conn, run_id, &budget)?,
-        "effects": effects(conn, run_id, &budget)?,
-        "interaction": interaction(conn, run_id, &budget)?,
-        "continuation": continuation,
-        "settings": settings_version(conn, run_id, None, &budget)?,
-        "settingsVersions": attempt_settings_versions(conn, run_id, &budget)?,
-    }))
+    // The parts move in: `json!` would deep-copy each (a state can hold megabytes).
+    let input = json_by_hash(conn, Some(input_hash.trim_start_matches("sha256:")), &budget)?;
+    let (attempts, effects) = (attempts(conn, run_id, &budget)?, effects(conn, run_id, &budget)?);
+    let interaction = interaction(conn, run_id, &budget)?;
+    let settings = settings_version(conn, run_id, None, &budget)?;
+    let settings_versions = attempt_settings_versions(conn, run_id, &budget)?;
+    Ok(Value::Object(json_object([
+        ("schema", json!(RUN_STATE_SCHEMA)),
+        ("runId", json!(run_id)),
+        ("workflowName", json!(name)),
+        ("revision", json!(revision)),
+        ("executionMode", json!(mode)),
+        ("input", input),
+        ("attempts", Value::Array(attempts)),
+        ("effects", Value::Array(effects)),
+        ("interaction", interaction),
+        ("continuation", continuation),
+        ("settings", settings),
+        ("settingsVersions", Value::Array(settings_versions)),
+    ])))
 }
 
 /// `{changeNumber, value}` of the current settings version (or of `change_number`); null

@@ -78,15 +78,9 @@ impl Definition {
     }
 }
 
-/// A JSON object of these entries, in order. Unlike `json!`, which serializes each value
-/// expression into a new one (a deep copy of every nested object), the values move in.
+/// A JSON object value of these entries, their values moved in (`json!` would deep-copy them).
 fn object<const N: usize>(entries: [(&str, Value); N]) -> Value {
-    Value::Object(
-        entries
-            .into_iter()
-            .map(|(key, value)| (key.to_string(), value))
-            .collect(),
-    )
+    Value::Object(crate::protocol::json_object(entries))
 }
 
 /// Why the run needs action, as stored (an error's code and message, or a park reason).

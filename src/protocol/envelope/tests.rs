@@ -68,6 +68,48 @@ fn every_message_type_round_trips() {
     }
 }
 
+/// The owned encoding moves a message's payload or receipt in rather than copying it: the
+/// bytes are the same, an empty payload is still written, and a receipt only when there is one.
+#[test]
+fn owned_encoding_writes_the_content_it_moves() {
+    let response = |receipt: Option<JsonObject>| {
+        ClientMessage::Response(Response {
+            schema: ClientSchema::V1,
+            request_id: id("r"),
+            outcome: Outcome::Accepted,
+            revision: Some(Revision::new(3).expect("small revision")),
+            receipt,
+            error: None,
+        })
+    };
+    let with_receipt = response(json!({"runId": "run-1"}).as_object().cloned());
+    assert_eq!(
+        String::from_utf8_lossy(&encode_owned_client_message(with_receipt.clone()).expect("encodes")),
+        concat!(
+            r#"{"outcome":"accepted","receipt":{"runId":"run-1"},"requestId":"r","revision":3,"#,
+            r#""schema":"pi-workflows.client.v1","type":"response"}"#,
+            "\n"
+        )
+    );
+    let mut empty_payload = sample_request();
+    empty_payload.payload = JsonObject::new();
+    for message in [
+        with_receipt,
+        response(Some(JsonObject::new())),
+        response(None),
+        ClientMessage::Request(empty_payload),
+        ClientMessage::Request(sample_request()),
+    ] {
+        let line = encode_owned_client_message(message.clone()).expect("encodes");
+        assert_eq!(
+            decode_client_message(&line).as_ref(),
+            Ok(&message),
+            "{}",
+            String::from_utf8_lossy(&line)
+        );
+    }
+}
+
 #[test]
 fn envelope_errors_are_distinct() {
     let hello = |extra: &str| {

@@ -136,7 +136,7 @@ impl Actor for Connection {
             ))?,
             package_version: state.ops.shared.package_version.to_string(),
         });
-        write_message(&mut state, &hello).await?;
+        write_message(&mut state, hello).await?;
         state.last_activity = Instant::now();
         state.reader = Some(tokio::spawn(read_lines(read_half, myself.clone())));
         state.deadline_check = Some(myself.send_after(until_next_deadline(&state), || ConnectionMsg::CheckDeadlines));
@@ -251,7 +251,7 @@ async fn answer_line(state: &mut ConnectionState, line: &[u8]) -> bool {
             "the server has too many client connections open; close some (e.g. stale `view` or `runs --watch`) and retry",
         );
         let handled = answers::handled(&request, Err(refusal));
-        let _ = write_message(state, &ClientMessage::Response(handled.response)).await;
+        let _ = write_message(state, ClientMessage::Response(handled.response)).await;
         return false;
     }
     if is_subscription_operation(request.operation) {
@@ -261,7 +261,7 @@ async fn answer_line(state: &mut ConnectionState, line: &[u8]) -> bool {
         };
         let (answer, pending) = state.subscriptions.handle(&state.feeds, &watcher, &request).await;
         let handled = answers::handled(&request, answer);
-        if write_message(state, &ClientMessage::Response(handled.response))
+        if write_message(state, ClientMessage::Response(handled.response))
             .await
             .is_err()
         {
@@ -274,7 +274,7 @@ async fn answer_line(state: &mut ConnectionState, line: &[u8]) -> bool {
         return true;
     }
     let handled = dispatch::handle_request(&state.ops, request).await;
-    let written = write_message(state, &ClientMessage::Response(handled.response))
+    let written = write_message(state, ClientMessage::Response(handled.response))
         .await
         .is_ok();
     if let Some(reason) = handled.stop_after {
@@ -283,7 +283,7 @@ async fn answer_line(state: &mut ConnectionState, line: &[u8]) -> bool {
     written
 }
 
-async fn write_message(state: &mut ConnectionState, message: &ClientMessage) -> Result<(), ActorProcessingErr> {
+async fn write_message(state: &mut ConnectionState, message: ClientMessage) -> Result<(), ActorProcessingErr> {
     write_shared(&state.writer, message)
         .await
         .map_err(|()| "client write failed or timed out".into())

@@ -70,7 +70,7 @@ impl SessionForwarder {
             run_id: None,
             payload,
         });
-        write_shared(&self.writer, &event).await
+        write_shared(&self.writer, event).await
     }
 }
 

@@ -18,6 +18,7 @@ use super::session_forwarder::SessionForwarder;
 use super::writer::{SharedWriter, write_shared};
 use crate::protocol::{
     ClientMessage, ClientSchema, Event, EventKind, JsonObject, OpaqueId, Operation, Outcome, Request, Revision,
+    json_object,
 };
 use crate::server::answers::{Answer, read_refusal, rejected, run_id_of, session_id_of};
 use crate::server::blocking;
@@ -346,9 +347,9 @@ impl RunForwarder {
             let (kind, payload) = match patch_for(sent.as_deref(), &snapshot, document) {
                 Some((from, patch)) => (
                     EventKind::RunPatch,
-                    object([("fromRevision", json!(from)), ("patch", patch)]),
+                    json_object([("fromRevision", json!(from)), ("patch", patch)]),
                 ),
-                None => (EventKind::RunSnapshot, object([("view", document.clone())])),
+                None => (EventKind::RunSnapshot, json_object([("view", document.clone())])),
             };
             if self.write(kind, snapshot.revision, payload).await.is_err() {
                 self.connection.stop(Some("subscriber write failed".into()));
@@ -360,7 +361,7 @@ impl RunForwarder {
 
     async fn write(&self, kind: EventKind, revision: i64, payload: JsonObject) -> Result<(), ()> {
         let event = event(&self.subscription_id, kind, revision, Some(&self.run_id), payload)?;
-        write_shared(&self.writer, &event).await
+        write_shared(&self.writer, event).await
     }
 }
 
@@ -408,7 +409,7 @@ async fn forward_list(
                 None,
                 (*snapshot.page).clone(),
             ) {
-                Ok(event) => write_shared(&writer, &event).await,
+                Ok(event) => write_shared(&writer, event).await,
                 Err(()) => Err(()),
             };
             if written.is_err() {
@@ -445,13 +446,6 @@ fn event(
         },
         payload,
     }))
-}
-
-fn object<const N: usize>(entries: [(&str, Value); N]) -> JsonObject {
-    entries
-        .into_iter()
-        .map(|(key, value)| (key.to_string(), value))
-        .collect()
 }
 
 /// The feeds' supervisor is not running (the server is starting or stopping).

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::OwnedWriteHalf;
 
-use crate::protocol::{ClientMessage, encode_client_message};
+use crate::protocol::{ClientMessage, encode_owned_client_message};
 
 /// A client that does not take a message within this time is disconnected.
 pub const WRITE_TIMEOUT_MS: u64 = 10_000;
@@ -18,8 +18,8 @@ pub type SharedWriter = Arc<tokio::sync::Mutex<OwnedWriteHalf>>;
 /// Write one message to a shared writer, giving up after [`WRITE_TIMEOUT_MS`] — waiting for
 /// the writer included. A write given up may have been cut; every caller then closes the
 /// connection, so a cut frame is never followed by another.
-pub async fn write_shared(writer: &SharedWriter, message: &ClientMessage) -> Result<(), ()> {
-    let bytes = encode_client_message(message).map_err(|err| {
+pub async fn write_shared(writer: &SharedWriter, message: ClientMessage) -> Result<(), ()> {
+    let bytes = encode_owned_client_message(message).map_err(|err| {
         tracing::warn!(error = %err, "client message could not be encoded");
     })?;
     let write = async {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use crate::protocol::runner::{COMMAND_SCHEMA, Command, CommandKind, Message};
-use crate::protocol::{encode_frame, value_to_canonical_vec};
+use crate::protocol::{encode_frame, json_object, value_to_canonical_vec};
 use crate::server::blocking;
 use crate::store::blobs::{self, BLOB_PART_BYTES_MAX, BlobRef};
 use crate::store::run_state::{self, FirstCommand};
@@ -139,12 +139,13 @@ pub async fn read_content(store: &Arc<Store>, advertised: &[BlobRef], message: &
     })
     .await
     .map_err(|err| ReadFailure::new(read_code(&err), err.to_string()))?;
-    Ok(json!({
-        "offset": offset,
-        "length": part.len(),
-        "totalLength": total,
-        "dataBase64": base64_encode(&part),
-    }))
+    // The encoded part (up to ~700 KB) moves in; `json!` would copy it.
+    Ok(Value::Object(json_object([
+        ("offset", json!(offset)),
+        ("length", json!(part.len())),
+        ("totalLength", json!(total)),
+        ("dataBase64", Value::String(base64_encode(&part))),
+    ])))
 }
 
 fn read_code(err: &StoreError) -> &'static str {
