@@ -50,7 +50,8 @@ pub async fn first_command_frame(store: &Arc<Store>, run_id: &str) -> StoreResul
         payload,
     };
     let settings_change_number = state.pointer("/settings/changeNumber").and_then(Value::as_i64);
-    let inline = command(Map::from_iter([("runState".to_string(), state.clone())]));
+    // The state moves into the inline command, and back out of it if that frame is too large.
+    let mut inline = command(json_object([("runState", state)]));
     match encode_frame(&inline) {
         Ok(bytes) => {
             return Ok(FirstFrame {
@@ -62,9 +63,10 @@ pub async fn first_command_frame(store: &Arc<Store>, run_id: &str) -> StoreResul
         Err(crate::protocol::FrameError::TooLarge { .. }) => {}
         Err(err) => return Err(frame_error(&err.to_string())),
     }
+    let state = inline.payload.remove("runState").unwrap_or_default();
     let content = value_to_canonical_vec(&state);
     let reference = blocking::write(store, move |tx| blobs::put_blob(tx, &content, RUN_STATE_MEDIA_TYPE)).await?;
-    let by_reference = command(Map::from_iter([("runStateRef".to_string(), content_ref(&reference))]));
+    let by_reference = command(json_object([("runStateRef", content_ref(&reference))]));
     let bytes = encode_frame(&by_reference).map_err(|err| frame_error(&err.to_string()))?;
     Ok(FirstFrame {
         bytes,
