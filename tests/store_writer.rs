@@ -361,3 +361,66 @@ async fn a_deferred_write_commits_with_the_next_job_or_alone_after_its_wait() {
     assert!(run_exists(&store, "run-deferred-3"));
     assert_eq!(store.data_version(), before + 2);
 }
+
+/// Deleted files this process has open: SQLite's temp files (a spilled journal) are unlinked
+/// as soon as they are opened.
+fn sqlite_temp_files_open() -> Vec<String> {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("fd list")
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .map(|target| target.display().to_string())
+        .filter(|target| target.ends_with(" (deleted)"))
+        .collect()
+}
+
+#[test]
+fn a_big_jobs_savepoint_journal_stays_in_memory_and_still_rolls_back() {
+    const ROWS: usize = 120;
+    const ROW_BYTES: usize = 3_000;
+    let t = common::open_store();
+    // ~120 pages of rows (one a page), committed; a later job that rewrites them all makes
+    // SQLite copy each page into the job's savepoint journal: ~480 KiB, past SQLite's 64 KiB
+    // default spill and below the store's limit.
+    t.store
+        .write(|tx| {
+            tx.conn()
+                .execute_batch("CREATE TABLE scratch (id INTEGER PRIMARY KEY, body BLOB)")?;
+            for id in 0..ROWS {
+                tx.conn().execute(
+                    "INSERT INTO scratch (id, body) VALUES (?1, randomblob(?2))",
+                    rusqlite::params![id as i64, ROW_BYTES as i64],
+                )?;
+            }
+            Ok(())
+        })
+        .expect("rows committed");
+    let before: Vec<u8> = t
+        .store
+        .read(|conn| Ok(conn.query_row("SELECT body FROM scratch WHERE id = 7", [], |row| row.get(0))?))
+        .expect("read");
+    // The job fails after its rewrite (its savepoint is rolled back); a panic inside a job is
+    // caught by the writer, so what it saw comes out through a channel.
+    let (seen, files) = std::sync::mpsc::channel();
+    let failed = t.store.write(move |tx| {
+        tx.conn()
+            .execute("UPDATE scratch SET body = zeroblob(?1)", [ROW_BYTES as i64])?;
+        seen.send(sqlite_temp_files_open()).expect("send");
+        Err::<(), _>(StoreError::RunNotFound {
+            run_id: "forced".to_string(),
+        })
+    });
+    assert!(
+        matches!(failed, Err(StoreError::RunNotFound { .. })),
+        "the job reports its own error: {failed:?}"
+    );
+    let files = files.recv().expect("the job ran");
+    assert!(
+        files.is_empty(),
+        "a job's savepoint journal spilled to a file: {files:?}"
+    );
+    let after: Vec<u8> = t
+        .store
+        .read(|conn| Ok(conn.query_row("SELECT body FROM scratch WHERE id = 7", [], |row| row.get(0))?))
+        .expect("read");
+    assert_eq!(after, before, "the big job's changes were rolled back from its journal");
+}
