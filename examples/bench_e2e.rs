@@ -24,6 +24,13 @@
 //!   the end committed, → the client saw it;
 //! - idle: the server's RSS before any run, and its CPU per second with nothing to do.
 //!
+//! `--paired BASELINE` measures instead the server CPU per run of this build against another
+//! build of the server side by side: two servers, each with its own state, warm pool and client,
+//! take turns run by run (A B B A …) in both completion modes, so the machine's drift (the same
+//! `node -e 0` varies by a third here from one minute to the next) falls on both alike. Two
+//! copies of one build measure within ~1 % of each other this way; whole benchmarks, one build
+//! after the other, differ by up to 10 %.
+//!
 //! Nothing here is asserted: it prints a table, and JSON with `--json`; each phase's start is
 //! said on stderr (a run takes minutes; profiling scripts wait for a phase's line).
 
@@ -64,19 +71,24 @@ struct Options {
     sequential: usize,
     seconds: u64,
     json: bool,
+    /// `--paired`: the baseline build the server is measured against, side by side.
+    paired: Option<PathBuf>,
 }
 
-const USAGE: &str = "usage: bench_e2e [--sequential N] [--seconds N] [--json]
-  --sequential N  runs one at a time per completion mode (default 200)
-  --seconds N     length of each 4-client phase (default 10)
-  --json          print the figures as JSON instead of a table
-Environment: PI_WORKFLOWS_BIN (a baseline server build), PI_WORKFLOWS_PACKAGE_DIR, PI_WORKFLOWS_NODE.";
+const USAGE: &str = "usage: bench_e2e [--sequential N] [--seconds N] [--json] [--paired BASELINE]
+  --sequential N      runs one at a time per completion mode (default 200; with --paired, per server)
+  --seconds N         length of each 4-client phase (default 10)
+  --json              print the figures as JSON instead of a table
+  --paired BASELINE   only the server CPU per run of this build against the pi-workflows binary
+                      BASELINE, both servers running side by side and taking turns run by run
+Environment: PI_WORKFLOWS_BIN (the server build measured), PI_WORKFLOWS_PACKAGE_DIR, PI_WORKFLOWS_NODE.";
 
 fn options() -> anyhow::Result<Options> {
     let mut options = Options {
         sequential: 200,
         seconds: 10,
         json: false,
+        paired: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -84,6 +96,7 @@ fn options() -> anyhow::Result<Options> {
             "--sequential" => options.sequential = args.next().context("--sequential N")?.parse()?,
             "--seconds" => options.seconds = args.next().context("--seconds N")?.parse()?,
             "--json" => options.json = true,
+            "--paired" => options.paired = Some(PathBuf::from(args.next().context("--paired BASELINE")?)),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -132,6 +145,21 @@ fn main() -> anyhow::Result<()> {
         workflow: workflow.display().to_string(),
         project: project.display().to_string(),
     };
+    if let Some(baseline) = &options.paired {
+        let baseline = Bench {
+            socket: dir.path().join("baseline").join("server").join("server.sock"),
+            exe: baseline.clone(),
+            state: dir.path().join("baseline"),
+            workflow: bench.workflow.clone(),
+            project: bench.project.clone(),
+        };
+        let figures = paired(&baseline, &bench, options.sequential)?;
+        match options.json {
+            true => println!("{figures}"),
+            false => print_paired(&figures),
+        }
+        return Ok(());
+    }
     progress("baseline: node -e 0");
     let baseline = node_baseline()?;
     progress("server start, and its runners' startup snapshot");
@@ -666,6 +694,90 @@ const SNAPSHOT_WAIT_MS_MAX: u64 = 60_000;
 
 /// The warm pool's way of starting runners once settled: a fresh state directory builds
 /// the startup snapshot first, and figures taken meanwhile would mix both ways.
+/// One server of a paired measurement: its bench, process and client.
+struct PairedServer<'b> {
+    bench: &'b Bench,
+    pid: i32,
+    client: Client,
+}
+
+/// `--paired`: `runs` sequential runs per server and completion mode, the two servers taking
+/// turns (A B B A …), and each server's CPU per run over its own runs.
+fn paired(baseline: &Bench, measured: &Bench, runs: usize) -> anyhow::Result<Value> {
+    let mut servers = Vec::new();
+    for bench in [baseline, measured] {
+        progress(&format!("server start: {}", bench.exe.display()));
+        cli(bench, &["server", "start"])?;
+        wait_for_runner_start_mode(bench)?;
+        let mut client = Client::connect(&bench.socket)?;
+        for _ in 0..WARMUP_RUNS {
+            run_once(bench, &mut client, Detect::Poll)?;
+        }
+        let pid = server_pid(&bench.state)?;
+        servers.push(PairedServer { bench, pid, client });
+    }
+    let mut figures = json!({
+        "paired": {"baseline": baseline.exe.display().to_string(), "measured": measured.exe.display().to_string()}
+    });
+    for detect in [Detect::Poll, Detect::Watch] {
+        progress(&format!("paired_{}: {runs} runs per server", detect.name()));
+        figures["paired"][detect.name()] = paired_phase(&mut servers, detect, runs)?;
+    }
+    for server in &servers {
+        cli(server.bench, &["server", "stop"])?;
+    }
+    Ok(figures)
+}
+
+fn paired_phase(servers: &mut [PairedServer<'_>], detect: Detect, runs: usize) -> anyhow::Result<Value> {
+    let before = servers
+        .iter()
+        .map(|server| server_cpu_ms(server.pid))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut walls = [Vec::new(), Vec::new()];
+    // A B B A: each server goes first as often as second.
+    for turn in 0..runs * 2 {
+        let side = [0, 1, 1, 0][turn % 4];
+        let server = &mut servers[side];
+        walls[side].push(run_once(server.bench, &mut server.client, detect)?.wall_ms);
+    }
+    let mut cpu_ms_per_run = [0.0; 2];
+    for (side, server) in servers.iter().enumerate() {
+        cpu_ms_per_run[side] = (server_cpu_ms(server.pid)? - before[side]) / runs as f64;
+    }
+    Ok(json!({
+        "runs": runs,
+        "baseline_server_cpu_ms_per_run": cpu_ms_per_run[0],
+        "server_cpu_ms_per_run": cpu_ms_per_run[1],
+        "server_cpu_ratio": cpu_ms_per_run[1] / cpu_ms_per_run[0],
+        "baseline_p50_ms": percentile(&walls[0], 0.50),
+        "p50_ms": percentile(&walls[1], 0.50),
+    }))
+}
+
+fn print_paired(figures: &Value) {
+    let paired = &figures["paired"];
+    let f = |value: &Value| value.as_f64().map_or_else(|| "-".to_string(), |v| format!("{v:.3}"));
+    println!("measured: {}", paired["measured"].as_str().unwrap_or("-"));
+    println!("baseline: {}", paired["baseline"].as_str().unwrap_or("-"));
+    println!(
+        "{:<8} {:>8} {:>22} {:>22} {:>8} {:>16} {:>16}",
+        "mode", "runs", "server CPU ms/run", "baseline ms/run", "ratio", "p50 ms", "baseline p50 ms"
+    );
+    for mode in ["poll", "watch"] {
+        let row = &paired[mode];
+        println!(
+            "{mode:<8} {:>8} {:>22} {:>22} {:>8} {:>16} {:>16}",
+            row["runs"],
+            f(&row["server_cpu_ms_per_run"]),
+            f(&row["baseline_server_cpu_ms_per_run"]),
+            f(&row["server_cpu_ratio"]),
+            f(&row["p50_ms"]),
+            f(&row["baseline_p50_ms"])
+        );
+    }
+}
+
 fn wait_for_runner_start_mode(bench: &Bench) -> anyhow::Result<String> {
     let deadline = Instant::now() + Duration::from_millis(SNAPSHOT_WAIT_MS_MAX);
     loop {
