@@ -28,7 +28,7 @@
 //! build of the server side by side: two servers, each with its own state, warm pool and client,
 //! take turns run by run (A B B A …) in both completion modes, so the machine's drift (the same
 //! `node -e 0` varies by a third here from one minute to the next) falls on both alike. Two
-//! copies of one build measure within ~1 % of each other this way; whole benchmarks, one build
+//! copies of one build measure within 0–3 % of each other this way; whole benchmarks, one build
 //! after the other, differ by up to 10 %.
 //!
 //! Nothing here is asserted: it prints a table, and JSON with `--json`; each phase's start is
@@ -692,8 +692,6 @@ fn rss_kib(pid: i32) -> anyhow::Result<u64> {
 /// How long a new server may take to build its runners' startup snapshot.
 const SNAPSHOT_WAIT_MS_MAX: u64 = 60_000;
 
-/// The warm pool's way of starting runners once settled: a fresh state directory builds
-/// the startup snapshot first, and figures taken meanwhile would mix both ways.
 /// One server of a paired measurement: its bench, process and client.
 struct PairedServer<'b> {
     bench: &'b Bench,
@@ -778,6 +776,8 @@ fn print_paired(figures: &Value) {
     }
 }
 
+/// The warm pool's way of starting runners once settled: a fresh state directory builds
+/// the startup snapshot first, and figures taken meanwhile would mix both ways.
 fn wait_for_runner_start_mode(bench: &Bench) -> anyhow::Result<String> {
     let deadline = Instant::now() + Duration::from_millis(SNAPSHOT_WAIT_MS_MAX);
     loop {

@@ -205,10 +205,10 @@ pub const SAVEPOINT_JOURNAL_MEMORY_BYTES_MAX: i32 = 1024 * 1024;
 fn configure_library() -> bool {
     static CONFIGURED: OnceLock<bool> = OnceLock::new();
     *CONFIGURED.get_or_init(|| {
-        // SAFETY: `sqlite3_config` takes an `int` for this option, and is called before this
-        // process's first connection (every connection is opened in this module after this
-        // call, bar retention's, which run beside an open store). Called after SQLite
-        // initialized, it changes nothing and returns `SQLITE_MISUSE`.
+        // SAFETY: `sqlite3_config` takes an `int` for this option. SQLite requires it before
+        // any connection initializes the library, on no other thread meanwhile: the server
+        // opens its store (the first call here) before any other connection. Called after
+        // SQLite initialized, it changes nothing and returns `SQLITE_MISUSE`.
         let code = unsafe {
             rusqlite::ffi::sqlite3_config(
                 rusqlite::ffi::SQLITE_CONFIG_STMTJRNL_SPILL,

@@ -32,7 +32,22 @@ pub async fn run_control(ctx: &OpsContext, request: &Request, control: RunContro
         if control != RunControl::Resume
             && let Some(runner) = ctx.runners.runner_for(&run_id)
         {
-            return control_through_runner(&runner, control, command, expected).await;
+            match control_through_runner(&runner, control, command.clone(), expected).await {
+                Some(answer) => return answer,
+                // The runner was ending (its run paused, resumed and not yet relaunched) and
+                // stopped before it took the control: nothing was committed through it, and
+                // a retry of the command adopts whatever was. Look again.
+                None if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(LAUNCH_POLL_MS)).await;
+                    continue;
+                }
+                None => {
+                    return Err(rejected(
+                        "unavailable",
+                        "the run's runner stopped without an answer; retry",
+                    ));
+                }
+            }
         }
         let stored = control_without_runner(ctx, command.clone(), control, expected).await;
         match stored {
@@ -48,23 +63,25 @@ pub async fn run_control(ctx: &OpsContext, request: &Request, control: RunContro
     }
 }
 
-/// How long a control waits for a launching run's runner to register.
+/// How long a control waits for a launching run's runner to register, or an ending one to go.
 const LAUNCH_WAIT_MS: u64 = 5_000;
 const LAUNCH_POLL_MS: u64 = 25;
 
+/// The control's answer through the run's live runner; `None` when the runner stopped before
+/// it answered (gone already, or its mailbox dropped with the control in it).
 async fn control_through_runner(
     runner: &ractor::ActorRef<RunnerMsg>,
     control: RunControl,
     command: CommandRequest,
     expected: Option<i64>,
-) -> Answer {
+) -> Option<Answer> {
     let stored = runner
         .call(|reply| RunnerMsg::Control(control, command, expected, reply), None)
         .await
-        .map_err(|_| rejected("unavailable", "the run's runner stopped; retry"))?;
+        .ok()?;
     match stored {
-        ractor::rpc::CallResult::Success(stored) => answer_of(stored),
-        _ => Err(rejected("unavailable", "the run's runner did not answer; retry")),
+        ractor::rpc::CallResult::Success(stored) => Some(answer_of(stored)),
+        _ => None,
     }
 }
 
