@@ -196,8 +196,10 @@ impl Harness {
             .filter_map(|line| {
                 let fields: Vec<&str> = line.split(' ').collect();
                 match fields.as_slice() {
-                    // An accepted goodbye changes nothing and has no receipt.
-                    [_, _, "runner.exiting", "accepted"] => None,
+                    // An accepted goodbye changes nothing and has no receipt; an accepted
+                    // ready has none either: it is recorded with the epoch's first proposal
+                    // (checked in `check`).
+                    [_, _, "runner.exiting" | "runner.ready", "accepted"] => None,
                     [epoch, id, _kind, "accepted"] => Some((epoch.to_string(), id.to_string())),
                     _ => None,
                 }
@@ -265,6 +267,26 @@ impl Harness {
         if !unrecorded.is_empty() {
             found.push(format!(
                 "accepted responses without an accepted receipt: {unrecorded:?}"
+            ));
+        }
+        // A proposal was answered only after its commit, which recorded its epoch's ready.
+        let proposing: BTreeSet<&String> = acknowledged.iter().map(|(epoch, _)| epoch).collect();
+        let unready: Vec<&String> = proposing
+            .into_iter()
+            .filter(|epoch| {
+                let ready: i64 = conn
+                    .query_row(
+                        "SELECT count(*) FROM run_workers WHERE runner_epoch = ?1 AND ready_at IS NOT NULL",
+                        [epoch.as_str()],
+                        |row| row.get(0),
+                    )
+                    .expect("ready of an epoch");
+                ready == 0
+            })
+            .collect();
+        if !unready.is_empty() {
+            found.push(format!(
+                "runner epochs with an acknowledged proposal but no recorded ready: {unready:?}"
             ));
         }
         conn.execute_batch("COMMIT").expect("end read transaction");

@@ -255,8 +255,9 @@ fn acks_with(acks: &Path, outcome: &str) -> BTreeSet<(String, String)> {
     let text = std::fs::read_to_string(acks).unwrap_or_default();
     text.lines()
         .filter_map(|line| match line.split(' ').collect::<Vec<_>>().as_slice() {
-            // An accepted goodbye (`runner.exiting`) changes nothing and has no receipt.
-            [_, _, "runner.exiting", "accepted"] => None,
+            // An accepted goodbye (`runner.exiting`) changes nothing and has no receipt; an
+            // accepted ready has none either (the epoch's first proposal records it).
+            [_, _, "runner.exiting" | "runner.ready", "accepted"] => None,
             [epoch, id, _kind, seen] if *seen == outcome => Some((epoch.to_string(), id.to_string())),
             _ => None,
         })

@@ -390,6 +390,9 @@ fn resuming_a_run_parked_runner_no_progress_makes_exactly_one_new_attempt() {
         server.query::<String>("SELECT status_detail FROM runs"),
         "runnerNoProgress"
     );
+    // Each runner answered ready and sent nothing more: no proposal recorded its ready, so
+    // its end did (or the wait for a proposal ran out first).
+    assert_eq!(server.workers(), ["1 crashed 1", "2 crashed 1"], "{}", server.report());
 }
 
 #[test]

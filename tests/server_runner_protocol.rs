@@ -392,6 +392,37 @@ fn the_server_renews_a_live_runs_claim_while_its_runner_is_silent() {
 }
 
 #[test]
+fn a_ready_without_a_proposal_soon_is_recorded_alone_at_the_revision_its_answer_named() {
+    let dir = Dir::new(&["run-ready"]);
+    // Fenced as the Node runner is: its first proposal expects the revision the ready answer
+    // named. It waits 3 s between its command and that proposal, far past the server's wait
+    // for a proposal to record the ready.
+    dir.start(&dir.script("steps=2,step-delay-ms=3000,fenced"));
+    dir.wait(
+        "the ready is recorded",
+        "SELECT count(*) FROM run_workers WHERE status = 'ready' AND ready_at IS NOT NULL",
+    );
+    // Recorded alone, before any node: the run running, its runner shown ready.
+    assert_eq!(dir.count("SELECT count(*) FROM node_attempts"), 0);
+    assert_eq!(dir.text("SELECT status FROM run_queue"), "running");
+    dir.wait_completed();
+    dir.wait_runner_exited();
+    // The runner's proposals expected the revision the answer named, one past `run.running`.
+    let order = dir.text(
+        "SELECT group_concat(event_type, ' ') FROM (SELECT event_type FROM events
+         WHERE run_id = 'run-ready' AND resource_revision >=
+           (SELECT resource_revision FROM events WHERE event_type = 'run.running')
+         ORDER BY resource_revision)",
+    );
+    assert!(order.starts_with("run.running node.finished node.finished"), "{order}");
+    assert!(dir.refused_kinds().is_empty(), "{}", dir.acks());
+    assert_eq!(
+        dir.count("SELECT count(*) FROM events WHERE event_type = 'run.running'"),
+        1
+    );
+}
+
+#[test]
 fn pipelined_pure_results_are_each_committed_and_answered_in_order() {
     let dir = Dir::new(&["run-pipe"]);
     // Up to 8 node results in flight; the scripted runner exits if an answer comes out of
@@ -403,11 +434,11 @@ fn pipelined_pure_results_are_each_committed_and_answered_in_order() {
         dir.count("SELECT count(DISTINCT node_id) FROM node_attempts WHERE status = 'completed'"),
         40
     );
-    // One receipt per state-changing message: ready, 40 results, run.finished (the goodbye,
-    // `runner.exiting`, changes nothing and is answered without one).
+    // One receipt per proposal: 40 results, run.finished (`runner.ready` rides the first
+    // result; the goodbye, `runner.exiting`, changes nothing: both are answered without one).
     assert_eq!(
         dir.count("SELECT count(*) FROM runner_messages WHERE outcome = 'accepted'"),
-        42
+        41
     );
 }
 

@@ -111,12 +111,21 @@ fn a_scripted_run_completes_through_fenced_messages() {
         server.query::<i64>("SELECT count(*) FROM leases WHERE resource_type = 'run' AND owner_type IS NOT NULL"),
         0
     );
-    // ready, 3 pure compute nodes (one `node.finished` each: start and finish in one
-    // commit), run.finished: every accepted state change has a receipt; the goodbye
-    // (`runner.exiting`) changes nothing and has none.
+    // 3 pure compute nodes (one `node.finished` each: start and finish in one commit),
+    // run.finished: every accepted proposal has a receipt. The ready has none (the first
+    // proposal records it: the worker ready, the run running); the goodbye
+    // (`runner.exiting`) changes nothing and has none either.
     assert_eq!(
         server.query::<i64>("SELECT count(*) FROM runner_messages WHERE outcome = 'accepted'"),
-        5
+        4
+    );
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM run_workers WHERE ready_at IS NOT NULL"),
+        1
+    );
+    assert_eq!(
+        server.query::<i64>("SELECT count(*) FROM events WHERE event_type = 'run.running'"),
+        1
     );
     assert_eq!(
         server.query::<i64>("SELECT count(*) FROM events WHERE event_type = 'node.started'"),

@@ -37,7 +37,7 @@ fn ended_runner(tx: &WriteTx<'_>, epoch: &str, generation: i64, outcome: WorkerO
         launch_envelope_hash: "a".repeat(64),
     };
     workers::record_launch(tx, &worker).expect("launch");
-    workers::record_ready(tx, epoch).expect("ready");
+    assert!(workers::record_ready(tx, epoch, tx.now_ms()).expect("ready"));
     workers::record_outcome(tx, epoch, outcome, None, Some(9)).expect("outcome");
 }
 

@@ -57,19 +57,21 @@ pub enum FirstCommand {
     Restart,
 }
 
-pub fn first_command(conn: &Connection, run_id: &str) -> StoreResult<FirstCommand> {
-    let (origin, parent_attempt): (String, Option<String>) = conn
-        .prepare_cached("SELECT origin, parent_attempt_id FROM runs WHERE run_id = ?1")?
-        .query_row([run_id], |row| Ok((row.get(0)?, row.get(1)?)))?;
+/// The first command of `run_id`'s runner, and the run's revision it was read at.
+pub fn first_command(conn: &Connection, run_id: &str) -> StoreResult<(FirstCommand, i64)> {
+    let (origin, parent_attempt, revision): (String, Option<String>, i64) = conn
+        .prepare_cached("SELECT origin, parent_attempt_id, revision FROM runs WHERE run_id = ?1")?
+        .query_row([run_id], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
     let progressed: bool = conn
         .prepare_cached("SELECT count(*) > 0 FROM node_attempts WHERE run_id = ?1")?
         .query_row([run_id], |row| row.get(0))?;
-    Ok(match (origin.as_str(), parent_attempt) {
+    let command = match (origin.as_str(), parent_attempt) {
         _ if progressed => FirstCommand::Resume,
         ("continuation", Some(parent_attempt_id)) => FirstCommand::Continue { parent_attempt_id },
         ("restart", _) => FirstCommand::Restart,
         _ => FirstCommand::Start,
-    })
+    };
+    Ok((command, revision))
 }
 
 /// Build the run state of `run_id`.

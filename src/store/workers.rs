@@ -56,13 +56,16 @@ pub fn record_process(tx: &WriteTx<'_>, runner_epoch: &str, pid: i32, start_iden
     Ok(())
 }
 
-pub fn record_ready(tx: &WriteTx<'_>, runner_epoch: &str) -> StoreResult<()> {
-    tx.conn()
+/// The runner of `runner_epoch` answered ready at `ready_at_ms`; true when this changed what
+/// is recorded (a repeat, or an epoch already ended, records nothing).
+pub fn record_ready(tx: &WriteTx<'_>, runner_epoch: &str, ready_at_ms: i64) -> StoreResult<bool> {
+    let changed = tx
+        .conn()
         .prepare_cached(
             "UPDATE run_workers SET status = 'ready', ready_at = ?1 WHERE runner_epoch = ?2 AND status = 'starting'",
         )?
-        .execute(params![tx.now_ms(), runner_epoch])?;
-    Ok(())
+        .execute(params![ready_at_ms, runner_epoch])?;
+    Ok(changed == 1)
 }
 
 /// Whether the live runner of `runner_epoch` answers its liveness pings; true when this

@@ -73,9 +73,9 @@ pub fn apply(
     let payload = Payload(message);
     let revision = match message.kind {
         MessageKind::RunnerReady => {
-            // Fencing already proved this is the runner epoch being served.
-            workers::record_ready(tx, &message.runner_epoch)?;
-            runs::mark_running(tx, authority, expected)?
+            return Err(invalid(
+                "runner.ready is answered without a writer job; its record rides the first proposal",
+            ));
         }
         MessageKind::NodeStarted => attempts::start_attempt(tx, authority, expected, &payload.new_attempt()?)?,
         MessageKind::NodeFinished | MessageKind::NodeFailed => finish_node(tx, authority, expected, &payload)?,
@@ -116,6 +116,22 @@ pub fn apply(
         MessageKind::ContentRead => return Err(invalid("content.read is a read; it is answered without a receipt")),
     };
     Ok((Some(revision), None))
+}
+
+/// Record a ready answered earlier (`messages::on_ready`), in the transaction of the
+/// runner's first proposal: the worker ready at `ready_at_ms` and the run running. A no-op
+/// once recorded, so every proposal sent before the first answer may carry it; fencing
+/// already proved this is the runner epoch being served.
+pub fn record_ready(
+    tx: &WriteTx<'_>,
+    authority: &ClaimAuthority,
+    runner_epoch: &str,
+    ready_at_ms: i64,
+) -> StoreResult<()> {
+    if workers::record_ready(tx, runner_epoch, ready_at_ms)? {
+        runs::mark_running(tx, authority, None)?;
+    }
+    Ok(())
 }
 
 /// Typed access to a message's payload with bounded, named errors.

@@ -24,13 +24,15 @@ pub struct FirstFrame {
     pub advertised: Option<BlobRef>,
     /// The settings version the run state carries (`None`: the run declares none).
     pub settings_change_number: Option<i64>,
+    /// The run's revision when the frame was read.
+    pub revision: i64,
 }
 
 /// Build the one explicit command for the run's runner; a run state above the frame
 /// limit is stored as a blob and sent as a digest-bound reference.
 pub async fn first_command_frame(store: &Arc<Store>, run_id: &str) -> StoreResult<FirstFrame> {
     let owned = run_id.to_string();
-    let (first, state) = blocking::read(store, move |conn| {
+    let ((first, revision), state) = blocking::read(store, move |conn| {
         Ok((
             run_state::first_command(conn, &owned)?,
             run_state::read_run_state(conn, &owned)?,
@@ -58,6 +60,7 @@ pub async fn first_command_frame(store: &Arc<Store>, run_id: &str) -> StoreResul
                 bytes,
                 advertised: None,
                 settings_change_number,
+                revision,
             });
         }
         Err(crate::protocol::FrameError::TooLarge { .. }) => {}
@@ -72,6 +75,7 @@ pub async fn first_command_frame(store: &Arc<Store>, run_id: &str) -> StoreResul
         bytes,
         advertised: Some(reference),
         settings_change_number,
+        revision,
     })
 }
 

@@ -38,7 +38,7 @@ pub async fn on_tick(state: &mut RunnerState) -> Tick {
     state.liveness.last_tick = Instant::now();
     // A timer this late means the server itself did not run (stopped, starved): the runner
     // could not answer pings nobody sent, so its silence counts from now.
-    if late || !state.ready || state.finished || state.claim_lost || state.settled {
+    if late || !state.ready() || state.finished || state.claim_lost || state.settled {
         state.liveness.last_seen = Instant::now();
         return Tick::Alive;
     }

@@ -40,6 +40,9 @@ pub enum RunnerMsg {
     /// it (a blocked event loop): stop it like a stalled runner; the reclaim that follows
     /// records the step `timed_out` (`store::deadlines`).
     Overdue,
+    /// `READY_RECORD_WAIT_MS` passed since the runner's ready: record it alone if no
+    /// proposal has yet (`messages::record_ready_alone`).
+    RecordReady,
     /// The channel reader reached the channel's end; every frame before it was handled.
     ChannelClosed,
     /// The process ended `CHANNEL_DRAIN_MS` ago and its channel is still open (a descendant

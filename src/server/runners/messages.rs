@@ -13,7 +13,7 @@ use ractor::ActorProcessingErr;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
-use super::apply::{Applied, Checked, Registration, apply, claimed_settings_number};
+use super::apply::{Applied, Checked, Registration, apply, claimed_settings_number, record_ready};
 use super::channel;
 use super::state::RunnerState;
 use crate::protocol::decode_frame;
@@ -50,7 +50,7 @@ pub async fn on_frames(state: &mut RunnerState, lines: Vec<Vec<u8>>) -> bool {
             // even if its commit then takes a while.
             let _ = state.process.cast(supervisors::ProcessMsg::Ready);
         }
-        if state.ready && pipelinable(message.kind) {
+        if state.ready() && pipelinable(message.kind) {
             let submitted = submit(state, &message, hash);
             pipelined.push((message, submitted));
             continue;
@@ -163,7 +163,10 @@ async fn handle(state: &mut RunnerState, message: Arc<Message>, hash: String) ->
         };
         return reply(state, response).await.is_ok();
     }
-    if message.kind == MessageKind::RunnerExiting && state.ready {
+    if message.kind == MessageKind::RunnerReady {
+        return on_ready(state, &message).await;
+    }
+    if message.kind == MessageKind::RunnerExiting && state.ready() {
         // A goodbye changes nothing: answered at once, without a receipt or a commit (a
         // repeat gets the same answer), so a run's end costs one fsync less.
         return reply(state, Response::new(&message.message_id, ResponseOutcome::Accepted))
@@ -172,34 +175,78 @@ async fn handle(state: &mut RunnerState, message: Arc<Message>, hash: String) ->
     }
     let submitted = submit(state, &message, hash);
     let response = finish(state, &message, submitted).await;
-    if message.kind == MessageKind::RunnerReady && state.ready {
-        return answer_ready(state, response).await;
-    }
     let claim_lost = response.outcome == ResponseOutcome::ClaimLost;
     let written = reply(state, response).await.is_ok();
     written && !claim_lost && !state.disk_full
 }
 
-/// The answer to an accepted `runner.ready` and, after it, the one explicit command with the
-/// narrow run state, in one write: the runner wakes once for both. The run state is read on
-/// the blocking pool, not in the ready's writer job, so a large one never holds the writer.
-async fn answer_ready(state: &mut RunnerState, response: Response) -> bool {
+/// `runner.ready`: its answer and, after it, the one explicit command with the narrow run
+/// state, in one write (the runner wakes once for both). It commits nothing of its own: the
+/// worker's ready and the run's `running` ride the runner's first proposal
+/// (`apply::record_ready`), so a run costs one commit and one wake of every watcher less.
+/// The answer names the revision that record leads to, the one the runner's first proposal
+/// expects. A repeat gets the same revision, `adopted`. The run state is read on the
+/// blocking pool, so a large one never holds the actor's thread.
+async fn on_ready(state: &mut RunnerState, message: &Message) -> bool {
+    if state.claim_lost {
+        let _ = reply(state, Response::new(&message.message_id, ResponseOutcome::ClaimLost)).await;
+        return false;
+    }
+    let store = Arc::clone(&state.args.shared.store);
+    let ready_at_ms = store.now_ms();
+    let frame = match channel::first_command_frame(&store, &state.args.run.run_id).await {
+        Ok(frame) => frame,
+        Err(err) => {
+            tracing::warn!(run_id = %state.args.run.run_id, error = %err, "runner command could not be built; stopping the runner");
+            return false;
+        }
+    };
+    let outcome = match state.ready() {
+        true => ResponseOutcome::Adopted,
+        false => {
+            state.ready_at_ms = Some(ready_at_ms);
+            state.revision_at_ready = Some(frame.revision + 1);
+            ResponseOutcome::Accepted
+        }
+    };
+    state.advertised.extend(frame.advertised);
+    state.settings_known = state.settings_known.max(frame.settings_change_number);
+    let mut response = Response::new(&message.message_id, outcome);
+    response.revision = state.revision_at_ready.map(|revision| revision as u64);
     let Ok(mut bytes) = encode_frame(&response) else {
         return false;
     };
-    let built = match channel::first_command_frame(&state.args.shared.store, &state.args.run.run_id).await {
-        Ok(frame) => {
-            state.advertised.extend(frame.advertised);
-            state.settings_known = frame.settings_change_number;
-            bytes.extend_from_slice(&frame.bytes);
-            true
-        }
-        Err(err) => {
-            tracing::warn!(run_id = %state.args.run.run_id, error = %err, "runner command could not be built; stopping the runner");
-            false
-        }
+    bytes.extend_from_slice(&frame.bytes);
+    state.writer.write_all(&bytes).await.is_ok()
+}
+
+/// How long a ready waits for the runner's first proposal to record it before it is
+/// recorded alone: a short run's first results come well within it, and a view shows a
+/// runner busy with a long first pure node (or a slow load) as ready soon after all.
+pub const READY_RECORD_WAIT_MS: u64 = 100;
+
+/// Record the ready alone (the worker ready, the run running) when no proposal did within
+/// `READY_RECORD_WAIT_MS`: a fact a power loss ends with the process, so no `fsync`. Proposals
+/// in flight still carry it (a no-op once recorded). False when the run's claim is lost.
+pub async fn record_ready_alone(state: &mut RunnerState) -> bool {
+    let Some(ready_at_ms) = state.ready_at_ms else {
+        return true;
     };
-    state.writer.write_all(&bytes).await.is_ok() && built
+    let (authority, epoch) = (state.args.authority.clone(), state.args.runner_epoch.clone());
+    let recorded = blocking::write_without_fsync(&state.args.shared.store, move |tx| {
+        record_ready(tx, &authority, &epoch, ready_at_ms)
+    })
+    .await;
+    match recorded {
+        Ok(()) => state.ready_recorded = true,
+        Err(StoreError::ClaimLost(lost)) => {
+            tracing::info!(run_id = %lost.resource_id, reason = %lost.reason, "run claim lost at ready; stopping the runner");
+            return false;
+        }
+        // A later proposal (or the settle) records it.
+        Err(err) => tracing::warn!(run_id = %state.args.run.run_id, error = %err, "runner ready not recorded yet"),
+    }
+    true
 }
 
 pub async fn reply(state: &mut RunnerState, response: Response) -> Result<(), ActorProcessingErr> {
@@ -222,12 +269,15 @@ enum Submitted {
 /// Queue one fenced message to be applied exactly once: a repeated message ID gets its
 /// stored answer. The receipt lookup and the change share one writer job.
 fn submit(state: &RunnerState, message: &Arc<Message>, message_hash: String) -> Submitted {
-    if !state.ready && message.kind != MessageKind::RunnerReady {
+    let Some(ready_at_ms) = state.ready_at_ms else {
         return Submitted::Answered(
             Response::new(&message.message_id, ResponseOutcome::Rejected)
                 .with_error("notReady", "send runner.ready first"),
         );
-    }
+    };
+    // Until a proposal committed, each one carries the ready's record (a no-op after the
+    // first): the ones pipelined behind the first may be the first to commit.
+    let ready_at_ms = (!state.ready_recorded).then_some(ready_at_ms);
     let checked = check_outside_store(state, message);
     let stored_hash = message_hash.clone();
     let (authority, epoch, owned, known) = (
@@ -239,12 +289,15 @@ fn submit(state: &RunnerState, message: &Arc<Message>, message_hash: String) -> 
     let store = &state.args.shared.store;
     Submitted::Queued(
         stored_hash,
-        store.submit_write(durability_of(message.kind), move |tx| {
+        store.submit_write(Durability::Disk, move |tx| {
             if let Some(stored) = workers::message_receipt(tx.conn(), &epoch, &owned.message_id)? {
                 return Ok(match stored.message_hash == message_hash {
                     true => Answer::Stored(stored, newer_settings(tx.conn(), &owned, known)?),
                     false => Answer::Reused,
                 });
+            }
+            if let Some(ready_at_ms) = ready_at_ms {
+                record_ready(tx, &authority, &epoch, ready_at_ms)?;
             }
             let (revision, result) = apply(tx, &authority, &owned, &checked)?;
             let settings = newer_settings(tx.conn(), &owned, known)?;
@@ -259,16 +312,6 @@ fn submit(state: &RunnerState, message: &Arc<Message>, message_hash: String) -> 
             Ok(Answer::Applied((revision, result), settings))
         }),
     )
-}
-
-/// `runner.ready` records only that this runner's process is ready (a fact a power loss ends
-/// with the process), so its commit needs no `fsync` of its own; every other message records
-/// workflow facts on the disk.
-fn durability_of(kind: MessageKind) -> Durability {
-    match kind {
-        MessageKind::RunnerReady => Durability::Kernel,
-        _ => Durability::Disk,
-    }
 }
 
 /// The run's current settings version when it is newer than what the runner knows (its
@@ -299,6 +342,8 @@ async fn finish(state: &mut RunnerState, message: &Message, submitted: Submitted
             "this message ID already named another message; nothing changed (use a new ID per message)",
         ),
         Ok(Answer::Applied(applied, settings)) => {
+            // Every proposal submitted before this answer carried the ready's record.
+            state.ready_recorded = true;
             let response = respond(state, message, hash, Ok(applied)).await;
             with_settings(state, response, settings)
         }
@@ -383,10 +428,6 @@ async fn respond(state: &mut RunnerState, message: &Message, hash: String, appli
     match applied {
         Ok((revision, result)) => {
             match message.kind {
-                MessageKind::RunnerReady => {
-                    state.ready = true;
-                    state.revision_at_ready = revision;
-                }
                 // The run left this runner's hands (its claim is released): no more claim
                 // renewals, and its exit is not a crash to park.
                 MessageKind::RunFinished

@@ -99,8 +99,9 @@ impl Actor for Runner {
             channel_closed: false,
             ended_undrained: None,
             writer,
-            ready: false,
+            ready_at_ms: None,
             revision_at_ready: None,
+            ready_recorded: false,
             claim_lost: false,
             runner_stale: false,
             timed_out: false,
@@ -139,7 +140,13 @@ impl Actor for Runner {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             RunnerMsg::Frames(lines, reply) => {
+                let was_ready = state.ready();
                 let keep_reading = messages::on_frames(state, lines).await;
+                if !was_ready && state.ready() {
+                    let wait = Duration::from_millis(messages::READY_RECORD_WAIT_MS);
+                    let timer = myself.send_after(wait, || RunnerMsg::RecordReady);
+                    state.tasks.push(timer.abort_handle());
+                }
                 let _ = reply.send(keep_reading);
                 if !keep_reading {
                     // A protocol violation, a stale runner, or a full disk (stopped by the
@@ -190,6 +197,15 @@ impl Actor for Runner {
                 tracing::warn!(run_id = %state.args.run.run_id, "the running step passed its deadline and its runner did not end it; stopping the runner");
                 state.stalled = true;
                 stop_after_end(&myself, state, None).await;
+            }
+            RunnerMsg::RecordReady
+                if state.ready_recorded || state.claim_lost || state.finished || state.stalled || state.settled => {}
+            RunnerMsg::RecordReady => {
+                if !messages::record_ready_alone(state).await {
+                    // Another owner has the run: this runner must not write again.
+                    state.claim_lost = true;
+                    stop_after_end(&myself, state, None).await;
+                }
             }
             RunnerMsg::RenewClaim if state.claim_lost || state.finished || state.stalled => {}
             RunnerMsg::RenewClaim => {

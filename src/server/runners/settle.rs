@@ -60,6 +60,9 @@ pub async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: 
     let requeue =
         park.is_some_and(|(_, reason)| reason == ParkReason::Boundary) && state.args.shared.stop_requested().is_none();
     let (authority, epoch) = (state.args.authority.clone(), state.args.runner_epoch.clone());
+    // A ready no proposal recorded (the runner ended or was stopped before its first one
+    // committed) is still a fact of this epoch: a stall after it counts (`consecutive_stalls`).
+    let unrecorded_ready_at_ms = state.ready_at_ms.filter(|_| !state.ready_recorded);
     let (code, signal) = (exit.and_then(ExitOutcome::code), exit.and_then(ExitOutcome::signal));
     // A runner's end alone is a process fact nobody waits for: its commit rides the next
     // one. A change to its run is a workflow fact, on the disk before the actor goes on.
@@ -82,6 +85,9 @@ pub async fn settle(state: &mut RunnerState, exit: Option<ExitOutcome>, forced: 
                 Ok(()) | Err(StoreError::ClaimLost(_)) => {}
                 Err(err) => return Err(err),
             }
+        }
+        if let Some(ready_at_ms) = unrecorded_ready_at_ms {
+            workers::record_ready(tx, &epoch, ready_at_ms)?;
         }
         workers::record_outcome(tx, &epoch, outcome, code, signal)
     });

@@ -51,8 +51,13 @@ pub struct RunnerState {
     /// still be on their way: settled once the channel is drained (or `CHANNEL_DRAIN_MS`).
     pub ended_undrained: Option<Option<supervisors::process::ExitOutcome>>,
     pub writer: OwnedWriteHalf,
-    pub ready: bool,
+    /// When the runner answered ready (store clock); `None` before.
+    pub ready_at_ms: Option<i64>,
+    /// The revision the ready answer named: the one recording it leads to.
     pub revision_at_ready: Option<i64>,
+    /// The ready is recorded (it rides the runner's first committed proposal; `settle`
+    /// records it if none committed).
+    pub ready_recorded: bool,
     /// The store refused our claim: another owner has the run; leave it alone.
     pub claim_lost: bool,
     /// The runner sent a stale or foreign stamp and was told `claimLost`.
@@ -81,6 +86,13 @@ pub struct RunnerState {
     pub liveness: Liveness,
     /// Held while this runner lives: dropping it frees the runner's slot (`Runners::register`).
     pub _registration: super::registry::Registration,
+}
+
+impl RunnerState {
+    /// The runner answered ready (its later messages may change the run).
+    pub fn ready(&self) -> bool {
+        self.ready_at_ms.is_some()
+    }
 }
 
 /// What the actor keeps about its liveness pings (`liveness.rs`).
