@@ -31,14 +31,19 @@ pub struct FirstFrame {
 /// Build the one explicit command for the run's runner; a run state above the frame
 /// limit is stored as a blob and sent as a digest-bound reference.
 pub async fn first_command_frame(store: &Arc<Store>, run_id: &str) -> StoreResult<FirstFrame> {
-    let owned = run_id.to_string();
-    let ((first, revision), state) = blocking::read(store, move |conn| {
-        Ok((
-            run_state::first_command(conn, &owned)?,
-            run_state::read_run_state(conn, &owned)?,
-        ))
-    })
-    .await?;
+    let ((first, revision), state) = match blocking::read_small(store, |conn| fresh_run_state(conn, run_id))? {
+        Some(read) => read,
+        None => {
+            let owned = run_id.to_string();
+            blocking::read(store, move |conn| {
+                Ok((
+                    run_state::first_command(conn, &owned)?,
+                    run_state::read_run_state(conn, &owned)?,
+                ))
+            })
+            .await?
+        }
+    };
     let (kind, parent_attempt_id) = match first {
         FirstCommand::Start => (CommandKind::Start, None),
         FirstCommand::Resume => (CommandKind::Resume, None),
@@ -77,6 +82,26 @@ pub async fn first_command_frame(store: &Arc<Store>, run_id: &str) -> StoreResul
         settings_change_number,
         revision,
     })
+}
+
+/// The stored values a run state may hold to be read in place (`fresh_run_state`).
+const FRESH_RUN_STATE_BYTES_MAX: usize = 16 * 1024;
+
+/// The first command and run state of a run that starts afresh, read in place when its
+/// stored values fit in `FRESH_RUN_STATE_BYTES_MAX`: such a state is its input and settings
+/// (no attempt, effect or request rows yet), and a trip to the blocking pool costs two thread
+/// wake-ups, more than this read. `None`: any other run (resumed, continued, restarted: their
+/// history can be long), or a larger state; both are read on the pool.
+fn fresh_run_state(conn: &rusqlite::Connection, run_id: &str) -> StoreResult<Option<((FirstCommand, i64), Value)>> {
+    let first = run_state::first_command(conn, run_id)?;
+    if first.0 != FirstCommand::Start {
+        return Ok(None);
+    }
+    match run_state::read_run_state_within(conn, run_id, FRESH_RUN_STATE_BYTES_MAX) {
+        Ok(state) => Ok(Some((first, state))),
+        Err(StoreError::TooLarge { .. }) => Ok(None),
+        Err(err) => Err(err),
+    }
 }
 
 fn content_ref(reference: &BlobRef) -> Value {
@@ -185,7 +210,57 @@ pub fn base64_encode(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::base64_encode;
+    use std::sync::Arc;
+
+    use serde_json::{Value, json};
+
+    use super::{FRESH_RUN_STATE_BYTES_MAX, base64_encode, fresh_run_state};
+    use crate::store::runs::{self, ExecutionMode, NewRun};
+    use crate::store::{Store, SystemClock, blobs, run_state};
+
+    /// A store with one queued run whose input is a string of `input_bytes` bytes.
+    fn store_with_input(dir: &std::path::Path, input_bytes: usize) -> Store {
+        let store = Store::open(&dir.join("state.sqlite"), Arc::new(SystemClock)).expect("store");
+        store
+            .write(move |tx| {
+                let input = blobs::put_json(tx, &json!({"text": "x".repeat(input_bytes)}), 1 << 20)?;
+                runs::queue_run(
+                    tx,
+                    &NewRun {
+                        run_id: "run-1".to_string(),
+                        workflow_name: "example".to_string(),
+                        project_path: "/project".to_string(),
+                        parent_run_id: None,
+                        root_run_id: None,
+                        origin: Default::default(),
+                        definition_digest: format!("sha256:{}", "d".repeat(64)),
+                        workflow_source_json: "{}".to_string(),
+                        input_hash: format!("sha256:{input}"),
+                        execution: ExecutionMode::Headless,
+                    },
+                )
+            })
+            .expect("queue");
+        store
+    }
+
+    #[test]
+    fn a_fresh_small_run_state_is_read_in_place_and_a_large_one_is_left_to_the_pool() {
+        let dir = tempfile::tempdir().expect("dir");
+        let small = store_with_input(dir.path(), 100);
+        let read = small.read(|conn| fresh_run_state(conn, "run-1")).expect("read");
+        let whole = small
+            .read(|conn| run_state::read_run_state(conn, "run-1"))
+            .expect("whole");
+        let ((_, revision), state) = read.expect("a small fresh state is read in place");
+        assert_eq!(state, whole, "the same state the pool would read");
+        assert_eq!(Some(revision), whole.get("revision").and_then(Value::as_i64));
+        drop(small);
+        let dir = tempfile::tempdir().expect("dir");
+        let large = store_with_input(dir.path(), FRESH_RUN_STATE_BYTES_MAX);
+        let read = large.read(|conn| fresh_run_state(conn, "run-1")).expect("read");
+        assert!(read.is_none(), "above the bound: read on the pool");
+    }
 
     #[test]
     fn base64_matches_rfc4648_vectors() {
