@@ -55,8 +55,8 @@ pub struct RunnerState {
     pub ready_at_ms: Option<i64>,
     /// The revision the ready answer named: the one recording it leads to.
     pub revision_at_ready: Option<i64>,
-    /// The ready is recorded (it rides the runner's first committed proposal; `settle`
-    /// records it if none committed).
+    /// The ready is recorded: by the runner's first committed proposal, alone after
+    /// `messages::READY_RECORD_WAIT_MS` without one, or by `settle` if the runner ended first.
     pub ready_recorded: bool,
     /// The store refused our claim: another owner has the run; leave it alone.
     pub claim_lost: bool,
