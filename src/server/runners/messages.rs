@@ -185,8 +185,9 @@ async fn handle(state: &mut RunnerState, message: Arc<Message>, hash: String) ->
 /// worker's ready and the run's `running` ride the runner's first proposal
 /// (`apply::record_ready`), so a run costs one commit and one wake of every watcher less.
 /// The answer names the revision that record leads to, the one the runner's first proposal
-/// expects. A repeat gets the same revision, `adopted`. The run state is read on the
-/// blocking pool, so a large one never holds the actor's thread.
+/// expects. A repeat gets the same revision, `adopted`. Only a fresh run's small state is
+/// read on the actor's thread; any other goes to the blocking pool (`channel.rs`), so a large
+/// one never holds it.
 async fn on_ready(state: &mut RunnerState, message: &Message) -> bool {
     if state.claim_lost {
         let _ = reply(state, Response::new(&message.message_id, ResponseOutcome::ClaimLost)).await;
