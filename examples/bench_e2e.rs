@@ -24,9 +24,9 @@
 //!   the end committed, → the client saw it;
 //! - idle: the server's RSS before any run, and its CPU per second with nothing to do.
 //!
-//! `--paired BASELINE` measures instead the server CPU per run of this build against another
-//! build of the server side by side: two servers, each with its own state, warm pool and client,
-//! take turns run by run (A B B A …) in both completion modes, so the machine's drift (the same
+//! `--paired BASELINE` measures instead the server CPU per run (and its children's: runner and
+//! resolver processes) of this build against another build of the server side by side: two
+//! servers, each with its own state, warm pool and client, take turns run by run (A B B A …) in both completion modes, so the machine's drift (the same
 //! `node -e 0` varies by a third here from one minute to the next) falls on both alike. Two
 //! copies of one build measure within 0–3 % of each other this way; whole benchmarks, one build
 //! after the other, differ by up to 10 %.
@@ -79,7 +79,7 @@ const USAGE: &str = "usage: bench_e2e [--sequential N] [--seconds N] [--json] [-
   --sequential N      runs one at a time per completion mode (default 200; with --paired, per server)
   --seconds N         length of each 4-client phase (default 10)
   --json              print the figures as JSON instead of a table
-  --paired BASELINE   only the server CPU per run of this build against the pi-workflows binary
+  --paired BASELINE   only the server's CPU per run (and its children's) of this build against the pi-workflows binary
                       BASELINE, both servers running side by side and taking turns run by run
 Environment: PI_WORKFLOWS_BIN (the server build measured), PI_WORKFLOWS_PACKAGE_DIR, PI_WORKFLOWS_NODE.";
 
@@ -732,6 +732,10 @@ fn paired_phase(servers: &mut [PairedServer<'_>], detect: Detect, runs: usize) -
         .iter()
         .map(|server| server_cpu_ms(server.pid))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let children_before = servers
+        .iter()
+        .map(|server| server_children_cpu_ms(server.pid))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let mut walls = [Vec::new(), Vec::new()];
     // A B B A: each server goes first as often as second.
     for turn in 0..runs * 2 {
@@ -740,14 +744,19 @@ fn paired_phase(servers: &mut [PairedServer<'_>], detect: Detect, runs: usize) -
         walls[side].push(run_once(server.bench, &mut server.client, detect)?.wall_ms);
     }
     let mut cpu_ms_per_run = [0.0; 2];
+    let mut children_cpu_ms_per_run = [0.0; 2];
     for (side, server) in servers.iter().enumerate() {
         cpu_ms_per_run[side] = (server_cpu_ms(server.pid)? - before[side]) / runs as f64;
+        children_cpu_ms_per_run[side] = (server_children_cpu_ms(server.pid)? - children_before[side]) / runs as f64;
     }
     Ok(json!({
         "runs": runs,
         "baseline_server_cpu_ms_per_run": cpu_ms_per_run[0],
         "server_cpu_ms_per_run": cpu_ms_per_run[1],
         "server_cpu_ratio": cpu_ms_per_run[1] / cpu_ms_per_run[0],
+        "baseline_children_cpu_ms_per_run": children_cpu_ms_per_run[0],
+        "children_cpu_ms_per_run": children_cpu_ms_per_run[1],
+        "children_cpu_ratio": children_cpu_ms_per_run[1] / children_cpu_ms_per_run[0],
         "baseline_p50_ms": percentile(&walls[0], 0.50),
         "p50_ms": percentile(&walls[1], 0.50),
     }))
@@ -759,17 +768,29 @@ fn print_paired(figures: &Value) {
     println!("measured: {}", paired["measured"].as_str().unwrap_or("-"));
     println!("baseline: {}", paired["baseline"].as_str().unwrap_or("-"));
     println!(
-        "{:<8} {:>8} {:>22} {:>22} {:>8} {:>16} {:>16}",
-        "mode", "runs", "server CPU ms/run", "baseline ms/run", "ratio", "p50 ms", "baseline p50 ms"
+        "{:<8} {:>6} {:>18} {:>16} {:>7} {:>20} {:>16} {:>7} {:>8} {:>13}",
+        "mode",
+        "runs",
+        "server CPU ms/run",
+        "baseline ms/run",
+        "ratio",
+        "children CPU ms/run",
+        "baseline ms/run",
+        "ratio",
+        "p50 ms",
+        "baseline p50"
     );
     for mode in ["poll", "watch"] {
         let row = &paired[mode];
         println!(
-            "{mode:<8} {:>8} {:>22} {:>22} {:>8} {:>16} {:>16}",
+            "{mode:<8} {:>6} {:>18} {:>16} {:>7} {:>20} {:>16} {:>7} {:>8} {:>13}",
             row["runs"],
             f(&row["server_cpu_ms_per_run"]),
             f(&row["baseline_server_cpu_ms_per_run"]),
             f(&row["server_cpu_ratio"]),
+            f(&row["children_cpu_ms_per_run"]),
+            f(&row["baseline_children_cpu_ms_per_run"]),
+            f(&row["children_cpu_ratio"]),
             f(&row["p50_ms"]),
             f(&row["baseline_p50_ms"])
         );

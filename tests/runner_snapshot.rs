@@ -99,6 +99,12 @@ fn warm_runners_start_from_the_startup_snapshot_once_it_is_built_and_checked() {
         std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
         0o600
     );
+    // Stored without Node's code cache (what a runner never compiles from).
+    let blob = std::fs::read(&files[0]).expect("read the snapshot");
+    assert!(
+        pi_workflows::server::runners::code_cache::is_stripped(&blob),
+        "the stored snapshot ends with an empty code cache"
+    );
 
     // The warm runner started before the build ended is plain; the pool replaces it from the
     // snapshot after it is taken.

@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod apply;
 pub mod channel;
+pub mod code_cache;
 pub mod liveness;
 pub mod mailbox;
 pub mod memory;

@@ -21,6 +21,10 @@
 //! one snapshot share its seed (what a hash-flooding input would have to be crafted against;
 //! it changes with every build), and it is visible on their command lines.
 //!
+//! The stored blob has an empty code cache (`code_cache.rs`): Node's bytecode of its built-in
+//! modules, more than half of a blob, which a runner read and copied at every start without
+//! compiling any of those modules (about 1 ms of a runner's CPU).
+//!
 //! Architecture Invariant: a snapshot is used only under the name of the exact pair it was
 //! built from ([`SnapshotSource::find`]: the Node binary's identity and the entry's bytes),
 //! only with the hash seed in its name, and only after its check passed; a failed build leaves
@@ -33,6 +37,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use supervisors::process::ExitOutcome;
 
+use super::code_cache;
 use crate::server::config::{Program, RunnerSettings};
 use crate::server::spawn::spawn_helper;
 
@@ -55,6 +60,9 @@ const KEY_HEX_LEN: usize = 32;
 const SEED_HEX_LEN: usize = 16;
 /// Draws of a random hash seed before a build gives up (one fails with odds of 2^-63).
 const SEED_DRAWS_MAX: usize = 8;
+/// What the pool makes of a built blob, part of its key: a blob stored before the code
+/// cache was removed is never found again, and is rebuilt without it.
+const BLOB_FORM: &[u8] = b"node code cache removed";
 /// What Node shows as the script of a runner started from a snapshot (it runs none).
 const RUNNER_ARGV1: &str = "pi-workflows-runner";
 /// Tells the snapshot's main to check itself instead of serving a run (runner-snapshot.ts).
@@ -202,6 +210,7 @@ impl SnapshotSource {
             digest.update(number.to_le_bytes());
         }
         digest.update(Sha256::digest(&entry));
+        digest.update(BLOB_FORM);
         let key = crate::digest::hex_lower(&digest.finalize());
         Ok(key[..KEY_HEX_LEN].to_string())
     }
@@ -265,11 +274,33 @@ async fn build_and_check(
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(pending, std::fs::Permissions::from_mode(0o600)).map_err(SnapshotError::Store)?;
     }
+    strip_code_cache(pending.to_path_buf()).await?;
     let check = (
         source.node.clone(),
         snapshot_args(pending, seed, &[SNAPSHOT_CHECK_FLAG]),
     );
     run_step(settings, check, Step::Check).await
+}
+
+/// Drop Node's code cache from a built blob (`code_cache.rs`: a runner reads and copies it
+/// at every start and uses none of it), before the check, so only a stripped blob that
+/// passed its check is ever stored. A blob of another layout is kept whole.
+async fn strip_code_cache(pending: PathBuf) -> Result<(), SnapshotError> {
+    let stripped = tokio::task::spawn_blocking(move || -> std::io::Result<bool> {
+        let blob = std::fs::read(&pending)?;
+        let Some(stripped) = code_cache::strip(&blob) else {
+            return Ok(false);
+        };
+        std::fs::write(&pending, stripped)?;
+        Ok(true)
+    })
+    .await
+    .map_err(|err| SnapshotError::Store(std::io::Error::other(err)))?
+    .map_err(SnapshotError::Store)?;
+    if !stripped {
+        tracing::info!("the runners' snapshot keeps Node's code cache: its blob's layout was not recognized");
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Copy)]

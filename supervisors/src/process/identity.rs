@@ -112,7 +112,10 @@ pub(crate) fn parse_stat(line: &str) -> Option<StatFields> {
 }
 
 fn read_small_file(path: &str) -> std::io::Result<String> {
-    let mut text = String::new();
+    // Room for the whole file up front: `take` hides the size, so an empty `String` would be
+    // filled by growing reads (32, 32, 64, 128, … bytes: six `read`s for a stat line, on
+    // every spawn and settle); this way one `read` and the one that finds its end.
+    let mut text = String::with_capacity(PROC_FILE_BYTES_MAX as usize);
     File::open(path)?.take(PROC_FILE_BYTES_MAX).read_to_string(&mut text)?;
     Ok(text)
 }
