@@ -26,7 +26,8 @@
 //! compiling any of those modules (about 1 ms of a runner's CPU).
 //!
 //! Architecture Invariant: a snapshot is used only under the name of the exact pair it was
-//! built from ([`SnapshotSource::find`]: the Node binary's identity and the entry's bytes),
+//! built from ([`SnapshotSource::find`]: the Node binary's identity and the entry's bytes,
+//! and the blob's form),
 //! only with the hash seed in its name, and only after its check passed; a failed build leaves
 //! no file under that name.
 
@@ -189,7 +190,8 @@ impl SnapshotSource {
     }
 
     /// The name of the pair: exactly this Node binary (path, device, inode, size, change
-    /// time) and these entry bytes, so a replaced Node or a rebuilt package gets another.
+    /// time) and these entry bytes, so a replaced Node or a rebuilt package gets another; and
+    /// the blob's form (`BLOB_FORM`), so a blob stored in another form is never used.
     fn key(&self) -> Result<String, SnapshotError> {
         use std::os::unix::ffi::OsStrExt;
         use std::os::unix::fs::MetadataExt;
