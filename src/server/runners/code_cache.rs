@@ -10,9 +10,10 @@
 //!
 //! The layout (Node's `SnapshotData::ToBlob`, the same on Node 20 and 22): the code cache is
 //! the last field, a count then that many entries, each the module's id and its code, every
-//! length a little-endian `u64` before its bytes. The field is found from the end: the one
-//! offset whose count and entries reach exactly the blob's end. A blob that does not end so
-//! (another layout) is left whole; a stripped blob still has to pass the snapshot's check.
+//! length a little-endian `u64` before its bytes. The field starts at the first offset whose
+//! count and entries reach exactly the blob's end (bytes before it that parsed so by chance
+//! would have to lead into the real entries and match their count). A blob that does not end
+//! so (another layout) is left whole; a stripped blob still has to pass the snapshot's check.
 //!
 //! Architecture Invariant: this never changes anything before the code cache's count: V8's
 //! startup data and Node's other fields stay byte for byte.
@@ -27,8 +28,8 @@ const LENGTH_BYTES: usize = 8;
 /// Where the code cache's count is in `blob`, and how many entries follow it; `None` when
 /// the blob does not end with a code cache of at least one entry.
 pub fn find(blob: &[u8]) -> Option<(usize, u64)> {
-    // Only a count can start the field, and the first entry follows it: try each place a
-    // valid entry chain to the end could begin, nearest the end last.
+    // Each offset in turn as the count, the first whose entries end exactly at the end wins
+    // (one pass over a few MB, once per build; most offsets fail at their first length).
     (0..blob.len().saturating_sub(LENGTH_BYTES)).find_map(|offset| {
         let count = read_length(blob, offset)?;
         if count == 0 || count > ENTRIES_MAX {
