@@ -24,10 +24,14 @@ fn hold_writer(store: &Arc<Store>, hold: Duration) -> std::thread::JoinHandle<()
     handle
 }
 
+/// Whether the run is stored, read both ways: on a reader connection, and as a small read
+/// (on the writer's connection when it is between batches). Both must always agree.
 fn run_exists(store: &Store, run_id: &str) -> bool {
-    store
-        .read(|conn| Ok(runs::read_run_on(conn, run_id).is_ok()))
-        .expect("read")
+    let found = |conn: &rusqlite::Connection| Ok(runs::read_run_on(conn, run_id).is_ok());
+    let read = store.read(found).expect("read");
+    let small = store.read_small(found).expect("small read");
+    assert_eq!(read, small, "a small read and a reader disagree about {run_id}");
+    read
 }
 
 #[test]
@@ -424,4 +428,63 @@ fn a_big_jobs_savepoint_journal_stays_in_memory_and_still_rolls_back() {
         .read(|conn| Ok(conn.query_row("SELECT body FROM scratch WHERE id = 7", [], |row| row.get(0))?))
         .expect("read");
     assert_eq!(after, before, "the big job's changes were rolled back from its journal");
+}
+
+/// A small read borrows the writer's connection between batches; while a batch is open it
+/// reads on a reader connection instead: it never waits for the batch, and never sees a
+/// change before its commit.
+#[test]
+fn a_small_read_sees_every_answered_write_and_never_an_open_batch() {
+    let t = common::open_store();
+    let store = Arc::new(t.store);
+    store
+        .write(|tx| runs::queue_run(tx, &common::new_run("run-committed")))
+        .expect("write");
+    assert!(run_exists(&store, "run-committed"), "an answered write is seen");
+
+    let (inside, batch_open) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let writer = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || {
+            store.write(move |tx| {
+                runs::queue_run(tx, &common::new_run("run-open"))?;
+                inside.send(()).expect("signal");
+                // Held until the test's reads are done: a read that waited for this batch
+                // would never let it go on.
+                Ok(released.recv_timeout(Duration::from_secs(10)).is_ok())
+            })
+        })
+    };
+    batch_open.recv().expect("the batch began");
+    assert!(run_exists(&store, "run-committed"));
+    assert!(!run_exists(&store, "run-open"), "a change was seen before its commit");
+    release.send(()).expect("release");
+    assert!(
+        writer.join().expect("writer").expect("committed"),
+        "the batch waited for a read"
+    );
+    assert!(run_exists(&store, "run-open"));
+}
+
+/// The writer's connection could write, so a small read that tries is rolled back and
+/// refused; the connection stays usable for both reads and writes.
+#[test]
+fn a_small_read_that_writes_is_refused_and_changes_nothing() {
+    let t = common::open_store();
+    let store = Arc::new(t.store);
+    store
+        .write(|tx| runs::queue_run(tx, &common::new_run("run-kept")))
+        .expect("write");
+    let refused = store.read_small(|conn| {
+        conn.execute("DELETE FROM runs WHERE run_id = 'run-kept'", [])?;
+        Ok(())
+    });
+    assert!(refused.is_err(), "a read changed rows");
+    assert!(run_exists(&store, "run-kept"));
+    assert!(run_exists(&store, "run-kept"));
+    store
+        .write(|tx| runs::queue_run(tx, &common::new_run("run-after")))
+        .expect("write after");
+    assert!(run_exists(&store, "run-after"));
 }

@@ -58,7 +58,7 @@ pub fn read_small<T, F>(store: &Store, query: F) -> StoreResult<T>
 where
     F: FnOnce(&rusqlite::Connection) -> StoreResult<T>,
 {
-    store.read(query)
+    store.read_small(query)
 }
 
 /// `read_small` when `small`, else `read`: for a query whose size its arguments decide (a

@@ -58,6 +58,29 @@ pub use writer::{Durability, Watched, WriteTx};
 
 use writer::Writer;
 
+/// One read transaction on the writer's lent connection. A read never writes: the connection
+/// could, so a query that changed rows is rolled back and refused (a bug, not a user error).
+fn read_lent<T>(conn: &Connection, query: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {
+    debug_assert!(
+        conn.is_autocommit(),
+        "the writer lends its connection between batches only"
+    );
+    let changes_before = conn.total_changes();
+    writer::control(conn, "BEGIN DEFERRED")?;
+    let result = query(conn);
+    if conn.total_changes() != changes_before {
+        let _ = writer::control(conn, "ROLLBACK");
+        return Err(StoreError::CommitFailed(
+            "a read tried to change rows; it was rolled back".to_string(),
+        ));
+    }
+    if let Err(err) = writer::control(conn, "COMMIT") {
+        let _ = writer::control(conn, "ROLLBACK");
+        return Err(err.into());
+    }
+    result
+}
+
 /// Idle read-only connections kept for reuse; more are opened on demand and closed after.
 pub const READERS_IDLE_MAX: usize = 4;
 
@@ -165,6 +188,17 @@ impl Store {
             self.return_reader(conn);
         }
         result
+    }
+
+    /// `read` of a few indexed rows (a feed's look, an admission's candidates, a runner's
+    /// first command), on the writer's connection when the writer is between batches: its
+    /// page cache is still warm, where a reader's empties at every commit. The writer waits
+    /// for it, so nothing that scans or returns unbounded content comes here.
+    pub fn read_small<T>(&self, query: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {
+        match self.writer.lend_for_read() {
+            Some(conn) => read_lent(&conn, query),
+            None => self.read(query),
+        }
     }
 
     /// Give back the memory of SQLite's caches, for a server that went quiet: the idle read

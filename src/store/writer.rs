@@ -20,9 +20,9 @@
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use rusqlite::Connection;
@@ -266,6 +266,9 @@ enum WriterMessage {
 /// Handle to the writer thread. Dropping the last handle stops the thread after it drains.
 pub struct Writer {
     sender: Option<SyncSender<WriterMessage>>,
+    /// The writer thread's connection: locked by the thread for each batch, and lent between
+    /// batches for one small read (`lend_for_read`).
+    conn: Arc<Mutex<Connection>>,
     thread: Option<JoinHandle<()>>,
     /// Counts committed transactions that changed rows of `Watched` jobs; live views wait on
     /// it instead of polling.
@@ -284,12 +287,14 @@ impl Writer {
         let (running, alive) = tokio::sync::watch::channel(());
         let data_version = Arc::new(AtomicU64::new(0));
         let counted = Arc::clone(&data_version);
+        let conn = Arc::new(Mutex::new(conn));
+        let owned = Arc::clone(&conn);
         let thread = std::thread::Builder::new()
             .name("store-writer".to_string())
             .spawn(move || {
                 let _running = running;
                 run_writer(
-                    conn,
+                    &owned,
                     clock,
                     receiver,
                     Counters {
@@ -300,6 +305,7 @@ impl Writer {
             })?;
         Ok(Self {
             sender: Some(sender),
+            conn,
             thread: Some(thread),
             commits,
             data_version,
@@ -334,6 +340,17 @@ impl Writer {
     /// result read under one number stays exact while the number is unchanged.
     pub fn data_version(&self) -> u64 {
         self.data_version.load(Ordering::Acquire)
+    }
+
+    /// The writer's connection for one small read, when the writer is between batches (else
+    /// `None`: the caller reads on a reader connection). The writer's page cache stays valid
+    /// across its own commits, where a reader's empties at every commit and reads its pages
+    /// again; the writer waits for the lent read to end before its next batch, so only reads
+    /// of a few indexed rows may borrow it (`Store::read_small`).
+    pub(super) fn lend_for_read(&self) -> Option<MutexGuard<'_, Connection>> {
+        // `None` when busy with a batch, or after a lent read panicked (the writer rolls back
+        // what it left open before its next batch).
+        self.conn.try_lock().ok()
     }
 
     /// Run `change` in a write transaction and return its result after the commit reached
@@ -432,9 +449,14 @@ struct Counters {
     data_version: Arc<AtomicU64>,
 }
 
-fn run_writer(conn: Connection, clock: Arc<dyn Clock>, receiver: Receiver<WriterMessage>, counters: Counters) {
+fn run_writer(
+    shared: &Mutex<Connection>,
+    clock: Arc<dyn Clock>,
+    receiver: Receiver<WriterMessage>,
+    counters: Counters,
+) {
     // The state directory, named in `DiskFull` (the user's own directory, not a secret).
-    let dir = conn
+    let dir = lock_connection(shared)
         .path()
         .map(Path::new)
         .and_then(Path::parent)
@@ -464,7 +486,8 @@ fn run_writer(conn: Connection, clock: Arc<dyn Clock>, receiver: Receiver<Writer
             }
         }
         while !pending.is_empty() {
-            let batch = commit_batch(
+            let conn = lock_connection(shared);
+            let (batch, ran) = commit_batch(
                 &conn,
                 clock.as_ref(),
                 &dir,
@@ -472,6 +495,13 @@ fn run_writer(conn: Connection, clock: Arc<dyn Clock>, receiver: Receiver<Writer
                 &mut synchronous,
                 &counters.data_version,
             );
+            // The connection is free before anyone hears of the batch: a task woken by its
+            // answer finds it for a small read.
+            drop(conn);
+            let answer = batch.as_ref().map(|_| ()).map_err(BatchFailure::clone);
+            for job in ran {
+                job.deliver(answer.clone());
+            }
             note_disk(&mut disk_full, &batch, &dir);
             // Only a commit that changed rows a watcher reads is news: a write that found its
             // rows already in place, or changed only `Unwatched` ones, wakes no watcher.
@@ -480,6 +510,13 @@ fn run_writer(conn: Connection, clock: Arc<dyn Clock>, receiver: Receiver<Writer
             }
         }
     }
+}
+
+/// The connection for a batch. A read that panicked while it had the connection lent poisons
+/// the lock; the connection is still sound, and the batch first rolls back what that read
+/// left open.
+fn lock_connection(shared: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
+    shared.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Log when the disk fills and when space returns, once each (not once per refused write).
@@ -514,13 +551,14 @@ struct Wrote {
 /// Run jobs from the front of `pending` in one transaction, then answer each of them.
 ///
 /// SQLite may roll back a whole transaction on its own (an I/O error). The writer notices
-/// after each job; the jobs that ran are answered with the failure and the rest stay in
-/// `pending` for a fresh transaction, so no job ever runs outside `BEGIN IMMEDIATE`. A job
+/// after each job; the jobs that ran get the failure and the rest stay in `pending` for a
+/// fresh transaction, so no job ever runs outside `BEGIN IMMEDIATE`. A job
 /// the disk refused for space ends the transaction the same way, rolled back whole (SQLite's
 /// advice after `SQLITE_FULL`: its pager may be unusable until then). `Ok` when it committed,
 /// with what it changed. The batch commits with the `synchronous` setting its
 /// most demanding job needs (`synchronous` holds the connection's current one). A commit that
-/// changed rows moves `data_version` before any job hears of it.
+/// changed rows moves `data_version` before any job hears of it. Returns the jobs that ran
+/// (or could not), for the caller to answer once the connection is free.
 fn commit_batch(
     conn: &Connection,
     clock: &dyn Clock,
@@ -528,7 +566,7 @@ fn commit_batch(
     pending: &mut VecDeque<Box<dyn WriteJob>>,
     synchronous: &mut i64,
     data_version: &AtomicU64,
-) -> Result<Wrote, BatchFailure> {
+) -> (Result<Wrote, BatchFailure>, Vec<Box<dyn WriteJob>>) {
     if !conn.is_autocommit() {
         // Never expected: a transaction left open by an earlier failure.
         let _ = control(conn, "ROLLBACK");
@@ -540,10 +578,7 @@ fn commit_batch(
         if let BatchFailure::Failed(message) = &failure {
             tracing::error!(error = %message, jobs = pending.len(), "store writer could not begin a transaction");
         }
-        for job in pending.drain(..) {
-            job.deliver(Err(failure.clone()));
-        }
-        return Err(failure);
+        return (Err(failure), pending.drain(..).collect());
     }
     let changes_before = conn.total_changes();
     let mut watched = false;
@@ -585,10 +620,7 @@ fn commit_batch(
     if commit.is_ok() && rows {
         data_version.fetch_add(1, Ordering::Release);
     }
-    for job in ran {
-        job.deliver(commit.clone());
-    }
-    commit.map(|()| Wrote { rows, watched })
+    (commit.map(|()| Wrote { rows, watched }), ran)
 }
 
 /// `Disk` when any job of the batch needs the disk, else `Kernel`.
