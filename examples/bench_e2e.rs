@@ -26,9 +26,10 @@
 //!
 //! `--paired BASELINE` measures instead the server CPU per run (and its children's: runner and
 //! resolver processes) of this build against another build of the server side by side: two
-//! servers, each with its own state, warm pool and client, take turns run by run (A B B A …) in both completion modes, so the machine's drift (the same
+//! servers, each with its own state, warm pool and client, take turns run by run (A B B A …) in both completion modes, then with 4 clients in
+//! bursts of a second (A B B A …, `--seconds` bursts each), so the machine's drift (the same
 //! `node -e 0` varies by a third here from one minute to the next) falls on both alike. Two
-//! copies of one build measure within 0–3 % of each other this way; whole benchmarks, one build
+//! copies of one build measure within 0–5 % of each other this way; whole benchmarks, one build
 //! after the other, differ by up to 10 %.
 //!
 //! Nothing here is asserted: it prints a table, and JSON with `--json`; each phase's start is
@@ -55,6 +56,12 @@ const BASELINE_STARTS: usize = 20;
 /// How long the start-rate baseline runs `node -e 0` back to back on every core.
 const NODE_RATE_SECONDS: u64 = 3;
 const CLIENTS: usize = 4;
+/// `--paired`: one server's turn with `CLIENTS` clients, short enough that the machine's
+/// drift falls on both servers alike.
+const PAIRED_BURST_S: u64 = 1;
+/// `--paired`: a wait after the last burst, for the runners still ending to be settled and
+/// counted with their server.
+const PAIRED_SETTLE_MS: u64 = 500;
 const WARMUP_RUNS: usize = 5;
 /// Runs started one at a time on an idle, warm server (the pool refilled, nothing running):
 /// the issue's "`run.start` → first node from an idle warm server".
@@ -80,7 +87,8 @@ const USAGE: &str = "usage: bench_e2e [--sequential N] [--seconds N] [--json] [-
   --seconds N         length of each 4-client phase (default 10)
   --json              print the figures as JSON instead of a table
   --paired BASELINE   only the server's CPU per run (and its children's) of this build against the pi-workflows binary
-                      BASELINE, both servers running side by side and taking turns run by run
+                      BASELINE, both servers running side by side and taking turns run by run, then with 4 clients
+                      in bursts of a second, taking turns burst by burst (--seconds bursts per server and mode)
 Environment: PI_WORKFLOWS_BIN (the server build measured), PI_WORKFLOWS_PACKAGE_DIR, PI_WORKFLOWS_NODE.";
 
 fn options() -> anyhow::Result<Options> {
@@ -153,7 +161,7 @@ fn main() -> anyhow::Result<()> {
             workflow: bench.workflow.clone(),
             project: bench.project.clone(),
         };
-        let figures = paired(&baseline, &bench, options.sequential)?;
+        let figures = paired(&baseline, &bench, options.sequential, options.seconds)?;
         match options.json {
             true => println!("{figures}"),
             false => print_paired(&figures),
@@ -701,7 +709,7 @@ struct PairedServer<'b> {
 
 /// `--paired`: `runs` sequential runs per server and completion mode, the two servers taking
 /// turns (A B B A …), and each server's CPU per run over its own runs.
-fn paired(baseline: &Bench, measured: &Bench, runs: usize) -> anyhow::Result<Value> {
+fn paired(baseline: &Bench, measured: &Bench, runs: usize, bursts: u64) -> anyhow::Result<Value> {
     let mut servers = Vec::new();
     for bench in [baseline, measured] {
         progress(&format!("server start: {}", bench.exe.display()));
@@ -720,6 +728,13 @@ fn paired(baseline: &Bench, measured: &Bench, runs: usize) -> anyhow::Result<Val
     for detect in [Detect::Poll, Detect::Watch] {
         progress(&format!("paired_{}: {runs} runs per server", detect.name()));
         figures["paired"][detect.name()] = paired_phase(&mut servers, detect, runs)?;
+    }
+    for detect in [Detect::Poll, Detect::Watch] {
+        progress(&format!(
+            "paired_clients4_{}: {bursts} bursts per server",
+            detect.name()
+        ));
+        figures["paired"][format!("clients4_{}", detect.name())] = paired_bursts(&servers, detect, bursts)?;
     }
     for server in &servers {
         cli(server.bench, &["server", "stop"])?;
@@ -762,13 +777,50 @@ fn paired_phase(servers: &mut [PairedServer<'_>], detect: Detect, runs: usize) -
     }))
 }
 
+/// `--paired` with `CLIENTS` clients: bursts of `PAIRED_BURST_S`, the servers taking turns
+/// (A B B A …), `bursts` each; each server's CPU per run over all of its bursts.
+fn paired_bursts(servers: &[PairedServer<'_>], detect: Detect, bursts: u64) -> anyhow::Result<Value> {
+    let cpu = |server: &PairedServer<'_>| server_cpu_ms(server.pid);
+    let children = |server: &PairedServer<'_>| server_children_cpu_ms(server.pid);
+    let before = servers.iter().map(cpu).collect::<anyhow::Result<Vec<_>>>()?;
+    let children_before = servers.iter().map(children).collect::<anyhow::Result<Vec<_>>>()?;
+    let mut runs = [0.0; 2];
+    let mut rates = [Vec::new(), Vec::new()];
+    for turn in 0..bursts as usize * 2 {
+        let side = [0, 1, 1, 0][turn % 4];
+        let server = &servers[side];
+        let burst = concurrent(server.bench, server.pid, detect, PAIRED_BURST_S)?;
+        runs[side] += burst["runs"].as_f64().unwrap_or(0.0);
+        rates[side].push(burst["workflows_per_s"].as_f64().unwrap_or(f64::NAN));
+    }
+    std::thread::sleep(Duration::from_millis(PAIRED_SETTLE_MS));
+    let mut cpu_ms_per_run = [0.0; 2];
+    let mut children_cpu_ms_per_run = [0.0; 2];
+    for (side, server) in servers.iter().enumerate() {
+        cpu_ms_per_run[side] = (cpu(server)? - before[side]) / runs[side].max(1.0);
+        children_cpu_ms_per_run[side] = (children(server)? - children_before[side]) / runs[side].max(1.0);
+    }
+    Ok(json!({
+        "runs": runs[1],
+        "baseline_runs": runs[0],
+        "baseline_server_cpu_ms_per_run": cpu_ms_per_run[0],
+        "server_cpu_ms_per_run": cpu_ms_per_run[1],
+        "server_cpu_ratio": cpu_ms_per_run[1] / cpu_ms_per_run[0],
+        "baseline_children_cpu_ms_per_run": children_cpu_ms_per_run[0],
+        "children_cpu_ms_per_run": children_cpu_ms_per_run[1],
+        "children_cpu_ratio": children_cpu_ms_per_run[1] / children_cpu_ms_per_run[0],
+        "baseline_workflows_per_s": percentile(&rates[0], 0.50),
+        "workflows_per_s": percentile(&rates[1], 0.50),
+    }))
+}
+
 fn print_paired(figures: &Value) {
     let paired = &figures["paired"];
     let f = |value: &Value| value.as_f64().map_or_else(|| "-".to_string(), |v| format!("{v:.3}"));
     println!("measured: {}", paired["measured"].as_str().unwrap_or("-"));
     println!("baseline: {}", paired["baseline"].as_str().unwrap_or("-"));
     println!(
-        "{:<8} {:>6} {:>18} {:>16} {:>7} {:>20} {:>16} {:>7} {:>8} {:>13}",
+        "{:<14} {:>6} {:>18} {:>16} {:>7} {:>20} {:>16} {:>7} {:>15} {:>9}",
         "mode",
         "runs",
         "server CPU ms/run",
@@ -777,22 +829,30 @@ fn print_paired(figures: &Value) {
         "children CPU ms/run",
         "baseline ms/run",
         "ratio",
-        "p50 ms",
-        "baseline p50"
+        "p50 ms | runs/s",
+        "baseline"
     );
-    for mode in ["poll", "watch"] {
+    // Sequential rows give the p50 wall, the 4-client rows the median burst's runs per second.
+    for (mode, speed) in [
+        ("poll", "p50_ms"),
+        ("watch", "p50_ms"),
+        ("clients4_poll", "workflows_per_s"),
+        ("clients4_watch", "workflows_per_s"),
+    ] {
         let row = &paired[mode];
         println!(
-            "{mode:<8} {:>6} {:>18} {:>16} {:>7} {:>20} {:>16} {:>7} {:>8} {:>13}",
-            row["runs"],
+            "{mode:<14} {:>6} {:>18} {:>16} {:>7} {:>20} {:>16} {:>7} {:>15} {:>9}",
+            row["runs"]
+                .as_f64()
+                .map_or_else(|| "-".to_string(), |runs| format!("{runs:.0}")),
             f(&row["server_cpu_ms_per_run"]),
             f(&row["baseline_server_cpu_ms_per_run"]),
             f(&row["server_cpu_ratio"]),
             f(&row["children_cpu_ms_per_run"]),
             f(&row["baseline_children_cpu_ms_per_run"]),
             f(&row["children_cpu_ratio"]),
-            f(&row["p50_ms"]),
-            f(&row["baseline_p50_ms"])
+            f(&row[speed]),
+            f(&row[format!("baseline_{speed}")])
         );
     }
 }
