@@ -743,14 +743,7 @@ fn paired(baseline: &Bench, measured: &Bench, runs: usize, bursts: u64) -> anyho
 }
 
 fn paired_phase(servers: &mut [PairedServer<'_>], detect: Detect, runs: usize) -> anyhow::Result<Value> {
-    let before = servers
-        .iter()
-        .map(|server| server_cpu_ms(server.pid))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let children_before = servers
-        .iter()
-        .map(|server| server_children_cpu_ms(server.pid))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let marks = cpu_marks(servers)?;
     let mut walls = [Vec::new(), Vec::new()];
     // A B B A: each server goes first as often as second.
     for turn in 0..runs * 2 {
@@ -758,32 +751,17 @@ fn paired_phase(servers: &mut [PairedServer<'_>], detect: Detect, runs: usize) -
         let server = &mut servers[side];
         walls[side].push(run_once(server.bench, &mut server.client, detect)?.wall_ms);
     }
-    let mut cpu_ms_per_run = [0.0; 2];
-    let mut children_cpu_ms_per_run = [0.0; 2];
-    for (side, server) in servers.iter().enumerate() {
-        cpu_ms_per_run[side] = (server_cpu_ms(server.pid)? - before[side]) / runs as f64;
-        children_cpu_ms_per_run[side] = (server_children_cpu_ms(server.pid)? - children_before[side]) / runs as f64;
-    }
-    Ok(json!({
-        "runs": runs,
-        "baseline_server_cpu_ms_per_run": cpu_ms_per_run[0],
-        "server_cpu_ms_per_run": cpu_ms_per_run[1],
-        "server_cpu_ratio": cpu_ms_per_run[1] / cpu_ms_per_run[0],
-        "baseline_children_cpu_ms_per_run": children_cpu_ms_per_run[0],
-        "children_cpu_ms_per_run": children_cpu_ms_per_run[1],
-        "children_cpu_ratio": children_cpu_ms_per_run[1] / children_cpu_ms_per_run[0],
-        "baseline_p50_ms": percentile(&walls[0], 0.50),
-        "p50_ms": percentile(&walls[1], 0.50),
-    }))
+    let mut figures = cpu_per_run(servers, &marks, [runs as f64; 2])?;
+    figures["runs"] = json!(runs);
+    figures["baseline_p50_ms"] = json!(percentile(&walls[0], 0.50));
+    figures["p50_ms"] = json!(percentile(&walls[1], 0.50));
+    Ok(figures)
 }
 
 /// `--paired` with `CLIENTS` clients: bursts of `PAIRED_BURST_S`, the servers taking turns
 /// (A B B A …), `bursts` each; each server's CPU per run over all of its bursts.
 fn paired_bursts(servers: &[PairedServer<'_>], detect: Detect, bursts: u64) -> anyhow::Result<Value> {
-    let cpu = |server: &PairedServer<'_>| server_cpu_ms(server.pid);
-    let children = |server: &PairedServer<'_>| server_children_cpu_ms(server.pid);
-    let before = servers.iter().map(cpu).collect::<anyhow::Result<Vec<_>>>()?;
-    let children_before = servers.iter().map(children).collect::<anyhow::Result<Vec<_>>>()?;
+    let marks = cpu_marks(servers)?;
     let mut runs = [0.0; 2];
     let mut rates = [Vec::new(), Vec::new()];
     for turn in 0..bursts as usize * 2 {
@@ -794,23 +772,38 @@ fn paired_bursts(servers: &[PairedServer<'_>], detect: Detect, bursts: u64) -> a
         rates[side].push(burst["workflows_per_s"].as_f64().unwrap_or(f64::NAN));
     }
     std::thread::sleep(Duration::from_millis(PAIRED_SETTLE_MS));
-    let mut cpu_ms_per_run = [0.0; 2];
-    let mut children_cpu_ms_per_run = [0.0; 2];
+    let mut figures = cpu_per_run(servers, &marks, runs)?;
+    figures["runs"] = json!(runs[1]);
+    figures["baseline_runs"] = json!(runs[0]);
+    figures["baseline_workflows_per_s"] = json!(percentile(&rates[0], 0.50));
+    figures["workflows_per_s"] = json!(percentile(&rates[1], 0.50));
+    Ok(figures)
+}
+
+/// Each server's own CPU and its children's, in ms, at the start of a paired phase.
+fn cpu_marks(servers: &[PairedServer<'_>]) -> anyhow::Result<Vec<(f64, f64)>> {
+    servers
+        .iter()
+        .map(|server| Ok((server_cpu_ms(server.pid)?, server_children_cpu_ms(server.pid)?)))
+        .collect()
+}
+
+/// Each server's CPU per run since `marks` (its own, its children's), and the ratios of the
+/// measured server (side 1) to the baseline (side 0).
+fn cpu_per_run(servers: &[PairedServer<'_>], marks: &[(f64, f64)], runs: [f64; 2]) -> anyhow::Result<Value> {
+    let mut own = [0.0; 2];
+    let mut children = [0.0; 2];
     for (side, server) in servers.iter().enumerate() {
-        cpu_ms_per_run[side] = (cpu(server)? - before[side]) / runs[side].max(1.0);
-        children_cpu_ms_per_run[side] = (children(server)? - children_before[side]) / runs[side].max(1.0);
+        own[side] = (server_cpu_ms(server.pid)? - marks[side].0) / runs[side].max(1.0);
+        children[side] = (server_children_cpu_ms(server.pid)? - marks[side].1) / runs[side].max(1.0);
     }
     Ok(json!({
-        "runs": runs[1],
-        "baseline_runs": runs[0],
-        "baseline_server_cpu_ms_per_run": cpu_ms_per_run[0],
-        "server_cpu_ms_per_run": cpu_ms_per_run[1],
-        "server_cpu_ratio": cpu_ms_per_run[1] / cpu_ms_per_run[0],
-        "baseline_children_cpu_ms_per_run": children_cpu_ms_per_run[0],
-        "children_cpu_ms_per_run": children_cpu_ms_per_run[1],
-        "children_cpu_ratio": children_cpu_ms_per_run[1] / children_cpu_ms_per_run[0],
-        "baseline_workflows_per_s": percentile(&rates[0], 0.50),
-        "workflows_per_s": percentile(&rates[1], 0.50),
+        "baseline_server_cpu_ms_per_run": own[0],
+        "server_cpu_ms_per_run": own[1],
+        "server_cpu_ratio": own[1] / own[0],
+        "baseline_children_cpu_ms_per_run": children[0],
+        "children_cpu_ms_per_run": children[1],
+        "children_cpu_ratio": children[1] / children[0],
     }))
 }
 
