@@ -58,27 +58,33 @@ pub use writer::{Durability, Watched, WriteTx};
 
 use writer::Writer;
 
-/// One read transaction on the writer's lent connection. A read never writes: the connection
-/// could, so a query that changed rows is rolled back and refused (a bug, not a user error).
-fn read_lent<T>(conn: &Connection, query: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {
+/// `query` inside one read transaction on `conn`, so it sees one snapshot; and whether the
+/// transaction closed, leaving the connection fit for another read. A read never writes: a
+/// reader connection cannot, the writer's lent one could, so a query that changed rows is
+/// rolled back and refused (a bug, not a user error). A failed `COMMIT` of a read does not
+/// undo what its snapshot showed: the result stands, the connection is not reused.
+fn read_transaction<T>(conn: &Connection, query: impl FnOnce(&Connection) -> StoreResult<T>) -> (StoreResult<T>, bool) {
     debug_assert!(
         conn.is_autocommit(),
-        "the writer lends its connection between batches only"
+        "a read begins on a connection with no open transaction"
     );
     let changes_before = conn.total_changes();
-    writer::control(conn, "BEGIN DEFERRED")?;
+    if let Err(err) = writer::control(conn, "BEGIN DEFERRED") {
+        return (Err(err.into()), false);
+    }
     let result = query(conn);
     if conn.total_changes() != changes_before {
         let _ = writer::control(conn, "ROLLBACK");
-        return Err(StoreError::CommitFailed(
-            "a read tried to change rows; it was rolled back".to_string(),
-        ));
+        let refused = StoreError::CommitFailed("a read tried to change rows; it was rolled back".to_string());
+        return (Err(refused), conn.is_autocommit());
     }
-    if let Err(err) = writer::control(conn, "COMMIT") {
-        let _ = writer::control(conn, "ROLLBACK");
-        return Err(err.into());
+    match writer::control(conn, "COMMIT") {
+        Ok(()) => (result, true),
+        Err(_) => {
+            let _ = writer::control(conn, "ROLLBACK");
+            (result, false)
+        }
     }
-    result
 }
 
 /// Idle read-only connections kept for reuse; more are opened on demand and closed after.
@@ -181,10 +187,8 @@ impl Store {
     /// consistent snapshot.
     pub fn read<T>(&self, query: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {
         let conn = self.take_reader()?;
-        writer::control(&conn, "BEGIN DEFERRED")?;
-        let result = query(&conn);
-        let ended = writer::control(&conn, "COMMIT");
-        if ended.is_ok() {
+        let (result, closed) = read_transaction(&conn, query);
+        if closed {
             self.return_reader(conn);
         }
         result
@@ -196,7 +200,9 @@ impl Store {
     /// for it, so nothing that scans or returns unbounded content comes here.
     pub fn read_small<T>(&self, query: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {
         match self.writer.lend_for_read() {
-            Some(conn) => read_lent(&conn, query),
+            // The writer lends it between batches only; a read left open is rolled back by
+            // the writer's next batch.
+            Some(conn) => read_transaction(&conn, query).0,
             None => self.read(query),
         }
     }
