@@ -181,6 +181,25 @@ pub struct NewRun {
     pub execution: ExecutionMode,
 }
 
+#[cfg(test)]
+impl NewRun {
+    /// A headless run of the workflow `example` with no file source, for unit tests.
+    pub fn example(run_id: &str) -> Self {
+        Self {
+            run_id: run_id.to_string(),
+            workflow_name: "example".to_string(),
+            project_path: "/project".to_string(),
+            parent_run_id: None,
+            root_run_id: None,
+            origin: Default::default(),
+            definition_digest: format!("sha256:{}", "d".repeat(64)),
+            workflow_source_json: "{}".to_string(),
+            input_hash: "e".repeat(64),
+            execution: ExecutionMode::Headless,
+        }
+    }
+}
+
 pub fn read_run(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<RunRow> {
     read_run_on(tx.conn(), run_id)
 }

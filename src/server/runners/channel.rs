@@ -215,7 +215,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::{FRESH_RUN_STATE_BYTES_MAX, base64_encode, fresh_run_state};
-    use crate::store::runs::{self, ExecutionMode, NewRun};
+    use crate::store::runs::{self, NewRun};
     use crate::store::{Store, SystemClock, blobs, run_state};
 
     /// A store with one queued run whose input is a string of `input_bytes` bytes.
@@ -227,16 +227,8 @@ mod tests {
                 runs::queue_run(
                     tx,
                     &NewRun {
-                        run_id: "run-1".to_string(),
-                        workflow_name: "example".to_string(),
-                        project_path: "/project".to_string(),
-                        parent_run_id: None,
-                        root_run_id: None,
-                        origin: Default::default(),
-                        definition_digest: format!("sha256:{}", "d".repeat(64)),
-                        workflow_source_json: "{}".to_string(),
                         input_hash: format!("sha256:{input}"),
-                        execution: ExecutionMode::Headless,
+                        ..NewRun::example("run-1")
                     },
                 )
             })

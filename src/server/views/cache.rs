@@ -73,6 +73,17 @@ pub struct RunViewRead {
 
 pub fn read_run_view(conn: &rusqlite::Connection, run_id: &str) -> StoreResult<RunViewRead> {
     let facts = run_view::run_view_facts(conn, run_id, HISTORY_WINDOW)?;
+    finish_read(conn, facts)
+}
+
+/// [`read_run_view`] of a run whose presentation revision the caller read in this same
+/// transaction (a feed's look).
+pub fn read_run_view_at(conn: &rusqlite::Connection, run_id: &str, revision: i64) -> StoreResult<RunViewRead> {
+    let facts = run_view::run_view_facts_at(conn, run_id, HISTORY_WINDOW, Some(revision))?;
+    finish_read(conn, facts)
+}
+
+fn finish_read(conn: &rusqlite::Connection, facts: run_view::RunViewFacts) -> StoreResult<RunViewRead> {
     let reason = reason_of(conn, &facts.run)?;
     Ok(RunViewRead { facts, reason })
 }

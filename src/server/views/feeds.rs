@@ -457,7 +457,7 @@ async fn refresh_run(views: &Views, run_id: &str, published: Option<i64>, stored
         match run_view::presentation_revision(conn, &owned)? {
             None => Ok(Look::Gone),
             Some(revision) if published == Some(revision) => Ok(Look::Unchanged),
-            Some(_) => cache::read_run_view(conn, &owned).map(|read| Look::Changed(Box::new(read))),
+            Some(revision) => cache::read_run_view_at(conn, &owned, revision).map(|read| Look::Changed(Box::new(read))),
         }
     });
     let read = match look {
