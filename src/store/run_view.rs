@@ -513,33 +513,27 @@ enum Seqs {
 /// Why not one `ORDER BY rowid`: that sorts every attempt of the run, and SQLite computes each
 /// row's columns before the sort (for a watched run of 10,000 attempts, ~13 ms a rebuild).
 fn seqs_per_status(conn: &Connection, run_id: &str, which: Seqs, limit: usize) -> StoreResult<Vec<i64>> {
+    let (sql, bound) = match which {
+        Seqs::Newest => (NEWEST_OF_STATUS_SQL, i64::MAX),
+        Seqs::After(after) => (AFTER_OF_STATUS_SQL, after),
+    };
+    let mut statement = conn.prepare_cached(sql)?;
     let mut seqs = Vec::with_capacity(limit.saturating_mul(AttemptStatus::ALL.len()));
-    let limit_sql = limit as i64;
+    for status in AttemptStatus::ALL {
+        let found = statement.query_map(params![run_id, status.as_str(), bound, limit as i64], first_seq)?;
+        seqs.extend(found.collect::<Result<Vec<_>, _>>()?);
+    }
     match which {
-        Seqs::Newest => {
-            let mut statement = conn.prepare_cached(NEWEST_OF_STATUS_SQL)?;
-            for status in AttemptStatus::ALL {
-                let found = statement.query_map(params![run_id, status.as_str(), limit_sql], first_seq)?;
-                seqs.extend(found.collect::<Result<Vec<_>, _>>()?);
-            }
-            seqs.sort_unstable_by(|a, b| b.cmp(a));
-        }
-        Seqs::After(after) => {
-            let mut statement = conn.prepare_cached(AFTER_OF_STATUS_SQL)?;
-            for status in AttemptStatus::ALL {
-                let found = statement.query_map(params![run_id, status.as_str(), after, limit_sql], first_seq)?;
-                seqs.extend(found.collect::<Result<Vec<_>, _>>()?);
-            }
-            seqs.sort_unstable();
-        }
+        Seqs::Newest => seqs.sort_unstable_by(|a, b| b.cmp(a)),
+        Seqs::After(_) => seqs.sort_unstable(),
     }
     seqs.truncate(limit);
     Ok(seqs)
 }
 
-/// A run's newest attempts of one status (`?3` of them): an index walk, no sort.
+/// A run's newest attempts of one status before `?3` (`?4` of them): an index walk, no sort.
 const NEWEST_OF_STATUS_SQL: &str =
-    "SELECT rowid FROM node_attempts WHERE run_id = ?1 AND status = ?2 ORDER BY rowid DESC LIMIT ?3";
+    "SELECT rowid FROM node_attempts WHERE run_id = ?1 AND status = ?2 AND rowid < ?3 ORDER BY rowid DESC LIMIT ?4";
 /// A run's oldest attempts of one status after `?3` (`?4` of them): an index walk, no sort.
 const AFTER_OF_STATUS_SQL: &str =
     "SELECT rowid FROM node_attempts WHERE run_id = ?1 AND status = ?2 AND rowid > ?3 ORDER BY rowid LIMIT ?4";
