@@ -182,6 +182,9 @@ fn settle_unfinished(
             attempt_id: attempt_id.to_string(),
         });
     }
+    if ended.status == AttemptStatus::Completed {
+        count_attempts(tx, run_id, 0, 1)?;
+    }
     Ok(ended.event_type)
 }
 
@@ -292,6 +295,28 @@ fn insert_attempt_row(
             error_hash,
             finished_at
         ])?;
+    count_attempts(tx, run_id, 1, i64::from(status == AttemptStatus::Completed))
+}
+
+/// Count attempts into their run's row (`runs.attempt_count`, `runs.completed_attempt_count`):
+/// every write that adds an attempt or completes one calls this in its transaction (an ended
+/// attempt never changes status again, and attempts go only with their whole run), so a
+/// view reads a run's progress without counting its history. `state verify` checks them.
+fn count_attempts(tx: &WriteTx<'_>, run_id: &str, added: i64, completed: i64) -> StoreResult<()> {
+    assert!(added >= 0 && completed >= 0, "attempt counts only grow");
+    let counted = tx
+        .conn()
+        .prepare_cached(
+            "UPDATE runs SET attempt_count = attempt_count + ?1,
+                             completed_attempt_count = completed_attempt_count + ?2
+             WHERE run_id = ?3",
+        )?
+        .execute(params![added, completed, run_id])?;
+    if counted != 1 {
+        return Err(StoreError::RunNotFound {
+            run_id: run_id.to_string(),
+        });
+    }
     Ok(())
 }
 
@@ -338,12 +363,16 @@ pub(crate) fn close_unfinished(tx: &WriteTx<'_>, run_id: &str, status: AttemptSt
         !matches!(status, AttemptStatus::Running | AttemptStatus::Waiting),
         "closing an attempt needs a final status"
     );
-    tx.conn()
+    let closed = tx
+        .conn()
         .prepare_cached(
             "UPDATE node_attempts SET status = ?1, finished_at = ?2
              WHERE run_id = ?3 AND status IN ('running', 'waiting')",
         )?
         .execute(params![status.as_str(), tx.now_ms(), run_id])?;
+    if status == AttemptStatus::Completed && closed > 0 {
+        count_attempts(tx, run_id, 0, closed as i64)?;
+    }
     Ok(())
 }
 
@@ -402,7 +431,7 @@ pub(crate) fn complete_waiting(tx: &WriteTx<'_>, run_id: &str, attempt_id: &str,
             attempt_id: attempt_id.to_string(),
         });
     }
-    Ok(())
+    count_attempts(tx, run_id, 0, 1)
 }
 
 /// The running attempt (if any) now waits for input and stays unfinished.

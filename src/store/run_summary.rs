@@ -67,7 +67,7 @@ pub fn list_runs(conn: &Connection, limit: usize) -> StoreResult<Vec<RunSummary>
 
 /// A run row with its progress: completed steps, current node, pending request.
 fn summary_of(conn: &Connection, run: run_view::RunFacts) -> StoreResult<RunSummary> {
-    let (_, completed_steps) = run_view::attempt_counts(conn, &run.run_id)?;
+    let completed_steps = run.completed_steps;
     let current_node = run_view::unfinished_attempt(conn, &run.run_id)?.map(|attempt| CurrentNode {
         node_id: attempt.node_id,
         node_path: attempt.node_path,

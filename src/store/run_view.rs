@@ -45,6 +45,9 @@ pub struct RunFacts {
     pub settings_change_number: Option<i64>,
     /// The continuation run that settled this one (its checkpoint was answered).
     pub continued_as: Option<String>,
+    /// Its node attempts, all of them and the completed ones (kept in the run's row).
+    pub attempt_count: i64,
+    pub completed_steps: i64,
 }
 
 /// The run's live runner epoch, if one is starting or ready.
@@ -159,8 +162,6 @@ pub struct RunViewFacts {
     pub ambiguous_effects: i64,
     /// The exact origin-session model turn open for this run: (turn ID, started at).
     pub origin_turn: Option<(String, i64)>,
-    pub attempt_count: i64,
-    pub completed_steps: i64,
     /// The newest attempts, oldest first (at most the requested window).
     pub recent_attempts: Vec<AttemptFacts>,
 }
@@ -177,7 +178,8 @@ macro_rules! run_select {
         (SELECT s.change_number FROM run_settings s WHERE s.run_id = r.run_id),
         CASE WHEN r.status_detail = 'continued' THEN
           (SELECT c.run_id FROM runs c WHERE c.parent_run_id = r.run_id AND c.origin = 'continuation' LIMIT 1)
-        END
+        END,
+        r.attempt_count, r.completed_attempt_count
      FROM runs r JOIN run_queue q ON q.run_id = r.run_id JOIN run_bindings b ON b.run_id = r.run_id"
     };
 }
@@ -201,6 +203,8 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunFacts> {
         finished_at: row.get(14)?,
         settings_change_number: row.get(15)?,
         continued_as: row.get(16)?,
+        attempt_count: row.get(17)?,
+        completed_steps: row.get(18)?,
     })
 }
 
@@ -273,15 +277,6 @@ pub fn run_facts(conn: &Connection, run_id: &str) -> StoreResult<RunFacts> {
         })
 }
 
-/// A run's attempts, all of them and the completed ones.
-pub fn attempt_counts(conn: &Connection, run_id: &str) -> StoreResult<(i64, i64)> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT count(*), count(*) FILTER (WHERE status = 'completed') FROM node_attempts WHERE run_id = ?1",
-        )?
-        .query_row([run_id], |row| Ok((row.get(0)?, row.get(1)?)))?)
-}
-
 /// Everything one run view needs, with the newest `window` attempts.
 pub fn run_view_facts(conn: &Connection, run_id: &str, window: usize) -> StoreResult<RunViewFacts> {
     let revision = presentation_revision(conn, run_id)?;
@@ -298,7 +293,6 @@ pub fn run_view_facts_at(
     presentation_revision: Option<i64>,
 ) -> StoreResult<RunViewFacts> {
     let run = run_facts(conn, run_id)?;
-    let (attempt_count, completed_steps) = attempt_counts(conn, run_id)?;
     Ok(RunViewFacts {
         presentation_revision: presentation_revision.unwrap_or(run.revision),
         worker: live_worker(conn, run_id)?,
@@ -306,9 +300,7 @@ pub fn run_view_facts_at(
         pending_request: pending_request(conn, run_id)?,
         ambiguous_effects: ambiguous_effects(conn, run_id)?,
         origin_turn: super::turns::open_turn_of_run(conn, run_id)?,
-        attempt_count,
-        completed_steps,
-        recent_attempts: recent_attempts(conn, run_id, window.min(ATTEMPTS_PAGE_MAX), attempt_count)?,
+        recent_attempts: recent_attempts(conn, run_id, window.min(ATTEMPTS_PAGE_MAX), run.attempt_count)?,
         run,
     })
 }
@@ -829,6 +821,13 @@ mod tests {
                     insert.execute(params![format!("{run_id}-{index}"), run_id, visit, status])?;
                     insert.execute(params![format!("{other}-{run_id}-{index}"), other, visit, "completed"])?;
                 }
+                // What the store's own attempt writes keep (`attempts::count_attempts`).
+                tx.conn().execute(
+                    "UPDATE runs SET attempt_count = (SELECT count(*) FROM node_attempts a WHERE a.run_id = runs.run_id),
+                                     completed_attempt_count = (SELECT count(*) FROM node_attempts a
+                                                                WHERE a.run_id = runs.run_id AND a.status = 'completed')",
+                    [],
+                )?;
                 Ok(())
             })
             .expect("attempts");
@@ -856,6 +855,9 @@ mod tests {
             .read(|conn| {
                 for (run_id, window) in [("long", 20), ("long", 1), ("long", 200), ("short", 20), ("short", 5)] {
                     let facts = run_view_facts(conn, run_id, window)?;
+                    // The long run is past the whole-sort bound: its window is read per status.
+                    let total = if run_id == "long" { count } else { 12 };
+                    assert_eq!(facts.run.attempt_count, total as i64, "{run_id}");
                     let mut newest = sorted_whole(
                         conn,
                         "run_id = ?1 ORDER BY rowid DESC LIMIT ?2",

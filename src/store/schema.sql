@@ -57,6 +57,12 @@ CREATE TABLE runs (
   revision INTEGER NOT NULL CHECK (revision >= 1),
   output_hash TEXT,
   error_hash TEXT,
+  -- Its node attempts, all and completed, kept with every write that adds or completes one
+  -- (src/store/attempts.rs): a view or the run list reads a long run's progress here
+  -- instead of counting its whole history.
+  attempt_count INTEGER NOT NULL DEFAULT 0,
+  completed_attempt_count INTEGER NOT NULL DEFAULT 0
+    CHECK (completed_attempt_count BETWEEN 0 AND attempt_count),
   created_at INTEGER NOT NULL,
   updated_at INTEGER NOT NULL,
   finished_at INTEGER,
@@ -196,6 +202,17 @@ CREATE INDEX node_attempts_by_run ON node_attempts (run_id, status);
 -- deadline, so a look reads the live few, never the whole history.
 CREATE INDEX node_attempts_running_deadlines ON node_attempts (deadline_at)
   WHERE status = 'running' AND deadline_at IS NOT NULL;
+
+-- A run's attempt counts (runs.attempt_count, runs.completed_attempt_count) count its
+-- attempts per run, so an attempt never moves to another run. (The store keeps the counts
+-- with the statements that insert and complete attempts, src/store/attempts.rs, not with
+-- triggers: a trigger on node_attempts made every write of it keep a statement journal,
+-- +10 µs a step.)
+CREATE TRIGGER node_attempts_stay_in_their_run BEFORE UPDATE OF run_id ON node_attempts
+  WHEN NEW.run_id != OLD.run_id
+BEGIN
+  SELECT RAISE(ABORT, 'an attempt never moves to another run');
+END;
 
 -- Human decisions ------------------------------------------------------------------------
 

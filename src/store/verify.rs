@@ -46,6 +46,13 @@ pub const LIFECYCLE_INVARIANTS: &[(&str, &str)] = &[
             OR r.revision != (SELECT count(*) FROM viewer_deltas d WHERE d.run_id = r.run_id)",
     ),
     (
+        "run attempt counts that differ from its node attempts",
+        "SELECT count(*) FROM runs r
+         WHERE r.attempt_count != (SELECT count(*) FROM node_attempts a WHERE a.run_id = r.run_id)
+            OR r.completed_attempt_count != (SELECT count(*) FROM node_attempts a
+                                             WHERE a.run_id = r.run_id AND a.status = 'completed')",
+    ),
+    (
         "unfinished node attempt on a terminal run",
         "SELECT count(*) FROM node_attempts a JOIN runs r ON r.run_id = a.run_id
          WHERE a.status IN ('running', 'waiting') AND r.status IN ('completed', 'failed', 'timed_out', 'cancelled')",

@@ -320,8 +320,8 @@ fn run_object(facts: &RunViewFacts) -> Value {
         "createdAt": run.created_at,
         "updatedAt": run.updated_at,
         "finishedAt": run.finished_at,
-        "completedSteps": facts.completed_steps,
-        "attemptCount": facts.attempt_count,
+        "completedSteps": run.completed_steps,
+        "attemptCount": run.attempt_count,
         // The value is a `view.page` read (kind `settings`); the view names only its version.
         "settingsChangeNumber": run.settings_change_number,
     })
@@ -337,10 +337,10 @@ fn history_object(facts: &RunViewFacts) -> Value {
         .map(|attempt| (attempt.seq.to_string(), attempt_item(attempt)))
         .collect();
     let first_seq = facts.recent_attempts.first().map(|attempt| attempt.seq);
-    let complete = facts.recent_attempts.len() as i64 >= facts.attempt_count;
+    let complete = facts.recent_attempts.len() as i64 >= facts.run.attempt_count;
     object([
         ("items", Value::Object(items)),
-        ("total", json!(facts.attempt_count)),
+        ("total", json!(facts.run.attempt_count)),
         // Older attempts: `view.page` with kind `attempts` from the start, up to this cursor.
         ("olderBefore", json!(if complete { None } else { first_seq })),
     ])
