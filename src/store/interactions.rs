@@ -469,6 +469,8 @@ pub fn record_update(
          DO UPDATE SET update_seq = excluded.update_seq, data_hash = excluded.data_hash, updated_at = excluded.updated_at",
     )?
     .execute(params![request_id, update_type, update_key, seq, data_hash, tx.now_ms()])?;
+    // The request's newest update number grew by one.
+    super::presentation::changed(tx, run_id, 1)?;
     Ok(seq)
 }
 

@@ -27,6 +27,7 @@ pub mod error;
 pub mod events;
 pub mod interactions;
 pub mod messages;
+pub mod presentation;
 pub mod processes;
 #[cfg(test)]
 mod query_plans;

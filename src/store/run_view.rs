@@ -241,28 +241,16 @@ fn attempt_blob(digest: Option<String>, byte_length: Option<i64>) -> Option<Atte
 }
 
 /// The run's presentation revision: its durable revision plus every state transition of
-/// its runner epochs (started, ready, finished) plus every reported step update plus its
-/// settings change number plus every origin-session turn start and end (a turn fact while a
-/// runner holds the claim does not advance the run revision). A view
-/// shows worker activity and updates, which do not change the run's revision; this number
-/// changes with everything a view shows, only grows, and is the same for the same durable
-/// state (so it survives a server restart). Every live run feed reads it after every commit:
-/// each request's newest update is a subquery over its key, not a `GROUP BY`, whose sorter
-/// SQLite opened on every read.
+/// its runner epochs (started, ready, finished, liveness) plus every reported step update
+/// plus its settings change number plus every origin-session turn start and end (a turn fact
+/// while a runner holds the claim does not advance the run revision). A view shows worker
+/// activity and updates, which do not change the run's revision; this number changes with
+/// everything a view shows, only grows, and is the same for the same durable state (so it
+/// survives a server restart). Every live run feed reads it after every commit, so the parts
+/// are counted in the run's row as they change (`store::presentation`), not summed here.
 pub fn presentation_revision(conn: &Connection, run_id: &str) -> StoreResult<Option<i64>> {
     Ok(conn
-        .prepare_cached(
-            "SELECT r.revision + coalesce((SELECT sum(1 + (w.ready_at IS NOT NULL) + (w.finished_at IS NOT NULL)
-                                                      + w.liveness_changes)
-                                           FROM run_workers w WHERE w.run_id = r.run_id), 0)
-                              + coalesce((SELECT sum((SELECT max(u.update_seq) FROM interaction_updates u
-                                                      WHERE u.request_id = i.request_id))
-                                           FROM interactive_requests i WHERE i.run_id = r.run_id), 0)
-                              + coalesce((SELECT s.change_number FROM run_settings s WHERE s.run_id = r.run_id), 0)
-                              + coalesce((SELECT count(*) + count(t.ended_at) FROM workflow_turns t
-                                           WHERE t.run_id = r.run_id), 0)
-             FROM runs r WHERE r.run_id = ?1",
-        )?
+        .prepare_cached("SELECT revision + presentation_changes FROM runs WHERE run_id = ?1")?
         .query_row([run_id], |row| row.get(0))
         .optional()?)
 }

@@ -55,6 +55,10 @@ CREATE TABLE runs (
   status_detail TEXT,
   -- The resource revision: bumped by every lifecycle or protected write, never reused.
   revision INTEGER NOT NULL CHECK (revision >= 1),
+  -- What its view shows besides the revision (runner epochs, step updates, settings, turns),
+  -- counted by every write that changes it (src/store/presentation.rs): the presentation
+  -- revision is revision + presentation_changes, one row's read at any length.
+  presentation_changes INTEGER NOT NULL DEFAULT 0 CHECK (presentation_changes >= 0),
   output_hash TEXT,
   error_hash TEXT,
   -- Its node attempts, all and completed, kept with every write that adds or completes one

@@ -216,6 +216,7 @@ fn start_turn(
          VALUES (?1, ?2, ?3, ?4, 'open', ?5)",
     )?
     .execute(params![session_id, turn_id, message.id, message.run_id, tx.now_ms()])?;
+    super::presentation::changed(tx, &message.run_id, 1)?;
     changes.changed(&message.run_id, "turn.started");
     Ok(receipt(Ownership::Active, find_turn(conn, session_id, turn_id)?))
 }
@@ -241,17 +242,19 @@ fn end_turn(
         "lost" => return Ok(receipt(Ownership::Settled, Some(turn))),
         _ => return adopt_ended(conn, session_id, turn, outcome, response_entry_id),
     }
-    conn.prepare_cached(
-        "UPDATE workflow_turns SET status = 'ended', outcome = ?1, response_entry_id = ?2, ended_at = ?3
-         WHERE target_session_id = ?4 AND turn_id = ?5 AND status = 'open'",
-    )?
-    .execute(params![
-        outcome.as_str(),
-        response_entry_id,
-        tx.now_ms(),
-        session_id,
-        turn_id
-    ])?;
+    let ended = conn
+        .prepare_cached(
+            "UPDATE workflow_turns SET status = 'ended', outcome = ?1, response_entry_id = ?2, ended_at = ?3
+             WHERE target_session_id = ?4 AND turn_id = ?5 AND status = 'open'",
+        )?
+        .execute(params![
+            outcome.as_str(),
+            response_entry_id,
+            tx.now_ms(),
+            session_id,
+            turn_id
+        ])?;
+    turns_ended(tx, &turn.run_id, ended)?;
     super::deadlines::close_intervals_of_turn(tx, session_id, turn_id)?;
     let message = messages::message_by_id(conn, &turn.workflow_message_id)?;
     match outcome {
@@ -407,12 +410,14 @@ pub(super) fn close_lost(
     turn: &TurnRow,
     changes: &mut SessionChanges,
 ) -> StoreResult<()> {
-    tx.conn()
+    let lost = tx
+        .conn()
         .prepare_cached(
             "UPDATE workflow_turns SET status = 'lost', ended_at = ?1
              WHERE target_session_id = ?2 AND turn_id = ?3 AND status = 'open'",
         )?
         .execute(params![tx.now_ms(), session_id, turn.turn_id])?;
+    turns_ended(tx, &turn.run_id, lost)?;
     super::deadlines::close_intervals_of_turn(tx, session_id, &turn.turn_id)?;
     let message = messages::message_by_id(tx.conn(), &turn.workflow_message_id)?;
     count_unproductive(tx, &message, changes)?;
@@ -422,12 +427,22 @@ pub(super) fn close_lost(
 
 /// A run became terminal: its open turns are lost (no rule applies: its request closed).
 pub(super) fn end_turns_of_run(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<()> {
-    tx.conn()
+    let lost = tx
+        .conn()
         .prepare_cached(
             "UPDATE workflow_turns SET status = 'lost', ended_at = ?1 WHERE run_id = ?2 AND status = 'open'",
         )?
         .execute(params![tx.now_ms(), run_id])?;
+    turns_ended(tx, run_id, lost)?;
     super::deadlines::close_intervals_of_run(tx, run_id)
+}
+
+/// `ended` of the run's turns got their end: each is a change to its presentation.
+fn turns_ended(tx: &WriteTx<'_>, run_id: &str, ended: usize) -> StoreResult<()> {
+    if ended > 0 {
+        super::presentation::changed(tx, run_id, ended as i64)?;
+    }
+    Ok(())
 }
 
 // Revisions --------------------------------------------------------------------------------

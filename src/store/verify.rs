@@ -46,6 +46,16 @@ pub const LIFECYCLE_INVARIANTS: &[(&str, &str)] = &[
             OR r.revision != (SELECT count(*) FROM viewer_deltas d WHERE d.run_id = r.run_id)",
     ),
     (
+        "run presentation changes that differ from the sum of their parts",
+        "SELECT count(*) FROM runs r WHERE r.presentation_changes !=
+           coalesce((SELECT sum(1 + (w.ready_at IS NOT NULL) + (w.finished_at IS NOT NULL) + w.liveness_changes)
+                     FROM run_workers w WHERE w.run_id = r.run_id), 0)
+           + coalesce((SELECT sum((SELECT max(u.update_seq) FROM interaction_updates u WHERE u.request_id = i.request_id))
+                       FROM interactive_requests i WHERE i.run_id = r.run_id), 0)
+           + coalesce((SELECT s.change_number FROM run_settings s WHERE s.run_id = r.run_id), 0)
+           + coalesce((SELECT count(*) + count(t.ended_at) FROM workflow_turns t WHERE t.run_id = r.run_id), 0)",
+    ),
+    (
         "run attempt counts that differ from its node attempts",
         "SELECT count(*) FROM runs r
          WHERE r.attempt_count != (SELECT count(*) FROM node_attempts a WHERE a.run_id = r.run_id)

@@ -6,6 +6,7 @@
 use rusqlite::{OptionalExtension, params};
 
 use super::error::StoreResult;
+use super::presentation;
 use super::writer::WriteTx;
 use crate::wire_enum::wire_enum;
 
@@ -45,7 +46,7 @@ pub fn record_launch(tx: &WriteTx<'_>, worker: &NewWorker) -> StoreResult<()> {
             worker.launch_envelope_hash,
             tx.now_ms()
         ])?;
-    Ok(())
+    presentation::changed(tx, &worker.run_id, 1)
 }
 
 /// The spawned process: its pid and start identity (checked before any later signal).
@@ -65,7 +66,7 @@ pub fn record_ready(tx: &WriteTx<'_>, runner_epoch: &str, ready_at_ms: i64) -> S
             "UPDATE run_workers SET status = 'ready', ready_at = ?1 WHERE runner_epoch = ?2 AND status = 'starting'",
         )?
         .execute(params![ready_at_ms, runner_epoch])?;
-    Ok(changed == 1)
+    epoch_changed(tx, runner_epoch, changed)
 }
 
 /// Whether the live runner of `runner_epoch` answers its liveness pings; true when this
@@ -81,7 +82,7 @@ pub fn record_responsiveness(tx: &WriteTx<'_>, runner_epoch: &str, responsive: b
                AND (unresponsive_since IS NULL) <> ?3",
         )?
         .execute(params![tx.now_ms(), runner_epoch, responsive])?;
-    Ok(changed == 1)
+    epoch_changed(tx, runner_epoch, changed)
 }
 
 /// Record the epoch's one terminal outcome (an ended runner is no longer "unresponsive");
@@ -101,6 +102,16 @@ pub fn record_outcome(
              WHERE runner_epoch = ?5 AND status IN ('starting', 'ready')",
         )?
         .execute(params![outcome.as_str(), tx.now_ms(), exit_code, signal, runner_epoch])?;
+    epoch_changed(tx, runner_epoch, changed)
+}
+
+/// Whether the one-row write by runner epoch changed its row; a change is one to its run's
+/// presentation (`store::presentation`).
+fn epoch_changed(tx: &WriteTx<'_>, runner_epoch: &str, changed: usize) -> StoreResult<bool> {
+    assert!(changed <= 1, "a runner epoch is one row");
+    if changed == 1 {
+        presentation::changed_by_epoch(tx, runner_epoch)?;
+    }
     Ok(changed == 1)
 }
 
