@@ -6,8 +6,8 @@
 //! and every liveness change; each request's newest step-update number; the settings change
 //! number; each origin-session turn started and ended. Every write that moves a part adds
 //! its change here, in its own transaction; `state verify` sums the parts and compares
-//! (`verify::LIFECYCLE_INVARIANTS`). Summing the parts at each look cost ~0.5 ms for a run with 1,000
-//! answered agent steps (docs/PERFORMANCE.md, thirtieth round).
+//! (`verify::LIFECYCLE_INVARIANTS`). Summing the parts at each look cost ~0.5 ms for a run
+//! with 1,000 answered agent steps (docs/PERFORMANCE.md, thirtieth round).
 
 use rusqlite::params;
 
