@@ -1,13 +1,13 @@
 //! Generated operation sequences over the run lifecycle, including stale generations,
 //! forged tokens, stale revisions and expired claims. After every step the spec's
 //! run-lifecycle invariants must hold, a refused step must change nothing, and a
-//! committed step must advance the run's revision by exactly one event.
+//! committed step must advance the run's revision by exactly one per event it appends.
 
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use pi_workflows::store::attempts::{self, AttemptOutcome, NewAttempt};
+use pi_workflows::store::attempts::{self, AttemptOutcome, NewAttempt, SettledAttempt};
 use pi_workflows::store::claims::{self, ClaimAuthority, RUN_CLAIM_LEASE_MS};
 use pi_workflows::store::runs::{self, FailureClass, ParkReason};
 use pi_workflows::store::{Store, StoreError, StoreResult, WriteTx, verify};
@@ -32,6 +32,7 @@ enum Op {
     MarkRunning { auth: AuthPick },
     StartAttempt { auth: AuthPick },
     FinishAttempt { auth: AuthPick, ok: bool },
+    RecordSettled { auth: AuthPick, outcomes: Vec<bool> },
     Park { auth: AuthPick, stale_revision: bool },
     Wait { auth: AuthPick },
     Complete { auth: AuthPick },
@@ -59,6 +60,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         4 => a().prop_map(|auth| Op::MarkRunning { auth }),
         4 => a().prop_map(|auth| Op::StartAttempt { auth }),
         4 => (a(), any::<bool>()).prop_map(|(auth, ok)| Op::FinishAttempt { auth, ok }),
+        // A runner's batch of pure results: one attempt per outcome (completed when true).
+        3 => (a(), prop::collection::vec(any::<bool>(), 1..5)).prop_map(|(auth, outcomes)| Op::RecordSettled { auth, outcomes }),
         1 => (a(), any::<bool>()).prop_map(|(auth, stale_revision)| Op::Park { auth, stale_revision }),
         1 => a().prop_map(|auth| Op::Wait { auth }),
         1 => a().prop_map(|auth| Op::Complete { auth }),
@@ -101,9 +104,39 @@ impl World {
         }
     }
 
+    fn new_attempt(&mut self) -> NewAttempt {
+        self.next_attempt += 1;
+        NewAttempt {
+            attempt_id: format!("attempt-{}", self.next_attempt),
+            node_id: "step".to_string(),
+            node_path: "root/step".to_string(),
+            visit: 1,
+            node_type: "compute".to_string(),
+            deadline_at: None,
+            timeout_ms: None,
+            settings_change_number: None,
+        }
+    }
+
     fn remember(&mut self, authority: ClaimAuthority) {
         self.latest.insert(authority.resource_id.clone(), authority.clone());
         self.authorities.push(authority);
+    }
+}
+
+fn outcome_of(ok: bool) -> AttemptOutcome {
+    if ok {
+        AttemptOutcome::Completed { output_hash: None }
+    } else {
+        AttemptOutcome::Failed { error_hash: None }
+    }
+}
+
+/// Events a committed op appends to the run it touches: one, or one per settled attempt.
+fn events_of(op: &Op) -> i64 {
+    match op {
+        Op::RecordSettled { outcomes, .. } => outcomes.len() as i64,
+        _ => 1,
     }
 }
 
@@ -154,29 +187,26 @@ fn apply(t: &common::TestStore, world: &mut World, op: &Op) -> Applied {
         }),
         Op::MarkRunning { auth } => with_auth(store, world.authority(auth), |tx, a| runs::mark_running(tx, a, None)),
         Op::StartAttempt { auth } => {
-            world.next_attempt += 1;
-            let attempt = NewAttempt {
-                attempt_id: format!("attempt-{}", world.next_attempt),
-                node_id: "step".to_string(),
-                node_path: "root/step".to_string(),
-                visit: 1,
-                node_type: "compute".to_string(),
-                deadline_at: None,
-                timeout_ms: None,
-                settings_change_number: None,
-            };
+            let attempt = world.new_attempt();
             with_auth(store, world.authority(auth), move |tx, a| {
                 attempts::start_attempt(tx, a, None, &attempt)
             })
         }
+        Op::RecordSettled { auth, outcomes } => {
+            let settled: Vec<SettledAttempt> = outcomes
+                .iter()
+                .map(|&ok| SettledAttempt {
+                    attempt: world.new_attempt(),
+                    outcome: outcome_of(ok),
+                })
+                .collect();
+            with_auth(store, world.authority(auth), move |tx, a| {
+                attempts::record_settled(tx, a, None, &settled)
+            })
+        }
         Op::FinishAttempt { auth, ok } => with_auth(store, world.authority(auth), move |tx, a| {
             let open = attempts::unfinished_attempt_id(tx, &a.resource_id)?.unwrap_or_else(|| "none".to_string());
-            let outcome = if ok {
-                AttemptOutcome::Completed { output_hash: None }
-            } else {
-                AttemptOutcome::Failed { error_hash: None }
-            };
-            attempts::finish_attempt(tx, a, None, &open, &outcome)
+            attempts::finish_attempt(tx, a, None, &open, &outcome_of(ok))
         }),
         Op::Park { auth, stale_revision } => with_auth(store, world.authority(auth), move |tx, a| {
             let current = runs::read_run(tx, &a.resource_id)?.revision;
@@ -331,8 +361,8 @@ fn check_sequence(ops: &[Op], coverage: &std::sync::Mutex<Coverage>) -> Result<(
                     let old = before.revisions.get(&run_id).copied().unwrap_or(0);
                     prop_assert_eq!(
                         after.revisions[&run_id],
-                        old + 1,
-                        "step {} {:?}: one commit, one revision",
+                        old + events_of(op),
+                        "step {} {:?}: one revision per event",
                         step,
                         op
                     );
@@ -387,6 +417,7 @@ fn lifecycle_invariants_hold_for_generated_sequences() {
         "MarkRunning",
         "StartAttempt",
         "FinishAttempt",
+        "RecordSettled",
         "Park",
         "Wait",
         "Complete",

@@ -217,11 +217,14 @@ pub fn record_settled(
         refuse_unfinished(tx, run_id)?;
         let settings = super::settings::current_number(tx.conn(), run_id)?;
         let mut events = Vec::with_capacity(settled.len());
+        let mut completed = 0;
         for one in settled {
             super::settings::check_version_of(settings, one.attempt.settings_change_number)?;
-            insert_attempt_row(tx, authority, &one.attempt, Some(&one.outcome))?;
+            completed += i64::from(insert_attempt_row(tx, authority, &one.attempt, Some(&one.outcome))?);
             events.push(RunEvent::new(Ended::of(&one.outcome).event_type, Actor::Host));
         }
+        // One count for the whole batch: a statement per attempt was ~5 % of a tight loop.
+        count_attempts(tx, run_id, settled.len() as i64, completed)?;
         Ok(((), events))
     })?;
     Ok(committed.revision)
@@ -238,7 +241,8 @@ fn insert_attempt(
     let run_id = authority.resource_id.as_str();
     refuse_unfinished(tx, run_id)?;
     super::settings::check_attempt_version(tx.conn(), run_id, attempt.settings_change_number)?;
-    insert_attempt_row(tx, authority, attempt, ended)
+    let completed = insert_attempt_row(tx, authority, attempt, ended)?;
+    count_attempts(tx, run_id, 1, i64::from(completed))
 }
 
 fn refuse_unfinished(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<()> {
@@ -252,13 +256,14 @@ fn refuse_unfinished(tx: &WriteTx<'_>, run_id: &str) -> StoreResult<()> {
 }
 
 /// The attempt's row, after the caller checked that the run has no unfinished attempt and
-/// that the attempt's settings version is one of the run's.
+/// that the attempt's settings version is one of the run's. Whether it was inserted
+/// completed; the caller counts what it inserted (`count_attempts`), once per write.
 fn insert_attempt_row(
     tx: &WriteTx<'_>,
     authority: &ClaimAuthority,
     attempt: &NewAttempt,
     ended: Option<&AttemptOutcome>,
-) -> StoreResult<()> {
+) -> StoreResult<bool> {
     if attempt.visit < 1 {
         return Err(StoreError::InvalidInput {
             what: "node visit",
@@ -295,7 +300,7 @@ fn insert_attempt_row(
             error_hash,
             finished_at
         ])?;
-    count_attempts(tx, run_id, 1, i64::from(status == AttemptStatus::Completed))
+    Ok(status == AttemptStatus::Completed)
 }
 
 /// Count attempts into their run's row (`runs.attempt_count`, `runs.completed_attempt_count`):
