@@ -157,7 +157,8 @@ pub fn change(tx: &WriteTx<'_>, change: &Change<'_>) -> StoreResult<SettingsVers
     tx.conn()
         .prepare_cached("UPDATE run_settings SET change_number = ?1, updated_at = ?2 WHERE run_id = ?3")?
         .execute(params![next, tx.now_ms(), change.run_id])?;
-    super::presentation::changed(tx, change.run_id, next - current.change_number)?;
+    // The change number grew by one.
+    super::presentation::changed(tx, change.run_id, 1)?;
     Ok(SettingsVersion {
         change_number: next,
         value: changed,
