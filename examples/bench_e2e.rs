@@ -32,6 +32,10 @@
 //! copies of one build measure within 0–5 % of each other this way; whole benchmarks, one build
 //! after the other, differ by up to 10 %.
 //!
+//! `--bystanders N` (both modes) first finishes N runs and keeps a `view.run.watch` of each
+//! open on connections of their own: finished runs a user still looks at, whose live views
+//! must not pay for every other run's commits.
+//!
 //! Nothing here is asserted: it prints a table, and JSON with `--json`; each phase's start is
 //! said on stderr (a run takes minutes; profiling scripts wait for a phase's line).
 
@@ -80,15 +84,26 @@ struct Options {
     json: bool,
     /// `--paired`: the baseline build the server is measured against, side by side.
     paired: Option<PathBuf>,
+    /// Finished runs kept watched while the measured runs go.
+    bystanders: usize,
 }
 
-const USAGE: &str = "usage: bench_e2e [--sequential N] [--seconds N] [--json] [--paired BASELINE]
+/// `--bystanders`: watches on one connection. Each view's snapshot and a patch or two (the
+/// runner's end, recorded after the run's) wait unread meanwhile, within the client's 64
+/// queued events.
+const BYSTANDERS_PER_CONNECTION: usize = 20;
+/// `--bystanders`: the most, in all.
+const BYSTANDERS_MAX: usize = 1_000;
+
+const USAGE: &str = "usage: bench_e2e [--sequential N] [--seconds N] [--json] [--paired BASELINE] [--bystanders N]
   --sequential N      runs one at a time per completion mode (default 200; with --paired, per server)
   --seconds N         length of each 4-client phase (default 10)
   --json              print the figures as JSON instead of a table
   --paired BASELINE   only the server's CPU per run (and its children's) of this build against the pi-workflows binary
                       BASELINE, both servers running side by side and taking turns run by run, then with 4 clients
                       in bursts of a second, taking turns burst by burst (--seconds bursts per server and mode)
+  --bystanders N      first finish N runs and keep each watched (view.run.watch) while the measured runs go
+                      (default 0, at most 1000)
 Environment: PI_WORKFLOWS_BIN (the server build measured), PI_WORKFLOWS_PACKAGE_DIR, PI_WORKFLOWS_NODE.";
 
 fn options() -> anyhow::Result<Options> {
@@ -97,6 +112,7 @@ fn options() -> anyhow::Result<Options> {
         seconds: 10,
         json: false,
         paired: None,
+        bystanders: 0,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -105,12 +121,16 @@ fn options() -> anyhow::Result<Options> {
             "--seconds" => options.seconds = args.next().context("--seconds N")?.parse()?,
             "--json" => options.json = true,
             "--paired" => options.paired = Some(PathBuf::from(args.next().context("--paired BASELINE")?)),
+            "--bystanders" => options.bystanders = args.next().context("--bystanders N")?.parse()?,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
             }
             other => bail!("unknown argument {other}\n{USAGE}"),
         }
+    }
+    if options.bystanders > BYSTANDERS_MAX {
+        bail!("--bystanders {} is above {BYSTANDERS_MAX}\n{USAGE}", options.bystanders);
     }
     Ok(options)
 }
@@ -161,7 +181,7 @@ fn main() -> anyhow::Result<()> {
             workflow: bench.workflow.clone(),
             project: bench.project.clone(),
         };
-        let figures = paired(&baseline, &bench, options.sequential, options.seconds)?;
+        let figures = paired(&baseline, &bench, &options)?;
         match options.json {
             true => println!("{figures}"),
             false => print_paired(&figures),
@@ -179,7 +199,8 @@ fn main() -> anyhow::Result<()> {
     for _ in 0..WARMUP_RUNS {
         run_once(&bench, &mut client, Detect::Poll)?;
     }
-    let mut figures = json!({"baseline": baseline, "pool_mode": pool_mode});
+    let _bystanders = watch_bystanders(&bench, &mut client, options.bystanders)?;
+    let mut figures = json!({"baseline": baseline, "pool_mode": pool_mode, "bystanders": options.bystanders});
     progress(&format!("{IDLE_STARTS} runs on an idle warm server"));
     let (mut idle_starts, mut idle_sent_ms, mut idle_walls) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..IDLE_STARTS {
@@ -349,6 +370,36 @@ fn watch_end(client: &mut Client, run_id: &str) -> anyhow::Result<()> {
     }
     let _ = client.request(Operation::ViewUnwatch, payload)?;
     Ok(())
+}
+
+/// `--bystanders`: finish `count` runs and watch each of them on connections of their own,
+/// kept open by the caller while the measured runs go (their first views read first).
+fn watch_bystanders(bench: &Bench, client: &mut Client, count: usize) -> anyhow::Result<Vec<Client>> {
+    if count > 0 {
+        progress(&format!("{count} finished runs, watched from now on"));
+    }
+    let mut watchers = Vec::new();
+    for first in (0..count).step_by(BYSTANDERS_PER_CONNECTION) {
+        let mut watcher = Client::connect(&bench.socket)?;
+        let watched = (count - first).min(BYSTANDERS_PER_CONNECTION);
+        for _ in 0..watched {
+            let run_id = run_once(bench, client, Detect::Poll)?.run_id;
+            let response = watcher.request_for(Operation::ViewRunWatch, Some(&run_id), JsonObject::new())?;
+            if response.outcome != Outcome::Accepted {
+                bail!("view.run.watch of a bystander refused: {:?}", response.error);
+            }
+        }
+        let mut snapshots = 0;
+        while snapshots < watched {
+            match watcher.next_event(WAIT)? {
+                Some(event) if event.event == EventKind::RunSnapshot => snapshots += 1,
+                Some(_) => {}
+                None => bail!("a bystander's first view did not come ({snapshots} of {watched} came)"),
+            }
+        }
+        watchers.push(watcher);
+    }
+    Ok(watchers)
 }
 
 /// `CLIENTS` clients, each starting runs one after another for `seconds`.
@@ -709,8 +760,10 @@ struct PairedServer<'b> {
 
 /// `--paired`: `runs` sequential runs per server and completion mode, the two servers taking
 /// turns (A B B A …), and each server's CPU per run over its own runs.
-fn paired(baseline: &Bench, measured: &Bench, runs: usize, bursts: u64) -> anyhow::Result<Value> {
+fn paired(baseline: &Bench, measured: &Bench, options: &Options) -> anyhow::Result<Value> {
+    let (runs, bursts) = (options.sequential, options.seconds);
     let mut servers = Vec::new();
+    let mut bystanders = Vec::new();
     for bench in [baseline, measured] {
         progress(&format!("server start: {}", bench.exe.display()));
         cli(bench, &["server", "start"])?;
@@ -719,11 +772,16 @@ fn paired(baseline: &Bench, measured: &Bench, runs: usize, bursts: u64) -> anyho
         for _ in 0..WARMUP_RUNS {
             run_once(bench, &mut client, Detect::Poll)?;
         }
+        bystanders.push(watch_bystanders(bench, &mut client, options.bystanders)?);
         let pid = server_pid(&bench.state)?;
         servers.push(PairedServer { bench, pid, client });
     }
     let mut figures = json!({
-        "paired": {"baseline": baseline.exe.display().to_string(), "measured": measured.exe.display().to_string()}
+        "paired": {
+            "baseline": baseline.exe.display().to_string(),
+            "measured": measured.exe.display().to_string(),
+            "bystanders": options.bystanders,
+        }
     });
     for detect in [Detect::Poll, Detect::Watch] {
         progress(&format!("paired_{}: {runs} runs per server", detect.name()));
@@ -812,6 +870,10 @@ fn print_paired(figures: &Value) {
     let f = |value: &Value| value.as_f64().map_or_else(|| "-".to_string(), |v| format!("{v:.3}"));
     println!("measured: {}", paired["measured"].as_str().unwrap_or("-"));
     println!("baseline: {}", paired["baseline"].as_str().unwrap_or("-"));
+    println!(
+        "finished runs watched meanwhile on each (--bystanders): {}",
+        paired["bystanders"]
+    );
     println!(
         "{:<14} {:>6} {:>18} {:>16} {:>7} {:>20} {:>16} {:>7} {:>15} {:>9}",
         "mode",
@@ -951,6 +1013,10 @@ fn print_table(figures: &Value) {
         f(&baseline["node_starts_per_s"])
     );
     println!("warm runners start: {}", figures["pool_mode"].as_str().unwrap_or("-"));
+    println!(
+        "finished runs watched meanwhile (--bystanders): {}",
+        figures["bystanders"]
+    );
     println!(
         "{:<22} {:>8} {:>10} {:>10} {:>12} {:>16} {:>16} {:>18}",
         "phase", "runs", "p50 ms", "p99 ms", "runs/s", "server CPU ms/run", "of it kernel ms", "children CPU ms/run"

@@ -193,6 +193,53 @@ fn a_watcher_gets_one_snapshot_then_patches_that_rebuild_the_final_view() {
     assert_eq!(fresh["workflow"]["nodes"]["total"], 30);
 }
 
+/// A run's live view wakes for its own run's commits only (`store::run_news`), so a missed
+/// wake would leave a watcher on a stale view. Watchers of runs that queue and go at once,
+/// each on its own connection, must each follow their own run to its end through every other
+/// run's commits, and a finished run watched meanwhile must get nothing more.
+#[test]
+fn watchers_of_runs_going_at_once_each_follow_their_own_run_to_its_end() {
+    const RUNS: usize = 4;
+    let server = Server::start(RUNS + 1, 20, "steps=20,step-delay-ms=3");
+    let mut bystander = server.client();
+    wait_for_status(&mut bystander, "run-0", "completed");
+    let quiet = watch(&mut bystander, "run-0", json!({}));
+    let mut quiet_view = Value::Null;
+    follow(&mut bystander, &quiet, &mut quiet_view, |view| {
+        view["display"]["activity"]["kind"] == "none"
+    });
+    let watchers: Vec<_> = (1..=RUNS)
+        .map(|run| {
+            let mut client = server.client();
+            let run_id = format!("run-{run}");
+            std::thread::spawn(move || {
+                let subscription = watch(&mut client, &run_id, json!({}));
+                let mut view = Value::Null;
+                follow(&mut client, &subscription, &mut view, |view| {
+                    view["display"]["status"] == "completed" && view["display"]["activity"]["kind"] == "none"
+                });
+                assert_eq!(
+                    view,
+                    view_of(&mut client, &run_id),
+                    "{run_id}: the patched view is a fresh read"
+                );
+                assert_eq!(view["run"]["completedSteps"], 20, "{run_id}");
+            })
+        })
+        .collect();
+    for watcher in watchers {
+        watcher.join().expect("every watcher saw its run's end");
+    }
+    assert!(
+        bystander
+            .next_event(Duration::from_millis(300))
+            .expect("events")
+            .is_none(),
+        "the finished run's view did not move while the others ran"
+    );
+    assert_eq!(quiet_view, view_of(&mut bystander, "run-0"));
+}
+
 #[test]
 fn a_reconnect_from_a_retained_revision_gets_a_patch_and_a_stale_one_a_snapshot() {
     let server = Server::start(1, 400, "steps=400,step-delay-ms=5");

@@ -34,6 +34,7 @@ mod query_plans;
 pub mod recovery;
 pub mod retention;
 mod run_endings;
+pub mod run_news;
 pub mod run_state;
 pub mod run_summary;
 pub mod run_view;
@@ -176,6 +177,12 @@ impl Store {
     /// Changes after every committed write transaction (see `Writer::commits`).
     pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
         self.writer.commits()
+    }
+
+    /// Which runs the commits changed (`run_news`): a view of one run skips other runs'
+    /// commits.
+    pub fn run_news(&self) -> Arc<run_news::RunNews> {
+        self.writer.run_news()
     }
 
     /// Moves with every commit that changed rows, before its writers are answered (see

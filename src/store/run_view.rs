@@ -12,6 +12,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::attempts::{AttemptStatus, unfinished_attempt_from};
 use super::blobs::DEFINITION_MEDIA_TYPE;
 use super::error::{StoreError, StoreResult};
+use super::run_news::RunRow;
 use super::writer::WriteTx;
 use crate::digest::sha256_hex;
 
@@ -249,9 +250,15 @@ fn attempt_blob(digest: Option<String>, byte_length: Option<i64>) -> Option<Atte
 /// survives a server restart). Every live run feed reads it after every commit, so the parts
 /// are counted in the run's row as they change (`store::presentation`), not summed here.
 pub fn presentation_revision(conn: &Connection, run_id: &str) -> StoreResult<Option<i64>> {
+    Ok(presentation_look(conn, run_id)?.map(|(_, revision)| revision))
+}
+
+/// `presentation_revision` with the run's row, whose stamp says when a commit may have
+/// changed the run (`store::run_news`): a live feed's look.
+pub fn presentation_look(conn: &Connection, run_id: &str) -> StoreResult<Option<(RunRow, i64)>> {
     Ok(conn
-        .prepare_cached("SELECT revision + presentation_changes FROM runs WHERE run_id = ?1")?
-        .query_row([run_id], |row| row.get(0))
+        .prepare_cached("SELECT rowid, revision + presentation_changes FROM runs WHERE run_id = ?1")?
+        .query_row([run_id], |row| Ok((RunRow(row.get(0)?), row.get(1)?)))
         .optional()?)
 }
 

@@ -29,6 +29,7 @@ use rusqlite::Connection;
 
 use super::clock::Clock;
 use super::error::{StoreError, StoreResult};
+use super::run_news::{NewsRecorder, RunNews};
 
 /// Jobs waiting for the writer; callers block (backpressure) beyond this.
 pub const WRITER_QUEUE_LEN_MAX: usize = 1_024;
@@ -275,13 +276,17 @@ pub struct Writer {
     commits: tokio::sync::watch::Receiver<u64>,
     /// See `data_version`.
     data_version: Arc<AtomicU64>,
+    /// Which runs the commits changed (`run_news`), stamped before `commits` moves.
+    news: Arc<RunNews>,
     /// Closed when the writer thread ends (its sender lives on the thread's stack, so a
     /// panic closes it too): a watcher waits on it instead of polling `is_running`.
     alive: tokio::sync::watch::Receiver<()>,
 }
 
 impl Writer {
-    pub fn spawn(conn: Connection, clock: Arc<dyn Clock>) -> StoreResult<Self> {
+    pub fn spawn(mut conn: Connection, clock: Arc<dyn Clock>) -> StoreResult<Self> {
+        let news = Arc::new(RunNews::new());
+        let recorder = NewsRecorder::install(&mut conn, Arc::clone(&news))?;
         let (sender, receiver) = sync_channel(WRITER_QUEUE_LEN_MAX);
         let (committed, commits) = tokio::sync::watch::channel(0);
         let (running, alive) = tokio::sync::watch::channel(());
@@ -300,6 +305,7 @@ impl Writer {
                     Counters {
                         committed,
                         data_version: counted,
+                        recorder,
                     },
                 );
             })?;
@@ -309,6 +315,7 @@ impl Writer {
             thread: Some(thread),
             commits,
             data_version,
+            news,
             alive,
         })
     }
@@ -332,6 +339,11 @@ impl Writer {
     /// a `Watched` job (answers first).
     pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
         self.commits.clone()
+    }
+
+    /// Which runs the commits changed: stamped before `commits` moves (`run_news`).
+    pub fn run_news(&self) -> Arc<RunNews> {
+        Arc::clone(&self.news)
     }
 
     /// Counts committed transactions that changed any rows. Unlike `commits` it moves before
@@ -443,10 +455,11 @@ impl Drop for Writer {
 }
 
 /// The writer thread's two commit counters (see `Writer::commits` and
-/// `Writer::data_version`).
+/// `Writer::data_version`), and the runs its commits changed.
 struct Counters {
     committed: tokio::sync::watch::Sender<u64>,
     data_version: Arc<AtomicU64>,
+    recorder: NewsRecorder,
 }
 
 fn run_writer(
@@ -503,6 +516,9 @@ fn run_writer(
                 job.deliver(answer.clone());
             }
             note_disk(&mut disk_full, &batch, &dir);
+            // The runs it changed are stamped before the counter moves: a watcher woken by
+            // the counter finds its run's stamp moved (`run_news`).
+            counters.recorder.batch_ended(batch.is_ok());
             // Only a commit that changed rows a watcher reads is news: a write that found its
             // rows already in place, or changed only `Unwatched` ones, wakes no watcher.
             if matches!(batch, Ok(Wrote { watched: true, .. })) {

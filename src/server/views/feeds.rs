@@ -25,6 +25,7 @@ use super::sessions::{self, SessionView};
 use crate::protocol::JsonObject;
 use crate::server::blocking;
 use crate::server::shared::{Shared, lock};
+use crate::store::run_news::{RunNews, RunRow, RunStamp};
 use crate::store::{Store, run_view};
 
 /// Views a run feed keeps for reconnecting subscribers (a retained revision gets a patch).
@@ -403,13 +404,20 @@ impl Feeds {
 async fn run_feed(feeds: Arc<Feeds>, run_id: String, feed: Arc<RunFeed>) -> Result<(), String> {
     let _serving = feed.served.serving();
     let mut commits = feeds.store().commits();
+    let news = feeds.store().run_news();
     let mut published: Option<i64> = None;
     let mut stored = HashSet::new();
     let mut pace = Pace::new(RUN_FEED_INTERVAL_MS, RUN_FEED_BURST_MAX, FEED_CHECK_GAP_MS);
+    // The run's row, once a look found it: its stamp tells other runs' commits apart.
+    let mut row: Option<RunRow> = None;
     loop {
         let looked_at = Instant::now();
         commits.borrow_and_update();
-        let rebuilt = match refresh_run(&feeds.views, &run_id, published, &mut stored).await {
+        // Taken before the look, so a commit after the look's read moves it.
+        let stamped = row.map(|row| (row, news.stamp(row)));
+        let (refresh, looked_row) = refresh_run(&feeds.views, &run_id, published, &mut stored).await;
+        row = looked_row;
+        let rebuilt = match refresh {
             Refresh::Unchanged => false,
             Refresh::Published(snapshot) => {
                 published = Some(snapshot.revision);
@@ -425,14 +433,36 @@ async fn run_feed(feeds: Arc<Feeds>, run_id: String, feed: Arc<RunFeed>) -> Resu
                 true
             }
         };
+        // Only the row this look found, stamped before it, can skip a commit; a row found
+        // first (or anew) by this look is looked at after the next commit.
+        let stamped = stamped.filter(|(stamped_row, _)| Some(*stamped_row) == row);
         tokio::select! {
-            changed = commits.changed() => if changed.is_err() { break },
+            changed = run_changes(&mut commits, &news, stamped) => if changed.is_err() { break },
             () = feed.latest.closed() => if feeds.retire_run(&run_id, &feed) { return Ok(()) },
         }
         pace.wait_after(looked_at, rebuilt).await;
     }
     feeds.retire_run(&run_id, &feed);
     Ok(())
+}
+
+/// Wait for a commit that may have changed the run: with its row and its stamp from before
+/// the last look, one that moved the stamp, woken by nothing else (`store::run_news`);
+/// without, any commit. `Err` when no commit can come any more.
+async fn run_changes(
+    commits: &mut watch::Receiver<u64>,
+    news: &RunNews,
+    stamped: Option<(RunRow, RunStamp)>,
+) -> Result<(), watch::error::RecvError> {
+    match stamped {
+        Some((row, stamp)) => {
+            news.wait_changed(row, stamp).await;
+            // Commits seen through the stamp are not news for the next look's wait.
+            commits.borrow_and_update();
+            Ok(())
+        }
+        None => commits.changed().await,
+    }
 }
 
 enum Refresh {
@@ -445,39 +475,52 @@ enum Refresh {
 /// published one, or the facts of its new view.
 enum Look {
     Gone,
-    Unchanged,
-    Changed(Box<cache::RunViewRead>),
+    Unchanged(RunRow),
+    Changed(RunRow, Box<cache::RunViewRead>),
 }
 
-async fn refresh_run(views: &Views, run_id: &str, published: Option<i64>, stored: &mut HashSet<String>) -> Refresh {
+/// Look at the run and rebuild its view if it moved; with the run's row when the look
+/// succeeded (after a failure the next commit, whichever run's, tries again).
+async fn refresh_run(
+    views: &Views,
+    run_id: &str,
+    published: Option<i64>,
+    stored: &mut HashSet<String>,
+) -> (Refresh, Option<RunRow>) {
     let owned = run_id.to_string();
     // The revision and, when it moved, the view's facts (indexed lookups of one run's rows,
     // its recent attempts bounded): one snapshot, read in place.
     let look = blocking::read_small(&views.store, move |conn| {
-        match run_view::presentation_revision(conn, &owned)? {
+        match run_view::presentation_look(conn, &owned)? {
             None => Ok(Look::Gone),
-            Some(revision) if published == Some(revision) => Ok(Look::Unchanged),
-            Some(revision) => cache::read_run_view_at(conn, &owned, revision).map(|read| Look::Changed(Box::new(read))),
+            Some((row, revision)) if published == Some(revision) => Ok(Look::Unchanged(row)),
+            Some((row, revision)) => {
+                cache::read_run_view_at(conn, &owned, revision).map(|read| Look::Changed(row, Box::new(read)))
+            }
         }
     });
-    let read = match look {
-        Ok(Look::Changed(read)) => read,
-        Ok(Look::Unchanged) => return Refresh::Unchanged,
-        Ok(Look::Gone) | Err(crate::store::StoreError::RunNotFound { .. }) => return Refresh::Gone,
+    let (row, read) = match look {
+        Ok(Look::Changed(row, read)) => (row, read),
+        Ok(Look::Unchanged(row)) => return (Refresh::Unchanged, Some(row)),
+        Ok(Look::Gone) | Err(crate::store::StoreError::RunNotFound { .. }) => return (Refresh::Gone, None),
         Err(err) => {
             tracing::warn!(error = %err, "run feed could not read the run's view");
-            return Refresh::Unchanged;
+            return (Refresh::Unchanged, None);
         }
     };
     match cache::finish_run_view(views, run_id, *read, stored).await {
-        Ok(view) => Refresh::Published(Snapshot {
-            revision: view.revision,
-            document: Some(Arc::new(view.document)),
-            patch_from_previous: None,
-        }),
+        Ok(view) => {
+            let snapshot = Snapshot {
+                revision: view.revision,
+                document: Some(Arc::new(view.document)),
+                patch_from_previous: None,
+            };
+            (Refresh::Published(snapshot), Some(row))
+        }
         Err(err) => {
             tracing::warn!(error = %err, "run feed could not build the view");
-            Refresh::Unchanged
+            // No row: the next commit, whichever run's, tries again.
+            (Refresh::Unchanged, None)
         }
     }
 }
