@@ -36,14 +36,17 @@
 //! open on connections of their own: finished runs a user still looks at, whose live views
 //! must not pay for every other run's commits.
 //!
+//! Its servers are daemons in a temporary state directory: however the benchmark ends (an
+//! error, Ctrl-C, SIGTERM, SIGHUP) it stops them first.
+//!
 //! Nothing here is asserted: it prints a table, and JSON with `--json`; each phase's start is
 //! said on stderr (a run takes minutes; profiling scripts wait for a phase's line).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -162,8 +165,17 @@ fn main() -> anyhow::Result<()> {
     let options = options()?;
     let exe = locate_binary()?;
     let dir = tempfile::Builder::new().prefix("piwbe").tempdir_in("/tmp")?;
-    let state = dir.path().join("state");
-    let project = dir.path().join("project");
+    stop_servers_on_signals(dir.path().to_path_buf())?;
+    let measured = measure(&options, exe, dir.path());
+    // However the measurement ended: no server of this benchmark outlives it (and its state
+    // directory, removed with `dir`).
+    stop_started_servers();
+    measured
+}
+
+fn measure(options: &Options, exe: PathBuf, dir: &Path) -> anyhow::Result<()> {
+    let state = dir.join("state");
+    let project = dir.join("project");
     std::fs::create_dir_all(&project)?;
     let workflow = write_workflow(&project)?;
     let bench = Bench {
@@ -175,13 +187,13 @@ fn main() -> anyhow::Result<()> {
     };
     if let Some(baseline) = &options.paired {
         let baseline = Bench {
-            socket: dir.path().join("baseline").join("server").join("server.sock"),
+            socket: dir.join("baseline").join("server").join("server.sock"),
             exe: baseline.clone(),
-            state: dir.path().join("baseline"),
+            state: dir.join("baseline"),
             workflow: bench.workflow.clone(),
             project: bench.project.clone(),
         };
-        let figures = paired(&baseline, &bench, &options)?;
+        let figures = paired(&baseline, &bench, options)?;
         match options.json {
             true => println!("{figures}"),
             false => print_paired(&figures),
@@ -191,7 +203,7 @@ fn main() -> anyhow::Result<()> {
     progress("baseline: node -e 0");
     let baseline = node_baseline()?;
     progress("server start, and its runners' startup snapshot");
-    cli(&bench, &["server", "start"])?;
+    start_server(&bench)?;
     let server_pid = server_pid(&bench.state)?;
     let fresh_rss_kib = rss_kib(server_pid)?;
     let pool_mode = wait_for_runner_start_mode(&bench)?;
@@ -259,12 +271,61 @@ fn main() -> anyhow::Result<()> {
     figures["idle_request_to_first_node"] = request_to_first_node(&bench.state, &idle_starts, &idle_sent_ms)?;
     figures["server_rss_kib"] = json!(rss_kib(server_pid)?);
     figures["idle"] = idle(server_pid, fresh_rss_kib)?;
-    cli(&bench, &["server", "stop"])?;
+    stop_started_servers();
     if options.json {
         println!("{figures}");
     } else {
         print_table(&figures);
     }
+    Ok(())
+}
+
+/// Servers this benchmark started (binary, state directory), until stopped.
+static STARTED: Mutex<Vec<(PathBuf, PathBuf)>> = Mutex::new(Vec::new());
+
+/// Start `bench`'s server, stopped again however the benchmark ends (`stop_started_servers`).
+fn start_server(bench: &Bench) -> anyhow::Result<()> {
+    lock_started().push((bench.exe.clone(), bench.state.clone()));
+    cli(bench, &["server", "start"])
+}
+
+fn lock_started() -> std::sync::MutexGuard<'static, Vec<(PathBuf, PathBuf)>> {
+    STARTED.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Stop every server this benchmark started (`server stop` waits for its runners to end).
+fn stop_started_servers() {
+    let started = std::mem::take(&mut *lock_started());
+    for (exe, state) in started {
+        let stopped = Command::new(&exe)
+            .arg("--state-dir")
+            .arg(&state)
+            .args(["server", "stop"])
+            .output();
+        if !stopped.is_ok_and(|out| out.status.success()) {
+            eprintln!("bench_e2e: the server of {} may still run", state.display());
+        }
+    }
+}
+
+/// On Ctrl-C, SIGTERM or SIGHUP: stop the servers, remove `dir`, exit. Why: a server is a
+/// daemon; a benchmark killed halfway left it running on a deleted state directory.
+fn stop_servers_on_signals(dir: PathBuf) -> anyhow::Result<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut signals = SigSet::empty();
+    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        signals.add(signal);
+    }
+    // Blocked in this thread before any other starts, so every thread inherits it and only
+    // the waiting thread takes them (child processes start with no signal blocked).
+    signals.thread_block()?;
+    std::thread::Builder::new().name("signals".into()).spawn(move || {
+        let Ok(signal) = signals.wait() else { return };
+        eprintln!("bench_e2e: {signal}: stopping the benchmark's servers");
+        stop_started_servers();
+        let _ = std::fs::remove_dir_all(&dir);
+        std::process::exit(128 + signal as i32);
+    })?;
     Ok(())
 }
 
@@ -766,7 +827,7 @@ fn paired(baseline: &Bench, measured: &Bench, options: &Options) -> anyhow::Resu
     let mut bystanders = Vec::new();
     for bench in [baseline, measured] {
         progress(&format!("server start: {}", bench.exe.display()));
-        cli(bench, &["server", "start"])?;
+        start_server(bench)?;
         wait_for_runner_start_mode(bench)?;
         let mut client = Client::connect(&bench.socket)?;
         for _ in 0..WARMUP_RUNS {
@@ -794,9 +855,7 @@ fn paired(baseline: &Bench, measured: &Bench, options: &Options) -> anyhow::Resu
         ));
         figures["paired"][format!("clients4_{}", detect.name())] = paired_bursts(&servers, detect, bursts)?;
     }
-    for server in &servers {
-        cli(server.bench, &["server", "stop"])?;
-    }
+    stop_started_servers();
     Ok(figures)
 }
 
