@@ -89,6 +89,8 @@ struct Options {
     paired: Option<PathBuf>,
     /// Finished runs kept watched while the measured runs go.
     bystanders: usize,
+    /// Steps return a new value every run (else each step's constant).
+    fresh_outputs: bool,
 }
 
 /// `--bystanders`: watches on one connection. Each view's snapshot and a patch or two (the
@@ -98,7 +100,8 @@ const BYSTANDERS_PER_CONNECTION: usize = 20;
 /// `--bystanders`: the most, in all.
 const BYSTANDERS_MAX: usize = 1_000;
 
-const USAGE: &str = "usage: bench_e2e [--sequential N] [--seconds N] [--json] [--paired BASELINE] [--bystanders N]
+const USAGE: &str =
+    "usage: bench_e2e [--sequential N] [--seconds N] [--json] [--paired BASELINE] [--bystanders N] [--fresh-outputs]
   --sequential N      runs one at a time per completion mode (default 200; with --paired, per server)
   --seconds N         length of each 4-client phase (default 10)
   --json              print the figures as JSON instead of a table
@@ -107,6 +110,8 @@ const USAGE: &str = "usage: bench_e2e [--sequential N] [--seconds N] [--json] [-
                       in bursts of a second, taking turns burst by burst (--seconds bursts per server and mode)
   --bystanders N      first finish N runs and keep each watched (view.run.watch) while the measured runs go
                       (default 0, at most 1000)
+  --fresh-outputs     each step returns a value new to the store every run, as most real steps do (default: each
+                      step returns its constant, stored once)
 Environment: PI_WORKFLOWS_BIN (the server build measured), PI_WORKFLOWS_PACKAGE_DIR, PI_WORKFLOWS_NODE.";
 
 fn options() -> anyhow::Result<Options> {
@@ -116,6 +121,7 @@ fn options() -> anyhow::Result<Options> {
         json: false,
         paired: None,
         bystanders: 0,
+        fresh_outputs: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -125,6 +131,7 @@ fn options() -> anyhow::Result<Options> {
             "--json" => options.json = true,
             "--paired" => options.paired = Some(PathBuf::from(args.next().context("--paired BASELINE")?)),
             "--bystanders" => options.bystanders = args.next().context("--bystanders N")?.parse()?,
+            "--fresh-outputs" => options.fresh_outputs = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -177,7 +184,7 @@ fn measure(options: &Options, exe: PathBuf, dir: &Path) -> anyhow::Result<()> {
     let state = dir.join("state");
     let project = dir.join("project");
     std::fs::create_dir_all(&project)?;
-    let workflow = write_workflow(&project)?;
+    let workflow = write_workflow(&project, options.fresh_outputs)?;
     let bench = Bench {
         socket: state.join("server").join("server.sock"),
         exe,
@@ -212,7 +219,12 @@ fn measure(options: &Options, exe: PathBuf, dir: &Path) -> anyhow::Result<()> {
         run_once(&bench, &mut client, Detect::Poll)?;
     }
     let _bystanders = watch_bystanders(&bench, &mut client, options.bystanders)?;
-    let mut figures = json!({"baseline": baseline, "pool_mode": pool_mode, "bystanders": options.bystanders});
+    let mut figures = json!({
+        "baseline": baseline,
+        "pool_mode": pool_mode,
+        "bystanders": options.bystanders,
+        "fresh_outputs": options.fresh_outputs,
+    });
     progress(&format!("{IDLE_STARTS} runs on an idle warm server"));
     let (mut idle_starts, mut idle_sent_ms, mut idle_walls) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..IDLE_STARTS {
@@ -842,6 +854,7 @@ fn paired(baseline: &Bench, measured: &Bench, options: &Options) -> anyhow::Resu
             "baseline": baseline.exe.display().to_string(),
             "measured": measured.exe.display().to_string(),
             "bystanders": options.bystanders,
+            "fresh_outputs": options.fresh_outputs,
         }
     });
     for detect in [Detect::Poll, Detect::Watch] {
@@ -930,8 +943,8 @@ fn print_paired(figures: &Value) {
     println!("measured: {}", paired["measured"].as_str().unwrap_or("-"));
     println!("baseline: {}", paired["baseline"].as_str().unwrap_or("-"));
     println!(
-        "finished runs watched meanwhile on each (--bystanders): {}",
-        paired["bystanders"]
+        "finished runs watched meanwhile on each (--bystanders): {}; steps return fresh values (--fresh-outputs): {}",
+        paired["bystanders"], paired["fresh_outputs"]
     );
     println!(
         "{:<14} {:>6} {:>18} {:>16} {:>7} {:>20} {:>16} {:>7} {:>15} {:>9}",
@@ -1008,9 +1021,14 @@ fn server_pid(state: &Path) -> anyhow::Result<i32> {
     Ok(text.split_whitespace().next().context("pid")?.parse()?)
 }
 
-fn write_workflow(dir: &Path) -> anyhow::Result<PathBuf> {
+fn write_workflow(dir: &Path, fresh_outputs: bool) -> anyhow::Result<PathBuf> {
+    // A fresh value: the step's number and 16 random hex digits, 40 bytes of JSON.
+    let value = |step: usize| match fresh_outputs {
+        true => format!("({{ step: {step}, nonce: Math.random().toString(16).slice(2, 18) }})"),
+        false => step.to_string(),
+    };
     let nodes: Vec<String> = (1..=10)
-        .map(|step| format!("    s{step}: compute({{ run: () => {step} }}),"))
+        .map(|step| format!("    s{step}: compute({{ run: () => {} }}),", value(step)))
         .collect();
     let edges: Vec<String> = (1..10)
         .map(|step| format!("{{ from: \"s{step}\", to: \"s{}\" }}", step + 1))
@@ -1073,8 +1091,8 @@ fn print_table(figures: &Value) {
     );
     println!("warm runners start: {}", figures["pool_mode"].as_str().unwrap_or("-"));
     println!(
-        "finished runs watched meanwhile (--bystanders): {}",
-        figures["bystanders"]
+        "finished runs watched meanwhile (--bystanders): {}; steps return fresh values (--fresh-outputs): {}",
+        figures["bystanders"], figures["fresh_outputs"]
     );
     println!(
         "{:<22} {:>8} {:>10} {:>10} {:>12} {:>16} {:>16} {:>18}",

@@ -211,7 +211,7 @@ fn add_history(store: &Store, runs: usize) -> anyhow::Result<()> {
                     timeout_ms: None,
                     settings_change_number: None,
                 },
-                outcome: AttemptOutcome::Completed { output_hash: None },
+                outcome: AttemptOutcome::Completed { output: None },
             })
             .collect();
         let effect = EffectRequest {

@@ -177,3 +177,51 @@ fn damaged_content_fails_verification() {
         .expect_err("damage detected");
     assert!(matches!(err, StoreError::Blob(BlobError::DigestMismatch)), "{err}");
 }
+
+/// A step's small output is kept in its attempt's row (no blob: a random digest key in the
+/// blobs' index costs a page a value once the index is large), a larger one as a blob; both
+/// come back as the same value, and a kept value that no longer matches its digest is
+/// refused like a damaged blob.
+#[test]
+fn small_values_are_kept_inline_and_larger_ones_as_blobs() {
+    use blobs::INLINE_JSON_BYTES_MAX;
+    use serde_json::json;
+    let t = common::open_store();
+    // Canonical JSON `{"t":"…"}` is 8 bytes around the text.
+    let at_limit = json!({"t": "x".repeat(INLINE_JSON_BYTES_MAX - 8)});
+    let above = json!({"t": "x".repeat(INLINE_JSON_BYTES_MAX - 7)});
+    let (small, large) = (at_limit.clone(), above.clone());
+    let (inline, stored) = t
+        .store
+        .write(move |tx| {
+            let inline = blobs::keep_json(tx, &small, usize::MAX)?;
+            let stored = blobs::keep_json(tx, &large, usize::MAX)?;
+            Ok((inline, stored))
+        })
+        .expect("kept");
+    let kept = inline.inline.clone().expect("a value at the limit is kept inline");
+    assert_eq!(kept.len(), INLINE_JSON_BYTES_MAX);
+    assert_eq!(inline.sha256, sha256_hex(&kept));
+    assert_eq!(blobs::inline_json(&inline.sha256, &kept).expect("verified"), at_limit);
+    assert!(stored.inline.is_none(), "one byte more is a blob");
+    let (small_digest, large_digest) = (inline.sha256.clone(), stored.sha256.clone());
+    let (small_blobs, large_value) = t
+        .store
+        .read(move |conn| {
+            let small_blobs: i64 = conn.query_row(
+                "SELECT count(*) FROM blobs WHERE blob_hash = ?1",
+                [&small_digest],
+                |row| row.get(0),
+            )?;
+            Ok((small_blobs, blobs::read_json(conn, &large_digest)?))
+        })
+        .expect("read");
+    assert_eq!(small_blobs, 0, "an inline value stores no blob");
+    assert_eq!(large_value, Some(above));
+    let mut damaged = kept.clone();
+    damaged[6] = b'y';
+    assert_eq!(
+        blob_error(blobs::inline_json(&inline.sha256, &damaged)),
+        BlobError::DigestMismatch
+    );
+}

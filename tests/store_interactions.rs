@@ -103,7 +103,7 @@ fn a_waiting_attempt_cannot_be_finished_past_its_pending_request() {
     let before = snapshot(&test.store);
     let owned = authority.clone();
     let refused = test.store.write(move |tx| {
-        let outcome = AttemptOutcome::Completed { output_hash: None };
+        let outcome = AttemptOutcome::Completed { output: None };
         attempts::finish_attempt(tx, &owned, None, "a1", &outcome)
     });
     assert!(

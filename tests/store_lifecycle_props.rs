@@ -126,9 +126,9 @@ impl World {
 
 fn outcome_of(ok: bool) -> AttemptOutcome {
     if ok {
-        AttemptOutcome::Completed { output_hash: None }
+        AttemptOutcome::Completed { output: None }
     } else {
-        AttemptOutcome::Failed { error_hash: None }
+        AttemptOutcome::Failed { error: None }
     }
 }
 

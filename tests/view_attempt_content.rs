@@ -116,6 +116,22 @@ fn an_attempts_output_and_error_are_referenced_and_served_for_its_own_run_only()
     let output_ref = prepare["outputRef"].clone();
     assert_eq!(output_ref["mediaType"], OUTPUT_MEDIA, "{prepare}");
     assert_eq!(read_reference(&mut client, &run, &output_ref), json!({"ready": true}));
+    // A small value is served from its attempt's row: it was never stored as a blob.
+    let output_hex = output_ref["digest"]
+        .as_str()
+        .expect("digest")
+        .trim_start_matches("sha256:");
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM node_attempts WHERE output_hash = '{output_hex}' AND output_inline IS NOT NULL"
+        )),
+        1,
+        "the output is kept in its attempt's row"
+    );
+    assert_eq!(
+        env.count(&format!("SELECT count(*) FROM blobs WHERE blob_hash = '{output_hex}'")),
+        0
+    );
 
     let explode = item(&view, "explode");
     assert_eq!(explode["status"], "failed");

@@ -6,6 +6,7 @@
 
 use rusqlite::{OptionalExtension, params};
 
+use super::blobs::KeptJson;
 use super::claims::{self, ClaimAuthority};
 use super::error::{StoreError, StoreResult};
 use super::events::{Actor, RunEvent};
@@ -41,11 +42,11 @@ pub struct NewAttempt {
     pub settings_change_number: Option<i64>,
 }
 
-/// How a node attempt ended.
+/// How a node attempt ended, with its output or error (`blobs::keep_json`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AttemptOutcome {
-    Completed { output_hash: Option<String> },
-    Failed { error_hash: Option<String> },
+    Completed { output: Option<KeptJson> },
+    Failed { error: Option<KeptJson> },
 }
 
 /// `node.started`: record a new running attempt of a live run (protected write).
@@ -126,27 +127,43 @@ pub fn finish_attempt_with(
 /// The columns a settled attempt records.
 struct Ended<'a> {
     status: AttemptStatus,
-    output_hash: Option<&'a str>,
-    error_hash: Option<&'a str>,
+    output: Option<&'a KeptJson>,
+    error: Option<&'a KeptJson>,
     event_type: &'static str,
 }
 
 impl<'a> Ended<'a> {
     fn of(outcome: &'a AttemptOutcome) -> Self {
         match outcome {
-            AttemptOutcome::Completed { output_hash } => Self {
+            AttemptOutcome::Completed { output } => Self {
                 status: AttemptStatus::Completed,
-                output_hash: output_hash.as_deref(),
-                error_hash: None,
+                output: output.as_ref(),
+                error: None,
                 event_type: "node.finished",
             },
-            AttemptOutcome::Failed { error_hash } => Self {
+            AttemptOutcome::Failed { error } => Self {
                 status: AttemptStatus::Failed,
-                output_hash: None,
-                error_hash: error_hash.as_deref(),
+                output: None,
+                error: error.as_ref(),
                 event_type: "node.failed",
             },
         }
+    }
+
+    fn output_hash(&self) -> Option<&'a str> {
+        self.output.map(|kept| kept.sha256.as_str())
+    }
+
+    fn output_inline(&self) -> Option<&'a [u8]> {
+        self.output.and_then(|kept| kept.inline.as_deref())
+    }
+
+    fn error_hash(&self) -> Option<&'a str> {
+        self.error.map(|kept| kept.sha256.as_str())
+    }
+
+    fn error_inline(&self) -> Option<&'a [u8]> {
+        self.error.and_then(|kept| kept.inline.as_deref())
     }
 }
 
@@ -162,7 +179,8 @@ fn settle_unfinished(
     let updated = tx
         .conn()
         .prepare_cached(
-            "UPDATE node_attempts SET status = ?1, output_hash = ?2, error_hash = ?3, finished_at = ?4
+            "UPDATE node_attempts SET status = ?1, output_hash = ?2, error_hash = ?3, finished_at = ?4,
+                                      output_inline = ?7, error_inline = ?8
              WHERE attempt_id = ?5 AND run_id = ?6
                AND (status = 'running'
                     OR (status = 'waiting' AND NOT EXISTS (SELECT 1 FROM interactive_requests r
@@ -170,11 +188,13 @@ fn settle_unfinished(
         )?
         .execute(params![
             ended.status.as_str(),
-            ended.output_hash,
-            ended.error_hash,
+            ended.output_hash(),
+            ended.error_hash(),
             tx.now_ms(),
             attempt_id,
-            run_id
+            run_id,
+            ended.output_inline(),
+            ended.error_inline()
         ])?;
     if updated != 1 {
         return Err(StoreError::AttemptNotActive {
@@ -272,16 +292,21 @@ fn insert_attempt_row(
     }
     let run_id = authority.resource_id.as_str();
     let now = tx.now_ms();
-    let (status, output_hash, error_hash, finished_at) = match ended.map(Ended::of) {
-        None => (AttemptStatus::Running, None, None, None),
-        Some(ended) => (ended.status, ended.output_hash, ended.error_hash, Some(now)),
+    let ended = ended.map(Ended::of);
+    let (status, finished_at) = match &ended {
+        None => (AttemptStatus::Running, None),
+        Some(ended) => (ended.status, Some(now)),
     };
+    let output_hash = ended.as_ref().and_then(Ended::output_hash);
+    let error_hash = ended.as_ref().and_then(Ended::error_hash);
+    let output_inline = ended.as_ref().and_then(Ended::output_inline);
+    let error_inline = ended.as_ref().and_then(Ended::error_inline);
     tx.conn()
         .prepare_cached(
             "INSERT INTO node_attempts (attempt_id, run_id, node_id, node_path, visit, node_type, status,
                         lease_generation, started_at, deadline_at, timeout_ms, settings_change_number,
-                        output_hash, error_hash, finished_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                        output_hash, error_hash, finished_at, output_inline, error_inline)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
         )?
         .execute(params![
             attempt.attempt_id,
@@ -298,7 +323,9 @@ fn insert_attempt_row(
             attempt.settings_change_number,
             output_hash,
             error_hash,
-            finished_at
+            finished_at,
+            output_inline,
+            error_inline
         ])?;
     Ok(status == AttemptStatus::Completed)
 }

@@ -204,6 +204,11 @@ pub const DEFINITION_MEDIA_TYPE: &str = "application/vnd.pi-workflows.definition
 
 /// Store a JSON value as canonical JSON of at most `bytes_max` bytes; returns its digest.
 pub fn put_json(tx: &WriteTx<'_>, value: &serde_json::Value, bytes_max: usize) -> StoreResult<String> {
+    let bytes = canonical_within(value, bytes_max)?;
+    Ok(put_blob(tx, &bytes, JSON_MEDIA_TYPE)?.sha256)
+}
+
+fn canonical_within(value: &serde_json::Value, bytes_max: usize) -> StoreResult<Vec<u8>> {
     let bytes = crate::protocol::value_to_canonical_vec(value);
     if bytes.len() > bytes_max {
         return Err(super::StoreError::InvalidInput {
@@ -214,7 +219,54 @@ pub fn put_json(tx: &WriteTx<'_>, value: &serde_json::Value, bytes_max: usize) -
             ),
         });
     }
-    Ok(put_blob(tx, &bytes, JSON_MEDIA_TYPE)?.sha256)
+    Ok(bytes)
+}
+
+/// A step's output or error of at most this many bytes of canonical JSON is kept in its
+/// attempt's row, not as a blob. Why: a blob's key is its random digest, so each new one
+/// lands in a random leaf of the blobs' key index, and once that index is large every
+/// commit writes (and the checkpoint copies again) a page per new value; small values are
+/// most step results (docs/PERFORMANCE.md, thirty-second round).
+pub const INLINE_JSON_BYTES_MAX: usize = 1024;
+
+/// A JSON value an attempt's row refers to by digest: in the row itself (`inline`, its
+/// canonical bytes) when small, else stored as a blob.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptJson {
+    pub sha256: String,
+    pub inline: Option<Vec<u8>>,
+}
+
+impl KeptJson {
+    /// A value already stored as a blob (an answer's receipt, a submission's payload).
+    pub fn stored(sha256: String) -> Self {
+        Self { sha256, inline: None }
+    }
+}
+
+/// Keep a JSON value of at most `bytes_max` bytes of canonical JSON for an attempt's row:
+/// inline up to [`INLINE_JSON_BYTES_MAX`], else as a blob.
+pub fn keep_json(tx: &WriteTx<'_>, value: &serde_json::Value, bytes_max: usize) -> StoreResult<KeptJson> {
+    let bytes = canonical_within(value, bytes_max)?;
+    if bytes.len() <= INLINE_JSON_BYTES_MAX {
+        return Ok(KeptJson {
+            sha256: sha256_hex(&bytes),
+            inline: Some(bytes),
+        });
+    }
+    Ok(KeptJson::stored(put_blob(tx, &bytes, JSON_MEDIA_TYPE)?.sha256))
+}
+
+/// A JSON value kept in a row (`inline`), checked against the digest the row names: a row
+/// damaged on the disk is refused, as a damaged blob is.
+pub fn inline_json(sha256: &str, inline: &[u8]) -> StoreResult<serde_json::Value> {
+    if sha256_hex(inline) != sha256 {
+        return Err(BlobError::DigestMismatch.into());
+    }
+    serde_json::from_slice(inline).map_err(|err| super::StoreError::InvalidInput {
+        what: "stored JSON value",
+        detail: err.to_string(),
+    })
 }
 
 /// Read a stored JSON value by digest (verified); `None` when absent.

@@ -7,6 +7,7 @@
 use rusqlite::{OptionalExtension, params};
 
 use super::attempts::{self, AttemptOutcome, Finish};
+use super::blobs::KeptJson;
 use super::claims::ClaimAuthority;
 use super::error::{StoreError, StoreResult};
 use super::messages::{self, MessageKind, NewMessage};
@@ -168,7 +169,7 @@ pub fn accept(
 ) -> StoreResult<i64> {
     let attempt_id = pending_request_attempt(tx, &authority.resource_id, judged.request_id)?;
     let outcome = AttemptOutcome::Completed {
-        output_hash: Some(judged.receipt_hash.to_string()),
+        output: Some(KeptJson::stored(judged.receipt_hash.to_string())),
     };
     let finish = Finish {
         attempt_id: &attempt_id,

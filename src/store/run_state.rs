@@ -195,20 +195,10 @@ fn json_by_hash(conn: &Connection, hash: Option<&str>, budget: &Budget) -> Store
 }
 
 fn attempts(conn: &Connection, run_id: &str, budget: &Budget) -> StoreResult<Vec<Value>> {
-    type Row = (
-        String,
-        String,
-        String,
-        i64,
-        String,
-        String,
-        Option<String>,
-        Option<String>,
-        Option<i64>,
-    );
+    type Row = (String, String, String, i64, String, String, Kept, Kept, Option<i64>);
     let mut statement = conn.prepare_cached(
-        "SELECT attempt_id, node_id, node_path, visit, node_type, status, output_hash, error_hash,
-                settings_change_number
+        "SELECT attempt_id, node_id, node_path, visit, node_type, status, output_hash, output_inline,
+                error_hash, error_inline, settings_change_number
          FROM node_attempts WHERE run_id = ?1 ORDER BY started_at, rowid LIMIT ?2",
     )?;
     let rows: Vec<Row> = statement
@@ -220,9 +210,9 @@ fn attempts(conn: &Connection, run_id: &str, budget: &Budget) -> StoreResult<Vec
                 row.get(3)?,
                 row.get(4)?,
                 row.get(5)?,
-                row.get(6)?,
-                row.get(7)?,
-                row.get(8)?,
+                (row.get(6)?, row.get(7)?),
+                (row.get(8)?, row.get(9)?),
+                row.get(10)?,
             ))
         })?
         .collect::<Result<_, _>>()?;
@@ -232,12 +222,26 @@ fn attempts(conn: &Connection, run_id: &str, budget: &Budget) -> StoreResult<Vec
                 Ok(json!({
                     "attemptId": attempt_id, "nodeId": node_id, "nodePath": node_path, "visit": visit,
                     "nodeType": node_type, "status": status, "settingsChangeNumber": settings,
-                    "output": json_by_hash(conn, output.as_deref(), budget)?,
-                    "error": json_by_hash(conn, error.as_deref(), budget)?,
+                    "output": kept_json(conn, output, budget)?,
+                    "error": kept_json(conn, error, budget)?,
                 }))
             },
         )
         .collect()
+}
+
+/// An attempt's value: its digest, and the value itself when kept in the row.
+type Kept = (Option<String>, Option<Vec<u8>>);
+
+/// An attempt's value kept in its row (checked against its digest), else its blob.
+fn kept_json(conn: &Connection, (hash, inline): Kept, budget: &Budget) -> StoreResult<Value> {
+    match (hash, inline) {
+        (Some(hash), Some(inline)) => {
+            budget.take(inline.len())?;
+            super::blobs::inline_json(&hash, &inline)
+        }
+        (hash, _) => json_by_hash(conn, hash.as_deref(), budget),
+    }
 }
 
 fn effects(conn: &Connection, run_id: &str, budget: &Budget) -> StoreResult<Vec<Value>> {

@@ -96,10 +96,11 @@ pub enum AttemptValue {
 }
 
 impl AttemptValue {
-    fn column(self) -> &'static str {
+    /// The value's digest column and inline column in `node_attempts`.
+    fn columns(self) -> (&'static str, &'static str) {
         match self {
-            Self::Output => "output_hash",
-            Self::Error => "error_hash",
+            Self::Output => ("output_hash", "output_inline"),
+            Self::Error => ("error_hash", "error_inline"),
         }
     }
 }
@@ -209,15 +210,15 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunFacts> {
     })
 }
 
-/// Every query selecting these reads `FROM node_attempts` (the blob lengths are correlated
-/// subqueries on its hash columns; attempt values are always stored as JSON blobs).
+/// Every query selecting these reads `FROM node_attempts` (a value's length is its inline
+/// bytes', else a correlated subquery on its blob; attempt values are JSON).
 macro_rules! attempt_columns {
     () => {
         "rowid, attempt_id, node_id, node_path, node_type, visit, status, started_at, finished_at,
-     output_hash, (SELECT b.byte_length FROM blobs b
-                   WHERE b.blob_hash = node_attempts.output_hash AND b.media_type = 'application/json'),
-     error_hash, (SELECT b.byte_length FROM blobs b
-                  WHERE b.blob_hash = node_attempts.error_hash AND b.media_type = 'application/json')"
+     output_hash, coalesce(length(output_inline), (SELECT b.byte_length FROM blobs b
+                   WHERE b.blob_hash = node_attempts.output_hash AND b.media_type = 'application/json')),
+     error_hash, coalesce(length(error_inline), (SELECT b.byte_length FROM blobs b
+                  WHERE b.blob_hash = node_attempts.error_hash AND b.media_type = 'application/json'))"
     };
 }
 
@@ -724,12 +725,42 @@ pub fn read_content(
     };
     let owned = match value {
         RunValue::Attempt(attempt) => attempt_of_run_has(conn, run_id, digest, attempt)?,
-        RunValue::Definition => definition_of_run_is(conn, run_id, digest)?,
+        RunValue::Definition => definition_of_run_is(conn, run_id, digest)?.then_some(None),
     };
-    if !owned {
-        return Ok(ContentRead::Unavailable);
+    match owned {
+        None => Ok(ContentRead::Unavailable),
+        Some(Some(inline)) => read_inline(digest, media_type, &inline, offset, length),
+        Some(None) => read_stored_blob(conn, digest, media_type, value.stored_media_type(), offset, length),
     }
-    read_stored_blob(conn, digest, media_type, value.stored_media_type(), offset, length)
+}
+
+/// A chunk of an attempt's value kept in its row, checked against its digest like a blob.
+fn read_inline(
+    digest: &str,
+    media_type: &str,
+    inline: &[u8],
+    offset: usize,
+    length: usize,
+) -> StoreResult<ContentRead> {
+    if crate::digest::sha256_hex(inline) != digest {
+        return Err(super::blobs::BlobError::DigestMismatch.into());
+    }
+    if offset > inline.len() {
+        return Ok(ContentRead::PastEnd);
+    }
+    if length > super::blobs::BLOB_PART_BYTES_MAX {
+        return Err(super::blobs::BlobError::PartTooLarge { requested: length }.into());
+    }
+    let end = inline.len().min(offset.saturating_add(length));
+    let reference = ContentRef {
+        digest: digest.to_string(),
+        media_type: media_type.to_string(),
+        byte_length: inline.len(),
+    };
+    Ok(ContentRead::Chunk {
+        reference,
+        bytes: inline[offset..end].to_vec(),
+    })
 }
 
 /// A chunk of the stored blob `digest` (kept under `stored_as`), answered as `media_type`.
@@ -767,16 +798,23 @@ fn definition_of_run_is(conn: &Connection, run_id: &str, digest: &str) -> StoreR
         .is_some())
 }
 
-/// Whether an attempt of exactly this run holds `digest` as its output (or error).
-fn attempt_of_run_has(conn: &Connection, run_id: &str, digest: &str, value: AttemptValue) -> StoreResult<bool> {
+/// Whether an attempt of exactly this run holds `digest` as its output (or error): `None`
+/// when none does, else the value itself when the attempt's row keeps it (`Some(None)`: a
+/// blob). Two attempts with one digest may keep it either way (an answer's receipt is a
+/// blob); each is the same bytes.
+fn attempt_of_run_has(
+    conn: &Connection,
+    run_id: &str,
+    digest: &str,
+    value: AttemptValue,
+) -> StoreResult<Option<Option<Vec<u8>>>> {
+    let (hash, inline) = value.columns();
     Ok(conn
         .prepare_cached(&format!(
-            "SELECT 1 FROM node_attempts WHERE run_id = ?1 AND {} = ?2 LIMIT 1",
-            value.column()
+            "SELECT {inline} FROM node_attempts WHERE run_id = ?1 AND {hash} = ?2 LIMIT 1"
         ))?
-        .query_row(params![run_id, digest], |_| Ok(()))
-        .optional()?
-        .is_some())
+        .query_row(params![run_id, digest], |row| row.get(0))
+        .optional()?)
 }
 
 #[cfg(test)]

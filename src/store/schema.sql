@@ -191,6 +191,10 @@ CREATE TABLE node_attempts (
   error_hash TEXT,
   -- The settings change number whose frozen copy this attempt saw (NULL: no settings declared).
   settings_change_number INTEGER CHECK (settings_change_number IS NULL OR settings_change_number >= 0),
+  -- A small output or error itself (canonical JSON, its digest the *_hash), instead of a blob
+  -- keyed by a random digest (src/store/blobs.rs, INLINE_JSON_BYTES_MAX).
+  output_inline BLOB CHECK (output_inline IS NULL OR (output_hash IS NOT NULL AND length(output_inline) <= 1024)),
+  error_inline BLOB CHECK (error_inline IS NULL OR (error_hash IS NOT NULL AND length(error_inline) <= 1024)),
   CHECK ((finished_at IS NULL) = (status IN ('running', 'waiting')))
 ) STRICT;
 

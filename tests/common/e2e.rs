@@ -140,13 +140,25 @@ impl Env {
         serde_json::from_slice(&bytes).expect("JSON blob")
     }
 
-    /// The output of the run's completed attempt of `node_path`.
+    /// The output of the run's completed attempt of `node_path`: kept in the attempt's row
+    /// when small, else a blob.
     pub fn node_output(&self, run_id: &str, node_path: &str) -> Value {
-        let hash = self.text(&format!(
-            "SELECT output_hash FROM node_attempts WHERE run_id = '{run_id}' AND node_path = '{node_path}' \
-             AND status = 'completed'"
+        let inline = self.count(&format!(
+            "SELECT count(*) FROM node_attempts WHERE run_id = '{run_id}' AND node_path = '{node_path}' \
+             AND status = 'completed' AND output_inline IS NOT NULL"
         ));
-        self.blob_json(&hash)
+        if inline == 0 {
+            let hash = self.text(&format!(
+                "SELECT output_hash FROM node_attempts WHERE run_id = '{run_id}' AND node_path = '{node_path}' \
+                 AND status = 'completed'"
+            ));
+            return self.blob_json(&hash);
+        }
+        let text = self.text(&format!(
+            "SELECT CAST(output_inline AS TEXT) FROM node_attempts WHERE run_id = '{run_id}' \
+             AND node_path = '{node_path}' AND status = 'completed'"
+        ));
+        serde_json::from_str(&text).expect("a JSON output")
     }
 
     /// Tails of the server log, the server's start errors and every runner's output.

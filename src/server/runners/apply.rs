@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::decision::DecisionRequest;
 use crate::protocol::runner::{Message, MessageKind, PURE_RESULTS_MAX, PureOutcome, PureResult};
 use crate::store::attempts::{self, AttemptOutcome, Finish, NewAttempt, SettledAttempt};
-use crate::store::blobs::put_json;
+use crate::store::blobs::{keep_json, put_json};
 use crate::store::claims::{self, ClaimAuthority, RUN_CLAIM_LEASE_MS};
 use crate::store::decisions::NewDecision;
 use crate::store::effects::{self, EffectRecovery, EffectRequest, Settlement};
@@ -206,15 +206,11 @@ fn finish_node(
     payload: &Payload<'_>,
 ) -> StoreResult<i64> {
     let outcome = if payload.0.kind == MessageKind::NodeFinished {
-        let output = put_json(tx, payload.value("output")?, VALUE_BYTES_MAX)?;
-        AttemptOutcome::Completed {
-            output_hash: Some(output),
-        }
+        let output = keep_json(tx, payload.value("output")?, VALUE_BYTES_MAX)?;
+        AttemptOutcome::Completed { output: Some(output) }
     } else {
-        let error = put_json(tx, payload.value("error")?, ERROR_BYTES_MAX)?;
-        AttemptOutcome::Failed {
-            error_hash: Some(error),
-        }
+        let error = keep_json(tx, payload.value("error")?, ERROR_BYTES_MAX)?;
+        AttemptOutcome::Failed { error: Some(error) }
     };
     finish_attempt_of(tx, authority, expected, payload, &outcome, |_, _| Ok(()))
 }
@@ -271,10 +267,10 @@ fn settled_of(tx: &WriteTx<'_>, result: PureResult) -> StoreResult<SettledAttemp
     }
     let outcome = match result.outcome {
         PureOutcome::Completed => AttemptOutcome::Completed {
-            output_hash: Some(put_json(tx, &result.value, VALUE_BYTES_MAX)?),
+            output: Some(keep_json(tx, &result.value, VALUE_BYTES_MAX)?),
         },
         PureOutcome::Failed => AttemptOutcome::Failed {
-            error_hash: Some(put_json(tx, &result.value, ERROR_BYTES_MAX)?),
+            error: Some(keep_json(tx, &result.value, ERROR_BYTES_MAX)?),
         },
     };
     let attempt = NewAttempt {
@@ -436,11 +432,9 @@ fn notify(
     expected: Option<i64>,
     payload: &Payload<'_>,
 ) -> StoreResult<i64> {
-    let output = put_json(tx, payload.value("output")?, VALUE_BYTES_MAX)?;
+    let output = keep_json(tx, payload.value("output")?, VALUE_BYTES_MAX)?;
     let notification = put_json(tx, payload.value("notification")?, NOTIFICATION_BYTES_MAX)?;
-    let outcome = AttemptOutcome::Completed {
-        output_hash: Some(output),
-    };
+    let outcome = AttemptOutcome::Completed { output: Some(output) };
     let run_id = authority.resource_id.as_str();
     finish_attempt_of(tx, authority, expected, payload, &outcome, |tx, attempt_id| {
         let Some(session) = messages::origin_session(tx, run_id)? else {
