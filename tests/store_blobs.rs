@@ -199,6 +199,14 @@ fn small_values_are_kept_inline_and_larger_ones_as_blobs() {
             Ok((inline, stored))
         })
         .expect("kept");
+    // The schema's checks bound the same columns by the same number.
+    for column in ["output_inline", "error_inline"] {
+        let check = format!("length({column}) <= {INLINE_JSON_BYTES_MAX}");
+        assert!(
+            pi_workflows::store::schema::SCHEMA_DDL.contains(&check),
+            "schema.sql: {check}"
+        );
+    }
     let kept = inline.inline.clone().expect("a value at the limit is kept inline");
     assert_eq!(kept.len(), INLINE_JSON_BYTES_MAX);
     assert_eq!(inline.sha256, sha256_hex(&kept));
