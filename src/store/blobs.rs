@@ -257,13 +257,23 @@ pub fn keep_json(tx: &WriteTx<'_>, value: &serde_json::Value, bytes_max: usize) 
     Ok(KeptJson::stored(put_blob(tx, &bytes, JSON_MEDIA_TYPE)?.sha256))
 }
 
-/// A JSON value kept in a row (`inline`), checked against the digest the row names: a row
-/// damaged on the disk is refused, as a damaged blob is.
-pub fn inline_json(sha256: &str, inline: &[u8]) -> StoreResult<serde_json::Value> {
+/// Check bytes kept in a row (`inline`) against the digest the row names: a row damaged on
+/// the disk is refused, as a damaged blob is.
+pub fn verify_inline(sha256: &str, inline: &[u8]) -> StoreResult<()> {
     if sha256_hex(inline) != sha256 {
         return Err(BlobError::DigestMismatch.into());
     }
-    serde_json::from_slice(inline).map_err(|err| super::StoreError::InvalidInput {
+    Ok(())
+}
+
+/// A JSON value kept in a row (`inline`), checked against its digest (`verify_inline`).
+pub fn inline_json(sha256: &str, inline: &[u8]) -> StoreResult<serde_json::Value> {
+    verify_inline(sha256, inline)?;
+    parse_stored_json(inline)
+}
+
+fn parse_stored_json(bytes: &[u8]) -> StoreResult<serde_json::Value> {
+    serde_json::from_slice(bytes).map_err(|err| super::StoreError::InvalidInput {
         what: "stored JSON value",
         detail: err.to_string(),
     })
@@ -277,9 +287,5 @@ pub fn read_json(conn: &Connection, sha256: &str) -> StoreResult<Option<serde_js
         Err(err) => return Err(err),
     };
     let bytes = read_blob_verified(conn, &reference)?;
-    let value = serde_json::from_slice(&bytes).map_err(|err| super::StoreError::InvalidInput {
-        what: "stored JSON value",
-        detail: err.to_string(),
-    })?;
-    Ok(Some(value))
+    Ok(Some(parse_stored_json(&bytes)?))
 }

@@ -742,9 +742,7 @@ fn read_inline(
     offset: usize,
     length: usize,
 ) -> StoreResult<ContentRead> {
-    if crate::digest::sha256_hex(inline) != digest {
-        return Err(super::blobs::BlobError::DigestMismatch.into());
-    }
+    super::blobs::verify_inline(digest, inline)?;
     if offset > inline.len() {
         return Ok(ContentRead::PastEnd);
     }
