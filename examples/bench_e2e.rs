@@ -213,6 +213,7 @@ fn measure(options: &Options, exe: PathBuf, dir: &Path) -> anyhow::Result<()> {
     start_server(&bench)?;
     let server_pid = server_pid(&bench.state)?;
     let fresh_rss_kib = rss_kib(server_pid)?;
+    let fresh_code_rss_kib = code_rss_kib(server_pid)?;
     let pool_mode = wait_for_runner_start_mode(&bench)?;
     let mut client = Client::connect(&bench.socket)?;
     for _ in 0..WARMUP_RUNS {
@@ -282,7 +283,7 @@ fn measure(options: &Options, exe: PathBuf, dir: &Path) -> anyhow::Result<()> {
     figures["idle_phases"] = phases(&bench.state, Some(&idle_starts))?;
     figures["idle_request_to_first_node"] = request_to_first_node(&bench.state, &idle_starts, &idle_sent_ms)?;
     figures["server_rss_kib"] = json!(rss_kib(server_pid)?);
-    figures["idle"] = idle(server_pid, fresh_rss_kib)?;
+    figures["idle"] = idle(server_pid, fresh_rss_kib, fresh_code_rss_kib)?;
     stop_started_servers();
     if options.json {
         println!("{figures}");
@@ -694,8 +695,9 @@ fn timeline(state: &Path, marks: &[ClientMarks]) -> anyhow::Result<Value> {
 }
 
 /// Idle figures: the server's RSS before any run, and its CPU over `IDLE_SECONDS` with no
-/// client and no run (after the load; the warm pool shrank back meanwhile).
-fn idle(server_pid: i32, fresh_rss_kib: u64) -> anyhow::Result<Value> {
+/// client and no run (after the load; the warm pool shrank back meanwhile). Of the RSS, the
+/// server binary's own code pages (`link/hot-text.txt` keeps those few).
+fn idle(server_pid: i32, fresh_rss_kib: u64, fresh_code_rss_kib: u64) -> anyhow::Result<Value> {
     std::thread::sleep(Duration::from_secs(IDLE_SETTLE_SECONDS));
     let before = server_cpu_ms(server_pid)?;
     std::thread::sleep(Duration::from_secs(IDLE_SECONDS));
@@ -703,6 +705,8 @@ fn idle(server_pid: i32, fresh_rss_kib: u64) -> anyhow::Result<Value> {
     Ok(json!({
         "fresh_rss_kib": fresh_rss_kib,
         "rss_kib": rss_kib(server_pid)?,
+        "fresh_code_rss_kib": fresh_code_rss_kib,
+        "code_rss_kib": code_rss_kib(server_pid)?,
         "cpu_ms_per_s": cpu / IDLE_SECONDS as f64,
     }))
 }
@@ -819,6 +823,28 @@ fn rss_kib(pid: i32) -> anyhow::Result<u64> {
         .find(|line| line.starts_with("VmRSS:"))
         .context("VmRSS")?;
     Ok(line.split_whitespace().nth(1).context("VmRSS value")?.parse()?)
+}
+
+/// The resident part of the server binary's executable mappings (its code), from smaps.
+fn code_rss_kib(pid: i32) -> anyhow::Result<u64> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))?;
+    let exe = exe.to_string_lossy();
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps"))?;
+    let mut in_code = false;
+    let mut kib = 0;
+    for line in smaps.lines() {
+        let mut fields = line.split_whitespace();
+        match fields.next() {
+            Some("Rss:") if in_code => kib += fields.next().context("an Rss value")?.parse::<u64>()?,
+            // A mapping's header: address range, permissions, offset, device, inode, path.
+            Some(range) if range.contains('-') && !range.ends_with(':') => {
+                let executable = fields.next().is_some_and(|perms| perms.contains('x'));
+                in_code = executable && fields.nth(3) == Some(exe.as_ref());
+            }
+            _ => {}
+        }
+    }
+    Ok(kib)
 }
 
 /// How long a new server may take to build its runners' startup snapshot.
@@ -1169,9 +1195,11 @@ fn print_table(figures: &Value) {
     println!("server RSS after the load: {} KiB", figures["server_rss_kib"]);
     let idle = &figures["idle"];
     println!(
-        "idle server: RSS {} KiB fresh, {} KiB after the load; CPU {} ms/s",
+        "idle server: RSS {} KiB fresh, {} KiB after the load (its code {} and {} KiB); CPU {} ms/s",
         idle["fresh_rss_kib"],
         idle["rss_kib"],
+        idle["fresh_code_rss_kib"],
+        idle["code_rss_kib"],
         f(&idle["cpu_ms_per_s"])
     );
 }
