@@ -7,7 +7,7 @@
 //! section-name patterns; this script turns them into a linker script that only adds an
 //! output section before `.text` (`INSERT BEFORE`), so a function the list does not match is
 //! linked where it always was, and a stale list costs memory, never correctness.
-//! `PI_WORKFLOWS_HOT_TEXT=off` links without it.
+//! `PI_WORKFLOWS_HOT_TEXT=off` links without it, as does a build set to link with mold or gold.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -22,9 +22,10 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed={HOT_TEXT_LIST}");
     println!("cargo:rerun-if-env-changed=PI_WORKFLOWS_HOT_TEXT");
+    println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
     let linux = std::env::var("CARGO_CFG_TARGET_OS").is_ok_and(|os| os == "linux");
     let off = std::env::var("PI_WORKFLOWS_HOT_TEXT").is_ok_and(|value| value == "off");
-    if !linux || off {
+    if !linux || off || !linker_takes_insert_scripts() {
         return;
     }
     let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
@@ -76,6 +77,16 @@ fn linker_script(patterns: &[&str]) -> String {
     }
     script.push_str("  }\n}\nINSERT BEFORE .text;\n");
     script
+}
+
+/// lld (Rust's default linker on x86_64 Linux) and GNU ld take a script of `INSERT`ed
+/// sections; mold and gold do not, so a build set up to link with either links without it.
+fn linker_takes_insert_scripts() -> bool {
+    let flags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
+    let linker = std::env::var("RUSTC_LINKER").unwrap_or_default();
+    !["mold", "gold"]
+        .iter()
+        .any(|name| flags.contains(name) || linker.contains(name))
 }
 
 fn link_with(script: &Path) {
