@@ -17,7 +17,7 @@
 # npm package:
 #   cargo build --release --locked --bins --examples && npm --prefix packages/pi-workflows run build
 #   sudo link/profile-hot-text.sh [target/release/pi-workflows]
-# It takes about ten minutes: each call traps into the kernel while the probes are on, and
+# It takes about fifteen minutes: each call traps into the kernel while the probes are on, and
 # removing ~9,000 probes that were enabled takes the kernel a few minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -79,7 +79,12 @@ echo 1 > "$tracefs/events/$group/enable"
 # 2. The workload: the benchmark (start, warm runs, sequential and concurrent runs, polled
 # and watched) and the CLI's common commands on a server of its own.
 export PI_WORKFLOWS_PACKAGE_DIR="$PWD/packages/pi-workflows"
-env -u NODE_EXTRA_CA_CERTS PI_WORKFLOWS_BIN="$binary" "$bench" --sequential 20 --seconds 1 > "$work/bench.txt"
+# Two benchmarks: the plain workload long enough for the concurrent phases' rarer paths (a
+# full warm pool, queued runs), then one whose steps return new values while finished runs
+# stay watched.
+env -u NODE_EXTRA_CA_CERTS PI_WORKFLOWS_BIN="$binary" "$bench" --sequential 60 --seconds 3 > "$work/bench.txt"
+env -u NODE_EXTRA_CA_CERTS PI_WORKFLOWS_BIN="$binary" "$bench" --sequential 20 --seconds 2 \
+  --bystanders 20 --fresh-outputs >> "$work/bench.txt"
 cp "$tracefs/uprobe_profile" "$work/profile-server"
 mkdir -p "$work/project/.pi/workflows"
 cp examples/workflows/repo-facts.workflow.ts "$work/project/.pi/workflows/"

@@ -191,10 +191,12 @@ pub fn restarts(node: &Value) -> u64 {
     node["restarts"].as_u64().expect("restarts")
 }
 
-/// The one live process a node lists, once it lists exactly one and it is alive.
+/// The one live process a node lists, once it lists exactly one, it is alive and its exec is
+/// done: the tree lists a process from its spawn, and its argv (`/proc/<pid>/cmdline`) is
+/// empty until the exec has set it up, which a busy machine lets a test see.
 pub fn single_live_process(node: &Value) -> Option<(i32, i32)> {
     match processes(node).as_slice() {
-        [(pid, pgid)] if alive(*pid) => Some((*pid, *pgid)),
+        [(pid, pgid)] if alive(*pid) && !cmdline(*pid).is_empty() => Some((*pid, *pgid)),
         _ => None,
     }
 }
