@@ -36,8 +36,10 @@ patterns_max=20000
 [ -w "$tracefs/uprobe_events" ] || { echo "profile-hot-text: $tracefs/uprobe_events is not writable; run as root on a kernel with uprobe events" >&2; exit 1; }
 
 work=$(mktemp -d /tmp/piw-hot-text.XXXXXX)
+tracing_on_before=$(cat "$tracefs/tracing_on")
 cleanup() {
   echo 0 > "$tracefs/events/$group/enable" 2>/dev/null || true
+  echo "$tracing_on_before" > "$tracefs/tracing_on" 2>/dev/null || true
   grep "^p:$group/" "$tracefs/uprobe_events" 2>/dev/null | sed 's/^p:\([^ ]*\).*/-:\1/' > "$work/removals" || true
   if exec 4>> "$tracefs/uprobe_events"; then
     while read -r removal; do printf '%s\n' "$removal" >&4 || true; done < "$work/removals"
