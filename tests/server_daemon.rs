@@ -1,5 +1,6 @@
 //! The real `pi-workflows` server on a temporary state directory: ownership, permissions,
-//! takeover after SIGKILL, idle exit, the front door, and status privacy.
+//! takeover after SIGKILL, idle exit, the front door, status privacy, and its one allocator
+//! arena.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -417,4 +418,62 @@ fn a_warm_demand_window_out_of_bounds_is_refused_at_start() {
     }
     // Nothing was left behind: a start with the default window succeeds.
     state.start();
+}
+
+/// glibc's malloc arenas of a thread (not the main heap) in a process's memory map: a
+/// read-write mapping that starts on a 64 MiB boundary, followed at once by the reserved rest
+/// (`---p`) up to the next. Each such heap is an arena's.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn thread_arenas(pid: i32) -> usize {
+    const HEAP_BYTES_MAX: u64 = 64 * 1024 * 1024;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+    let mappings: Vec<(u64, u64, String, bool)> = maps
+        .lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (start, end) = fields[0].split_once('-').expect("an address range");
+            let address = |hex: &str| u64::from_str_radix(hex, 16).expect("a hex address");
+            (address(start), address(end), fields[1].to_owned(), fields.len() == 5)
+        })
+        .collect();
+    mappings
+        .windows(2)
+        .filter(|pair| {
+            let (start, end, perms, anonymous) = &pair[0];
+            let (next_start, next_end, next_perms, next_anonymous) = &pair[1];
+            start % HEAP_BYTES_MAX == 0
+                && perms == "rw-p"
+                && next_perms == "---p"
+                && *anonymous
+                && *next_anonymous
+                && next_start == end
+                && next_end - start == HEAP_BYTES_MAX
+        })
+        .count()
+}
+
+/// One allocator arena for all the server's threads: each thread's own arena kept pages of
+/// a few live chunks after a load (docs/PERFORMANCE.md, thirty-fourth round). A user's own
+/// `MALLOC_ARENA_MAX` wins.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn the_server_keeps_one_allocator_arena_unless_the_user_sets_a_count() {
+    for (arenas_max, thread_arenas_expected) in [(None, 0..=0), (Some("8"), 1..=8)] {
+        let state = StateDir::new();
+        let mut start = state.command(&["server", "start"]);
+        start.env_remove("MALLOC_ARENA_MAX").env_remove("GLIBC_TUNABLES");
+        if let Some(count) = arenas_max {
+            start.env("MALLOC_ARENA_MAX", count);
+        }
+        let out = start.output().expect("run pi-workflows");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        // The async worker answers a request and the store writer has opened the database:
+        // both threads have allocated.
+        assert_eq!(state.status_json()["state"], "running");
+        let found = thread_arenas(state.server_pid());
+        assert!(
+            thread_arenas_expected.contains(&found),
+            "MALLOC_ARENA_MAX {arenas_max:?}: {found} thread arenas, expected {thread_arenas_expected:?}"
+        );
+    }
 }
