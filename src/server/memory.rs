@@ -9,9 +9,9 @@ use crate::store::Store;
 /// that allocates gets an arena of its own (up to eight per core); after a burst of runs each
 /// of the server's five or six arenas kept pages that hold a few live chunks, and `malloc_trim`
 /// cannot return a page that holds one. With one arena an idle server after the benchmark's
-/// load keeps 11.5–12.2 MiB instead of 12.4–14.3, for about 3 % more server CPU a run: the
-/// async worker and the store writer share the arena's lock for what their thread caches do
-/// not serve (docs/PERFORMANCE.md, thirty-fourth round).
+/// load keeps 11,480–12,196 KiB instead of 12,396–14,260, for about 3 % more server CPU a
+/// run: the async worker and the store writer share the arena's lock for what their thread
+/// caches do not serve (docs/PERFORMANCE.md, thirty-fourth round).
 const ALLOCATOR_ARENAS_MAX: i32 = 1;
 
 /// Limit the allocator to `ALLOCATOR_ARENAS_MAX` arenas, unless the user set a count in the
