@@ -82,9 +82,8 @@ echo 1 > "$tracefs/events/$group/enable"
 # and watched) and the CLI's common commands on a server of its own.
 export PI_WORKFLOWS_PACKAGE_DIR="$PWD/packages/pi-workflows"
 # Two benchmarks: the plain workload long enough for the concurrent phases' rarer paths (a
-# full warm pool, queued runs, runs parked and requeued, admissions given back) and for the
-# idle phase's timers (reclaimer, retention), then one whose steps return new values while
-# finished runs stay watched.
+# full warm pool, queued runs, admissions given back) and with the idle phase that follows
+# it, then one whose steps return new values while finished runs stay watched.
 env -u NODE_EXTRA_CA_CERTS PI_WORKFLOWS_BIN="$binary" "$bench" --sequential 100 --seconds 6 > "$work/bench.txt"
 env -u NODE_EXTRA_CA_CERTS PI_WORKFLOWS_BIN="$binary" "$bench" --sequential 20 --seconds 2 \
   --bystanders 20 --fresh-outputs >> "$work/bench.txt"
