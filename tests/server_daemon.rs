@@ -1,6 +1,6 @@
 //! The real `pi-workflows` server on a temporary state directory: ownership, permissions,
-//! takeover after SIGKILL, idle exit, the front door, status privacy, and its one allocator
-//! arena.
+//! takeover after SIGKILL, idle exit, the front door, status privacy, and its allocator
+//! settings.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -452,28 +452,54 @@ fn thread_arenas(pid: i32) -> usize {
         .count()
 }
 
-/// One allocator arena for all the server's threads: each thread's own arena kept pages of
-/// a few live chunks after a load (docs/PERFORMANCE.md, thirty-fourth round). A user's own
-/// `MALLOC_ARENA_MAX` wins.
+/// The server's allocator settings (docs/PERFORMANCE.md, thirty-fourth and thirty-fifth
+/// rounds): one arena for all its threads and no per-thread cache of freed chunks, which
+/// glibc reads only when a process starts, so the server starts itself again with them, under
+/// its own name. A user's own settings win, and then it starts once.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[test]
-fn the_server_keeps_one_allocator_arena_unless_the_user_sets_a_count() {
-    for (arenas_max, thread_arenas_expected) in [(None, 0..=0), (Some("8"), 1..=8)] {
+fn the_server_runs_with_one_allocator_arena_and_no_thread_cache_unless_the_user_sets_them() {
+    let users = [
+        ("MALLOC_ARENA_MAX", "8"),
+        ("GLIBC_TUNABLES", "glibc.malloc.tcache_count=7"),
+    ];
+    for (user_settings, thread_arenas_expected, tuned_expected) in
+        [(&users[..0], 0..=0, true), (&users[..], 1..=8, false)]
+    {
         let state = StateDir::new();
         let mut start = state.command(&["server", "start"]);
-        start.env_remove("MALLOC_ARENA_MAX").env_remove("GLIBC_TUNABLES");
-        if let Some(count) = arenas_max {
-            start.env("MALLOC_ARENA_MAX", count);
-        }
+        start
+            .env_remove("MALLOC_ARENA_MAX")
+            .env_remove("GLIBC_TUNABLES")
+            .envs(user_settings.iter().copied());
         let out = start.output().expect("run pi-workflows");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         // The async worker answers a request and the store writer has opened the database:
         // both threads have allocated.
         assert_eq!(state.status_json()["state"], "running");
-        let found = thread_arenas(state.server_pid());
+        let pid = state.server_pid();
+        let found = thread_arenas(pid);
         assert!(
             thread_arenas_expected.contains(&found),
-            "MALLOC_ARENA_MAX {arenas_max:?}: {found} thread arenas, expected {thread_arenas_expected:?}"
+            "{user_settings:?}: {found} thread arenas, expected {thread_arenas_expected:?}"
         );
+        // /proc keeps the environment the process started with; glibc ends each tunable
+        // there with a NUL as it reads them.
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).expect("read the server's environ");
+        let started_with: Vec<String> = environ
+            .split(|&byte| byte == 0)
+            .map(|entry| String::from_utf8_lossy(entry).into_owned())
+            .collect();
+        assert_eq!(
+            started_with.iter().any(|entry| entry == "glibc.malloc.tcache_count=0"),
+            tuned_expected,
+            "{user_settings:?}: the server started with {:?}",
+            started_with
+                .iter()
+                .filter(|entry| entry.contains("glibc"))
+                .collect::<Vec<_>>()
+        );
+        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).expect("read the server's name");
+        assert_eq!(name.trim_end(), "pi-workflows", "{user_settings:?}");
     }
 }

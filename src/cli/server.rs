@@ -63,9 +63,12 @@ pub fn run(state_dir: PathBuf, command: ServerCommand) -> anyhow::Result<ExitCod
 }
 
 fn run_attached(paths: ServerPaths) -> anyhow::Result<ExitCode> {
+    // First: it may start this program again, and it changes the environment while the
+    // process has one thread.
+    if let Some(warning) = server::memory::tune_allocator() {
+        eprintln!("pi-workflows: {warning}");
+    }
     let config = ServerConfig::from_env(paths)?;
-    // Before the runtime starts its threads: each would otherwise take an arena of its own.
-    server::memory::limit_allocator_arenas();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(SERVER_WORKER_THREADS)
         .max_blocking_threads(SERVER_BLOCKING_THREADS_MAX)
