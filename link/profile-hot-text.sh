@@ -53,7 +53,18 @@ trap cleanup EXIT
 readelf -lW "$binary" | awk '$1 == "LOAD" && / E +0x/ { print $2, $3, $6 }' > "$work/segments"
 nm -S --defined-only --no-demangle "$binary" | awk '$3 ~ /^[tTwW]$/ && $2 !~ /^0+$/ { print $1, $4 }' |
   sort -u -k1,1 > "$work/functions"
-awk -v group="$group" -v binary="$binary" '
+# x86 uprobes refuse an instruction with a lock or segment prefix (tokio's waker `park::clone`
+# starts with `lock incq`), so such a function is probed at its second instruction, which
+# every call runs too: a prefixed instruction is never a jump.
+objdump -d --no-show-raw-insn "$binary" | awk '
+  /^[0-9a-f]+ <[^>]*>:$/ { entry = $1; line = 0; next }
+  entry != "" && /^ +[0-9a-f]+:\t/ {
+    line++
+    split($0, parts, "\t")
+    if (line == 1 && parts[2] !~ /^(lock|cs|ds|es|ss|notrack) /) entry = ""
+    else if (line == 2) { address = $1; sub(/:$/, "", address); print entry, address; entry = "" }
+  }' > "$work/moved"
+awk -v group="$group" -v binary="$binary" -v moved_file="$work/moved" -v segments_file="$work/segments" '
   # mawk has no strtonum; the addresses fit a double exactly.
   function hex(text,   i, value) {
     sub(/^0x/, "", text)
@@ -61,15 +72,16 @@ awk -v group="$group" -v binary="$binary" '
     for (i = 1; i <= length(text); i++) value = value * 16 + index("0123456789abcdef", substr(tolower(text), i, 1)) - 1
     return value
   }
-  NR == FNR { offset[NR] = hex($1); vaddr[NR] = hex($2); size[NR] = hex($3); segments = NR; next }
+  FILENAME == moved_file { moved[$1] = hex($2); next }
+  FILENAME == segments_file { offset[FNR] = hex($1); vaddr[FNR] = hex($2); size[FNR] = hex($3); segments = FNR; next }
   {
-    address = hex($1)
+    address = ($1 in moved) ? moved[$1] : hex($1)
     for (s = 1; s <= segments; s++) if (address >= vaddr[s] && address < vaddr[s] + size[s]) {
       printf "p:%s/f%d %s:0x%x\n", group, FNR, binary, address - vaddr[s] + offset[s] > probes
       printf "f%d %s\n", FNR, $2 > names
     }
-  }' probes="$work/probes" names="$work/names" "$work/segments" "$work/functions"
-echo "profile-hot-text: $(wc -l < "$work/probes") functions probed"
+  }' probes="$work/probes" names="$work/names" "$work/moved" "$work/segments" "$work/functions"
+echo "profile-hot-text: $(wc -l < "$work/probes") functions probed ($(wc -l < "$work/moved") past a prefix)"
 # One write per probe on one open file: the kernel parses each write on its own (a line cut by
 # a buffered write would be refused), and opening the file again for each is slow.
 exec 3>> "$tracefs/uprobe_events"
@@ -80,7 +92,12 @@ echo 1 > "$tracefs/events/$group/enable"
 
 # 2. The workload: the benchmark (start, warm runs, sequential and concurrent runs, polled
 # and watched) and the CLI's common commands on a server of its own.
-export PI_WORKFLOWS_PACKAGE_DIR="$PWD/packages/pi-workflows"
+# A server in this checkout finds the package from its own place, as a user's server does
+# (a path the profile would miss if told where the package is); one from elsewhere is told.
+case "$binary" in
+  "$PWD"/*) unset PI_WORKFLOWS_PACKAGE_DIR ;;
+  *) export PI_WORKFLOWS_PACKAGE_DIR="$PWD/packages/pi-workflows" ;;
+esac
 # Two benchmarks: the plain workload long enough for the concurrent phases' rarer paths (a
 # full warm pool, queued runs, admissions given back) and with the idle phase that follows
 # it, then one whose steps return new values while finished runs stay watched.
