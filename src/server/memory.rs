@@ -122,6 +122,10 @@ fn tunables_to_add(user_tunables: Option<&str>, arena_max_env_set: bool) -> Stri
 /// allocator settings.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn restore_user_environment() {
+    debug_assert!(
+        has_one_thread(),
+        "the environment changes only while the process has one thread"
+    );
     let user_tunables = std::env::var_os(USER_TUNABLES_ENV);
     // SAFETY: `tune_allocator` runs first in `server run`, before the server starts a thread,
     // so nothing reads the environment concurrently.
@@ -133,6 +137,12 @@ fn restore_user_environment() {
             None => std::env::remove_var(GLIBC_TUNABLES_ENV),
         }
     }
+}
+
+/// Whether this process runs one thread, the only time changing its environment is sound.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn has_one_thread() -> bool {
+    std::fs::read_dir("/proc/self/task").map_or(true, |tasks| tasks.count() == 1)
 }
 
 /// Release the store's caches, then return the allocator's free pages to the kernel.
