@@ -287,7 +287,9 @@ fn a_runner_that_hangs_every_time_parks_for_review_instead_of_looping() {
         2
     );
 
-    // A resume makes exactly one new attempt, which stalls and parks again.
+    // A resume makes exactly one new attempt, which stalls and parks again. While the run
+    // was parked the reclaimer found no running run and waits for a commit: the resume's
+    // wakes it, or the new stall would never be reclaimed.
     let resume = server.cli(&["run", "resume", "run-0"]);
     assert!(resume.status.success(), "{}", String::from_utf8_lossy(&resume.stderr));
     server.wait_for(

@@ -17,6 +17,7 @@ pub mod clients;
 pub mod config;
 pub mod coordinators;
 pub mod deadlines;
+pub mod empty_look;
 pub mod frames;
 pub mod logging;
 pub mod memory;

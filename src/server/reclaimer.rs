@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::blocking;
+use super::empty_look::EmptyLook;
 use super::runners::registry::Runners;
 use super::runners::settle::{reap_registered, stop_stale_runners};
 use super::shared::Shared;
@@ -35,9 +36,21 @@ pub struct ReclaimArgs {
     pub interval: Duration,
 }
 
-/// Look every `interval` until the server stops.
+/// Look every `interval` until the server stops. While the last look found no run starting
+/// or running, nothing can expire: the reclaimer then waits for a watched commit (the only
+/// way a run starts) and an `interval` after it, so an idle server's reclaimer never wakes.
 pub async fn reclaimer(args: ReclaimArgs) -> Result<(), String> {
+    let mut commits = args.shared.store.commits();
+    let mut no_running_run = EmptyLook::default();
     loop {
+        if no_running_run.still_empty(*commits.borrow_and_update()) {
+            tokio::select! {
+                // A closed channel (the writer gone) falls through to the timed look, whose
+                // read reports it.
+                _ = commits.changed() => {}
+                _ = args.shared.stopped() => return Ok(()),
+            }
+        }
         tokio::select! {
             () = tokio::time::sleep(args.interval) => {}
             _ = args.shared.stopped() => return Ok(()),
@@ -45,15 +58,25 @@ pub async fn reclaimer(args: ReclaimArgs) -> Result<(), String> {
         if args.shared.stop_requested().is_some() {
             return Ok(());
         }
-        reclaim_once(&args).await;
+        reclaim_once(&args, &mut no_running_run).await;
     }
 }
 
-async fn reclaim_once(args: &ReclaimArgs) {
+async fn reclaim_once(args: &ReclaimArgs, no_running_run: &mut EmptyLook) {
     let store = &args.shared.store;
+    let count = store.commit_count();
     let now = store.now_ms();
-    let expired = match blocking::read(store, move |conn| recovery::expired_runs(conn, now, RECLAIM_BATCH_MAX)).await {
-        Ok(expired) => expired,
+    let read = blocking::read(store, move |conn| {
+        Ok((
+            recovery::expired_runs(conn, now, RECLAIM_BATCH_MAX)?,
+            recovery::any_run_running(conn)?,
+        ))
+    });
+    let expired = match read.await {
+        Ok((expired, any_running)) => {
+            no_running_run.record(count, !any_running);
+            expired
+        }
         Err(err) => {
             tracing::warn!(error = %err, "expired runs could not be read; looking again later");
             return;

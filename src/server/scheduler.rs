@@ -19,6 +19,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::task::JoinHandle;
 
 use super::blocking;
+use super::empty_look::EmptyLook;
 use super::memory;
 use super::runners::admission;
 use super::runners::registry::Runners;
@@ -65,6 +66,10 @@ pub struct SchedulerState {
     quiet_since: Option<Instant>,
     memory_released: bool,
     renewed_at: Instant,
+    /// The admission's last look found no queued run at all, and the idle check's no
+    /// unsettled work: neither reads again before a watched commit.
+    no_queued_run: EmptyLook,
+    no_unsettled_work: EmptyLook,
     ticker: Option<JoinHandle<()>>,
     /// Told to the ticker after each tick: nothing queued and no runner.
     quiet: Arc<AtomicBool>,
@@ -103,6 +108,8 @@ impl Actor for Scheduler {
             renewed_at: Instant::now()
                 .checked_sub(Duration::from_millis(LEASE_RENEW_MS))
                 .unwrap_or_else(Instant::now),
+            no_queued_run: EmptyLook::default(),
+            no_unsettled_work: EmptyLook::default(),
             ticker: Some(ticker),
             quiet,
         })
@@ -239,6 +246,10 @@ async fn admit(state: &mut SchedulerState) -> Admission {
     if runners.settings.program.is_none() || free == 0 || shared.stop_requested().is_some() {
         return Admission::Done;
     }
+    let count = shared.store.commit_count();
+    if state.no_queued_run.still_empty(count) {
+        return Admission::NothingAdmissible { queued: 0 };
+    }
     let now = shared.store.now_ms();
     // At most `free` candidates and a count over the queue's index: read in place.
     let read = blocking::read_small(&shared.store, move |conn| {
@@ -247,6 +258,8 @@ async fn admit(state: &mut SchedulerState) -> Admission {
     let Ok((queued, queued_total)) = read else {
         return Admission::Done;
     };
+    // No queued row at all, due or not: only a commit can queue one.
+    state.no_queued_run.record(count, queued_total == 0);
     if queued.is_empty() {
         return Admission::NothingAdmissible { queued: queued_total };
     }
@@ -278,13 +291,20 @@ async fn release_memory_once_quiet(state: &mut SchedulerState, quiet: bool) {
     memory::release(&state.shared.store).await;
 }
 
+/// Whether the store holds work to settle (a failed read counts as work: the server stays).
+async fn has_unsettled_work(state: &mut SchedulerState) -> bool {
+    let count = state.shared.store.commit_count();
+    if state.no_unsettled_work.still_empty(count) {
+        return false;
+    }
+    let work = blocking::read(&state.shared.store, verify::unsettled_work).await;
+    let unsettled = work.map_or(true, |work| work > 0);
+    state.no_unsettled_work.record(count, !unsettled);
+    unsettled
+}
+
 async fn check_idle(state: &mut SchedulerState) {
-    let shared = &state.shared;
-    let busy_in_memory = shared.connections() > 0 || state.runners.live() > 0;
-    let busy = busy_in_memory
-        || blocking::read(&shared.store, verify::unsettled_work)
-            .await
-            .map_or(true, |work| work > 0);
+    let busy = state.shared.connections() > 0 || state.runners.live() > 0 || has_unsettled_work(state).await;
     if busy {
         state.idle_since = None;
         return;
@@ -292,6 +312,6 @@ async fn check_idle(state: &mut SchedulerState) {
     let idle_since = *state.idle_since.get_or_insert_with(Instant::now);
     if idle_since.elapsed() >= state.idle_exit {
         tracing::info!(idle_ms = state.idle_exit.as_millis() as u64, "idle; stopping");
-        shared.request_stop(StopReason::Idle);
+        state.shared.request_stop(StopReason::Idle);
     }
 }

@@ -179,6 +179,11 @@ impl Store {
         self.writer.commits()
     }
 
+    /// The commit counter's value now (see `commits`).
+    pub fn commit_count(&self) -> u64 {
+        self.writer.commit_count()
+    }
+
     /// Which runs the commits changed (`run_news`): a view of one run skips other runs'
     /// commits.
     pub fn run_news(&self) -> Arc<run_news::RunNews> {

@@ -187,6 +187,16 @@ pub fn expired_runs(conn: &rusqlite::Connection, now_ms: i64, limit: usize) -> S
     Ok(expired)
 }
 
+/// Whether any run is starting or running, claimed or not: with none, no claim can expire
+/// (the reclaimer's look finds nothing until a commit starts one).
+pub fn any_run_running(conn: &rusqlite::Connection) -> StoreResult<bool> {
+    Ok(conn
+        .prepare_cached(ANY_RUN_RUNNING_SQL)?
+        .query_row([], |row| row.get(0))?)
+}
+
+const ANY_RUN_RUNNING_SQL: &str = "SELECT EXISTS (SELECT 1 FROM run_queue WHERE status IN ('starting', 'running'))";
+
 /// Reclaim one running row while the server lives (the reclaimer), in one transaction:
 /// close the run's `stale` runner epochs as `orphaned` (the caller stopped their processes),
 /// then `reclaim_run` proving expiry. A claim that is live again is refused with
@@ -230,4 +240,15 @@ fn run_ids(tx: &WriteTx<'_>, sql: &str) -> StoreResult<Vec<String>> {
         .query_map([], |row| row.get(0))?
         .collect::<Result<Vec<String>, _>>()?;
     Ok(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ANY_RUN_RUNNING_SQL;
+    use crate::store::query_plans::assert_live_reads_only;
+
+    #[test]
+    fn the_reclaimers_running_check_reads_only_live_rows() {
+        assert_live_reads_only(&[("any run running", ANY_RUN_RUNNING_SQL)]);
+    }
 }

@@ -341,6 +341,11 @@ impl Writer {
         self.commits.clone()
     }
 
+    /// The commit counter's value now (see `commits`).
+    pub fn commit_count(&self) -> u64 {
+        *self.commits.borrow()
+    }
+
     /// Which runs the commits changed: stamped before `commits` moves (`run_news`).
     pub fn run_news(&self) -> Arc<RunNews> {
         Arc::clone(&self.news)
