@@ -22,7 +22,8 @@
 //! - where a sequential run's wall goes (p50 of each step, from the client's send and sight of
 //!   the end and the store's timestamps): → created, → runner epoch, → ready, → first node, →
 //!   the end committed, → the client saw it;
-//! - idle: the server's RSS before any run, and its CPU per second with nothing to do.
+//! - idle: the server's RSS before any run, and its CPU per second with nothing to do, alone
+//!   and with every process of its session (warm runners, resolver, their children).
 //!
 //! `--paired BASELINE` measures instead the server CPU per run (and its children's: runner and
 //! resolver processes) of this build against another build of the server side by side: two
@@ -49,7 +50,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::{Context, bail, ensure};
 use pi_workflows::client::Client;
 use pi_workflows::protocol::{EventKind, JsonObject, Operation, Outcome};
 use rusqlite::{Connection, OpenFlags};
@@ -695,20 +696,52 @@ fn timeline(state: &Path, marks: &[ClientMarks]) -> anyhow::Result<Value> {
 }
 
 /// Idle figures: the server's RSS before any run, and its CPU over `IDLE_SECONDS` with no
-/// client and no run (after the load; the warm pool shrank back meanwhile). Of the RSS, the
-/// server binary's own code pages (`link/hot-text.txt` keeps those few).
+/// client and no run (after the load; the warm pool shrank back meanwhile), alone and with
+/// every process of its session (warm runners, the resolver and their children). Of the RSS,
+/// the server binary's own code pages (`link/hot-text.txt` keeps those few).
 fn idle(server_pid: i32, fresh_rss_kib: u64, fresh_code_rss_kib: u64) -> anyhow::Result<Value> {
     std::thread::sleep(Duration::from_secs(IDLE_SETTLE_SECONDS));
     let before = server_cpu_ms(server_pid)?;
+    let session_before = session_cpu_ms(server_pid)?;
     std::thread::sleep(Duration::from_secs(IDLE_SECONDS));
     let cpu = server_cpu_ms(server_pid)? - before;
+    let session_cpu = session_cpu_ms(server_pid)? - session_before;
     Ok(json!({
         "fresh_rss_kib": fresh_rss_kib,
         "rss_kib": rss_kib(server_pid)?,
         "fresh_code_rss_kib": fresh_code_rss_kib,
         "code_rss_kib": code_rss_kib(server_pid)?,
         "cpu_ms_per_s": cpu / IDLE_SECONDS as f64,
+        "session_cpu_ms_per_s": session_cpu / IDLE_SECONDS as f64,
     }))
+}
+
+/// CPU (ms) of every live process in the server's session (it is the session's leader), each
+/// with its reaped children's: a process that ended between two reads is counted in its
+/// parent's reaped share, so the difference of two reads is the session's CPU meanwhile.
+fn session_cpu_ms(server_pid: i32) -> anyhow::Result<f64> {
+    let (mut total, mut leader_found) = (0.0, false);
+    for entry in std::fs::read_dir("/proc")? {
+        let name = entry?.file_name();
+        let Some(pid) = name.to_str().filter(|name| name.bytes().all(|b| b.is_ascii_digit())) else {
+            continue;
+        };
+        // A process may end meanwhile: it is then counted in its parent's reaped share.
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the command's closing parenthesis: state ppid pgrp session ... (the 4th).
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+        if fields.get(3).and_then(|session| session.parse::<i32>().ok()) == Some(server_pid) {
+            total += proc_stat_ms(pid, &[11, 12, 13, 14]).unwrap_or(0.0);
+            leader_found |= pid == server_pid.to_string();
+        }
+    }
+    // `server start` detaches the server into a session of its own; else this sum means nothing.
+    ensure!(leader_found, "the server {server_pid} does not lead its own session");
+    Ok(total)
 }
 
 /// `node -e 0`: wall per start, and CPU per start from the children's rusage.
@@ -1195,11 +1228,12 @@ fn print_table(figures: &Value) {
     println!("server RSS after the load: {} KiB", figures["server_rss_kib"]);
     let idle = &figures["idle"];
     println!(
-        "idle server: RSS {} KiB fresh, {} KiB after the load (its code {} and {} KiB); CPU {} ms/s",
+        "idle server: RSS {} KiB fresh, {} KiB after the load (its code {} and {} KiB); CPU {} ms/s, {} ms/s with its warm runners and resolver",
         idle["fresh_rss_kib"],
         idle["rss_kib"],
         idle["fresh_code_rss_kib"],
         idle["code_rss_kib"],
-        f(&idle["cpu_ms_per_s"])
+        f(&idle["cpu_ms_per_s"]),
+        f(&idle["session_cpu_ms_per_s"])
     );
 }

@@ -24,6 +24,7 @@ pub mod memory;
 pub mod ops;
 pub mod ownership;
 pub mod path_watch;
+pub mod quiet_spell;
 pub mod reclaimer;
 pub mod resolvers;
 pub mod retention;

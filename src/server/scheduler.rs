@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 use super::blocking;
 use super::empty_look::EmptyLook;
 use super::memory;
+use super::quiet_spell::QuietSpell;
 use super::runners::admission;
 use super::runners::registry::Runners;
 use super::shared::{Shared, StopReason};
@@ -61,10 +62,9 @@ pub struct SchedulerState {
     lease: ServerLease,
     idle_exit: Duration,
     idle_since: Option<Instant>,
-    /// Since when nothing was queued and no runner ran, and whether memory was released
-    /// since (once per quiet spell).
-    quiet_since: Option<Instant>,
-    memory_released: bool,
+    /// Since when nothing was queued, no runner ran and no watched commit came, and whether
+    /// memory was released since (once per quiet spell).
+    quiet_spell: QuietSpell,
     renewed_at: Instant,
     /// The admission's last look found no queued run at all, and the idle check's no
     /// unsettled work: neither reads again before a watched commit.
@@ -102,8 +102,7 @@ impl Actor for Scheduler {
             lease: args.lease,
             idle_exit: args.idle_exit,
             idle_since: None,
-            quiet_since: None,
-            memory_released: false,
+            quiet_spell: QuietSpell::new(Duration::from_millis(MEMORY_RELEASE_QUIET_MS)),
             // A restarted scheduler renews at once: it cannot know when the lease was renewed.
             renewed_at: Instant::now()
                 .checked_sub(Duration::from_millis(LEASE_RENEW_MS))
@@ -276,19 +275,13 @@ async fn admit(state: &mut SchedulerState) -> Admission {
 }
 
 /// Once per quiet spell, after `MEMORY_RELEASE_QUIET_MS`: a burst of runs grows the caches
-/// and arenas, and a server that then idles for hours should not keep them.
+/// and arenas, and a server that then idles for hours should not keep them. A run that
+/// began and ended between two ticks ends the spell too (`quiet_spell.rs`).
 async fn release_memory_once_quiet(state: &mut SchedulerState, quiet: bool) {
-    if !quiet {
-        state.quiet_since = None;
-        state.memory_released = false;
-        return;
+    let commits = state.shared.store.commit_count();
+    if state.quiet_spell.look(quiet, commits, Instant::now()) {
+        memory::release(&state.shared.store).await;
     }
-    let quiet_since = *state.quiet_since.get_or_insert_with(Instant::now);
-    if state.memory_released || quiet_since.elapsed() < Duration::from_millis(MEMORY_RELEASE_QUIET_MS) {
-        return;
-    }
-    state.memory_released = true;
-    memory::release(&state.shared.store).await;
 }
 
 /// Whether the store holds work to settle (a failed read counts as work: the server stays).

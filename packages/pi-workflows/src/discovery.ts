@@ -40,6 +40,14 @@ export interface ResolvedWorkflowFile {
   path: string;
 }
 
+/** A `run.start` target's file and what its finding rested on: the candidate path that was a
+ * file (`path` is its real path) and the candidates looked at before it, none a file. The
+ * same looks give the same file while those hold. */
+export interface ResolvedTarget extends ResolvedWorkflowFile {
+  candidate: string;
+  shadows: string[];
+}
+
 function isFileNow(candidate: string): boolean {
   try {
     return statSync(candidate).isFile();
@@ -53,18 +61,20 @@ function isFileNow(candidate: string): boolean {
  * processes call this, one request at a time, and each look through the thread pool cost two
  * thread switches (up to eight stats for a name), on every start's path.
  */
-export async function resolveWorkflowFile(nameOrPath: string, projectPath: string, env: NodeJS.ProcessEnv = process.env): Promise<ResolvedWorkflowFile> {
+export async function resolveWorkflowFile(nameOrPath: string, projectPath: string, env: NodeJS.ProcessEnv = process.env): Promise<ResolvedTarget> {
   if (looksLikePath(nameOrPath)) {
     const candidate = path.resolve(projectPath, nameOrPath);
     if (!isFileNow(candidate)) throw new WorkflowError("workflowNotFound", `no workflow file at ${candidate}`);
     const real = realpathSync.native(candidate);
-    return { name: workflowNameOf(real), path: real };
+    return { name: workflowNameOf(real), path: real, candidate, shadows: [] };
   }
   const dirs = [projectWorkflowsDir(projectPath), globalWorkflowsDir(env)];
+  const shadows: string[] = [];
   for (const dir of dirs) {
     for (const ext of WORKFLOW_EXTENSIONS) {
       const candidate = path.join(dir, `${nameOrPath}.workflow${ext}`);
-      if (isFileNow(candidate)) return { name: nameOrPath, path: realpathSync.native(candidate) };
+      if (isFileNow(candidate)) return { name: nameOrPath, path: realpathSync.native(candidate), candidate, shadows };
+      shadows.push(candidate);
     }
   }
   throw new WorkflowError("workflowNotFound", `no workflow named "${nameOrPath}" in ${dirs.join(" or ")}`);

@@ -9,6 +9,7 @@ import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { sha256Hex } from "./canonical.js";
 import { compileWorkflow, type CompiledWorkflow } from "./compile.js";
+import { withEsbuild } from "./esbuild-service.js";
 import { canRunFunctionForm, functionFormOf, processSdk, runFunctionForm } from "./function-form.js";
 import { resolveWorkflowFile } from "./discovery.js";
 // This package's SDK: every workflow shares it, with no node_modules of its own.
@@ -81,11 +82,14 @@ interface Bundle {
   source: WorkflowSource;
 }
 
-async function bundle(filePath: string): Promise<Bundle> {
+// Loaded only on a cache miss: esbuild starts a service process, stopped again when idle.
+function bundle(filePath: string): Promise<Bundle> {
+  return withEsbuild((esbuild) => bundleWith(esbuild, filePath));
+}
+
+async function bundleWith(esbuild: typeof import("esbuild"), filePath: string): Promise<Bundle> {
   const hashes = new Map<string, string>();
   const workingDir = path.dirname(filePath);
-  // Loaded only on a cache miss: esbuild starts a service process.
-  const esbuild = await importModule<typeof import("esbuild")>("esbuild");
   let result;
   try {
     result = await esbuild.build({

@@ -12,7 +12,7 @@ import path from "node:path";
 import { canonicalDigest, canonicalJson, toJsonValue } from "./canonical.js";
 import { WorkflowError } from "./errors.js";
 import { LoadedWorkflowCache } from "./loaded-cache.js";
-import { loadWorkflowFile, resolveWorkflowFile, type LoadedWorkflow } from "./loader.js";
+import { loadWorkflowFile, resolveWorkflowFile, type LoadedWorkflow, type ResolvedTarget } from "./loader.js";
 import { FrameChannel } from "./runner/channel.js";
 import { listRequestOf, listWorkflowPage } from "./workflow-list.js";
 
@@ -44,13 +44,13 @@ interface ResolveArgs {
 }
 
 /** Discovery runs every time; the load is reused only for byte-identical sources (served). */
-async function load(args: ResolveArgs, cache?: LoadedWorkflowCache): Promise<LoadedWorkflow> {
+async function load(args: ResolveArgs, cache?: LoadedWorkflowCache): Promise<{ loaded: LoadedWorkflow; file: ResolvedTarget }> {
   const file = await resolveWorkflowFile(args.target, args.project);
   const cached = await cache?.lookup(file.path);
-  if (cached) return { ...cached, name: file.name };
+  if (cached) return { loaded: { ...cached, name: file.name }, file };
   const loaded = await loadWorkflowFile(file.path, file.name);
   cache?.remember(loaded);
-  return loaded;
+  return { loaded, file };
 }
 
 async function resolve(args: ResolveArgs, cache?: LoadedWorkflowCache): Promise<unknown> {
@@ -62,7 +62,7 @@ async function resolve(args: ResolveArgs, cache?: LoadedWorkflowCache): Promise<
       throw new WorkflowError("invalidInput", `--input-json is not JSON: ${(error as Error).message}`);
     }
   }
-  const loaded = await load(args, cache);
+  const { loaded, file } = await load(args, cache);
   let input: unknown;
   try {
     input = toJsonValue(loaded.definition.input ? loaded.definition.input(raw) : raw);
@@ -76,6 +76,11 @@ async function resolve(args: ResolveArgs, cache?: LoadedWorkflowCache): Promise<
     snapshot: loaded.compiled.snapshot,
     input,
     inputHash: canonicalDigest(input),
+    // Without an input normalizer no workflow code ran for this answer: it follows from the
+    // sources above, the discovery looks below and the raw input alone, so the server may
+    // give it again while those hold (src/server/resolvers/reuse.rs). A normalizer may read
+    // the clock, a file or git, so its answers are never reused.
+    ...(loaded.definition.input ? {} : { reuse: { candidate: file.candidate, shadows: file.shadows } }),
   };
 }
 

@@ -1,8 +1,9 @@
-// Discovery order, esbuild loading without node_modules, source identity, and the resolver child.
+// Discovery order, esbuild loading without node_modules (and its service stopped when idle),
+// source identity, and the resolver child.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { test } from "node:test";
 import { promisify } from "node:util";
@@ -185,4 +186,43 @@ test("a bundle that needs a module (top-level await, import.meta, import(), the 
     assert.equal(loaded.definition.name, name);
     assert.equal(ranAs(loaded.definition), "module", name);
   }
+});
+
+/** The pids of this process's esbuild service children (esbuild's Go binary, `--service`). */
+function esbuildChildren() {
+  const pids = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    let stat;
+    try {
+      stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+    } catch {
+      continue; // ended meanwhile
+    }
+    // pid (comm) state ppid ...: comm may hold spaces, so split after its closing parenthesis.
+    const comm = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+    const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+    if (ppid === process.pid && comm === "esbuild") pids.push(Number(entry));
+  }
+  return pids;
+}
+
+test("esbuild's service process is stopped once no build has used it for a while, and a later build starts one", async (t) => {
+  const { ESBUILD_IDLE_STOP_MS } = await import("../dist/esbuild-service.js");
+  const { project } = fixtureCopy(t);
+  const waitUntilStopped = async () => {
+    // Bounded: far beyond the grace, so only a service that never stops fails this.
+    const deadline = Date.now() + ESBUILD_IDLE_STOP_MS + 10_000;
+    while (esbuildChildren().length > 0) {
+      assert.ok(Date.now() < deadline, "esbuild's service still runs long after its last build");
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  };
+  // No bundle cache here, so every load bundles.
+  await loadWorkflow("greet", project, {});
+  assert.equal(esbuildChildren().length, 1, "the build ran on a service process, still up within its grace");
+  await waitUntilStopped();
+  const again = await loadWorkflow("greet", project, {});
+  assert.equal(again.definition.name, "greet", "a build after the stop starts a new service");
+  await waitUntilStopped();
 });

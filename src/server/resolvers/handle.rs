@@ -6,6 +6,9 @@
 //! finishes loading cannot stall every other start: it costs one resolver for at most the
 //! resolve timeout, and other starts wait at most `WARM_QUEUE_WAIT_MS` behind it.
 //!
+//! An answer marked reusable is kept (`reuse.rs`) and given again, without a resolver, while
+//! its workflow is unchanged on disk.
+//!
 //! Architecture Invariant: the handle only names resolver actors; each actor owns its Node
 //! process and channel.
 
@@ -13,14 +16,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::ActorRef;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use supervisors::{ChildSpec, DetailsCell, Restart, SupervisorMsg};
 use tokio::sync::Semaphore;
 
 use super::mailbox::{Resolution, ResolveFailure, ResolverJob, ResolverMsg};
 use super::registry::{ResolverArgs, ResolverRegistry};
 use super::resolver::Resolver;
+use super::reuse::{Reuse, ReuseKey};
 use crate::server::shared::Shared;
+
+type JsonMap = Map<String, Value>;
 
 /// One-shot resolvers running at once besides the warm one.
 pub const EXTRA_RESOLVERS_MAX: usize = 2;
@@ -52,6 +58,8 @@ pub struct Resolvers {
     /// The warm resolver serves one request at a time.
     warm_free: Semaphore,
     extras_free: Semaphore,
+    /// Answers given again while their workflow is unchanged (`reuse.rs`).
+    reuse: Reuse,
 }
 
 impl Resolvers {
@@ -61,6 +69,7 @@ impl Resolvers {
             shared,
             warm_free: Semaphore::new(1),
             extras_free: Semaphore::new(EXTRA_RESOLVERS_MAX),
+            reuse: Reuse::default(),
         })
     }
 
@@ -73,17 +82,43 @@ impl Resolvers {
         }
     }
 
-    /// Resolve `target` for `project` with the raw `input_json` (if any).
+    /// Resolve `target` for `project` with the raw `input_json` (if any): a kept answer
+    /// when its workflow is unchanged on disk (`reuse.rs`), else a resolver's.
     pub async fn resolve(&self, target: &str, project: &str, input_json: Option<&str>) -> Resolution {
+        let key = ReuseKey::of(target, project, input_json);
+        if let Some(answer) = self.reused(key.as_ref()).await {
+            return Ok(answer);
+        }
         let mut request = json!({"target": target, "project": project});
         if let Some(input) = input_json {
             request["inputJson"] = Value::String(input.to_string());
         }
-        self.dispatch(ResolverJob {
-            request,
-            timeout: self.registry.timeout,
-        })
-        .await
+        let answer = self
+            .dispatch(ResolverJob {
+                request,
+                timeout: self.registry.timeout,
+            })
+            .await?;
+        if let Some(key) = key {
+            self.reuse.remember(key, &answer);
+        }
+        Ok(answer)
+    }
+
+    /// The kept answer of `key` if its witness still holds on disk (checked off the async
+    /// workers: it reads and hashes the sources).
+    async fn reused(&self, key: Option<&ReuseKey>) -> Option<JsonMap> {
+        let key = key?;
+        let (answer, witness) = self.reuse.candidate(key)?;
+        let holds = tokio::task::spawn_blocking(move || witness.holds())
+            .await
+            .unwrap_or(false);
+        if !holds {
+            self.reuse.forget(key);
+            return None;
+        }
+        tracing::debug!("reused the resolution of an unchanged workflow");
+        Some(answer)
     }
 
     /// One page of the workflows discoverable for `project` (project ones first, then

@@ -6,3 +6,4 @@ pub mod handle;
 pub mod mailbox;
 pub mod registry;
 pub mod resolver;
+pub mod reuse;
