@@ -20,6 +20,7 @@
 
 use std::collections::HashMap;
 use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -144,9 +145,18 @@ fn is_file(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|meta| meta.is_file())
 }
 
-/// The SHA-256 of a file if it fits in `budget` bytes (taken from it).
+/// The SHA-256 of a regular file if it fits in `budget` bytes (taken from it).
 fn sha256_within(path: &Path, budget: &mut u64) -> Option<String> {
-    let file = std::fs::File::open(path).ok()?;
+    // Non-blocking, so a source swapped for a FIFO cannot hold a blocking-pool thread in
+    // `open` forever; only a regular file is read.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
     let mut bytes = Vec::new();
     // One byte past the budget tells a file that is too large from one that fits.
     file.take(*budget + 1).read_to_end(&mut bytes).ok()?;
@@ -377,6 +387,19 @@ mod tests {
         reuse.remember(key.clone(), &answer);
         assert!(reuse.candidate(&key).is_none());
         assert!(ReuseKey::of("root", "/p", Some(&"x".repeat(REUSE_INPUT_BYTES_MAX + 1))).is_none());
+    }
+
+    #[test]
+    fn a_source_swapped_for_a_fifo_is_a_miss_without_waiting_for_a_writer() {
+        let fixture = Fixture::new();
+        let witness = fixture.witness();
+        let helper = fixture.path("lib/helper.ts");
+        std::fs::remove_file(&helper).expect("remove");
+        nix::unistd::mkfifo(&helper, nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR).expect("mkfifo");
+        assert!(
+            !witness.holds(),
+            "a FIFO is no source file (and opening it did not block)"
+        );
     }
 
     #[test]
