@@ -730,12 +730,19 @@ fn session_cpu_ms(server_pid: i32) -> anyhow::Result<f64> {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };
-        // After the command's closing parenthesis: state ppid pgrp session ... (the 4th).
+        // After the command's closing parenthesis: state ppid pgrp session (the 4th) ...
+        // utime stime cutime cstime (the 12th to 15th), in ticks.
         let fields: Vec<&str> = stat
             .rsplit_once(')')
             .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
         if fields.get(3).and_then(|session| session.parse::<i32>().ok()) == Some(server_pid) {
-            total += proc_stat_ms(pid, &[11, 12, 13, 14]).unwrap_or(0.0);
+            let ticks: f64 = fields
+                .get(11..15)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|value| value.parse::<f64>().ok())
+                .sum();
+            total += ticks * 1e3 / USER_HZ;
             leader_found |= pid == server_pid.to_string();
         }
     }

@@ -10,6 +10,7 @@ import { promisify } from "node:util";
 import * as sdk from "../dist/index.js";
 import { listWorkflows, loadWorkflow, resolveWorkflowFile } from "../dist/loader.js";
 import { fixtureCopy, PACKAGE_DIR } from "./support/fixtures.mjs";
+import { waitFor } from "./agent/helpers.mjs";
 
 const run = promisify(execFile);
 const sha = (file) => createHash("sha256").update(readFileSync(file)).digest("hex");
@@ -210,14 +211,9 @@ function esbuildChildren() {
 test("esbuild's service process is stopped once no build has used it for a while, and a later build starts one", async (t) => {
   const { ESBUILD_IDLE_STOP_MS } = await import("../dist/esbuild-service.js");
   const { project } = fixtureCopy(t);
-  const waitUntilStopped = async () => {
-    // Bounded: far beyond the grace, so only a service that never stops fails this.
-    const deadline = Date.now() + ESBUILD_IDLE_STOP_MS + 10_000;
-    while (esbuildChildren().length > 0) {
-      assert.ok(Date.now() < deadline, "esbuild's service still runs long after its last build");
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-  };
+  // Bounded: far beyond the grace, so only a service that never stops fails this.
+  const waitUntilStopped = () =>
+    waitFor(() => esbuildChildren().length === 0, ESBUILD_IDLE_STOP_MS + 10_000, "esbuild's service to stop after its last build");
   // No bundle cache here, so every load bundles.
   await loadWorkflow("greet", project, {});
   assert.equal(esbuildChildren().length, 1, "the build ran on a service process, still up within its grace");

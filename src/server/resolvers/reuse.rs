@@ -64,12 +64,11 @@ impl ReuseKey {
 /// What an answer rested on, checked on disk before it is given again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Witness {
-    /// The candidate path that was a file, and its real path (the source root).
+    /// The candidate path that was a file; its real path is the source root.
     candidate: PathBuf,
-    root: PathBuf,
     /// Candidates looked at before it, none a file then.
     shadows: Vec<PathBuf>,
-    /// Every source file (root first) and its SHA-256, lowercase hex.
+    /// Every source file (the root first, never empty) and its SHA-256, lowercase hex.
     files: Vec<(PathBuf, String)>,
 }
 
@@ -101,20 +100,22 @@ impl Witness {
         if files.len() != 1 + mounted.len() || files.len() > REUSE_SOURCE_FILES_MAX {
             return None;
         }
-        let root = files[0].0.clone();
         Some(Self {
             candidate,
-            root,
             shadows,
             files,
         })
+    }
+
+    /// The source root: the real path of the candidate found.
+    fn root(&self) -> &Path {
+        &self.files[0].0
     }
 
     /// The bytes of its paths and hashes.
     fn bytes(&self) -> usize {
         let path = |path: &PathBuf| path.as_os_str().len();
         path(&self.candidate)
-            + path(&self.root)
             + self.shadows.iter().map(path).sum::<usize>()
             + self
                 .files
@@ -128,7 +129,7 @@ impl Witness {
     pub fn holds(&self) -> bool {
         let finds_the_same_file = self.shadows.iter().all(|shadow| !is_file(shadow))
             && is_file(&self.candidate)
-            && std::fs::canonicalize(&self.candidate).is_ok_and(|real| real == self.root);
+            && std::fs::canonicalize(&self.candidate).is_ok_and(|real| real == self.root());
         finds_the_same_file && self.sources_unchanged()
     }
 
@@ -252,17 +253,15 @@ impl Reuse {
         self.lock().remove(key);
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.lock().by_key.len()
     }
 
     /// `Entry::bytes` of all kept answers.
-    pub fn bytes(&self) -> usize {
+    #[cfg(test)]
+    fn bytes(&self) -> usize {
         self.lock().bytes
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
