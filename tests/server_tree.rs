@@ -434,6 +434,77 @@ fn a_killed_runner_leaves_the_tree_and_its_run_is_parked() {
     assert_eq!(env.count("SELECT count(*) FROM run_workers"), 1, "not relaunched");
 }
 
+/// The pool's live warm runners, as the tree lists them.
+fn live_pool(env: &Env) -> Option<Vec<i32>> {
+    let tree = poll_tree(env)?;
+    let pool = processes(at(&tree, &["runners", "pool"])?);
+    Some(pool.into_iter().map(|(pid, _)| pid).filter(|pid| alive(*pid)).collect())
+}
+
+/// The pid of the runner that ran `run_id` (its one epoch).
+fn runner_of(env: &Env, run_id: &str) -> i32 {
+    env.count(&format!("SELECT pid FROM run_workers WHERE run_id = '{run_id}'")) as i32
+}
+
+fn run_to_end(env: &Env) -> String {
+    let run_id = env.start_fixture("echo-task", None);
+    env.wait_for_count(
+        "the run completes",
+        &format!("SELECT count(*) FROM runs WHERE run_id = '{run_id}' AND finished_at IS NOT NULL"),
+    );
+    run_id
+}
+
+/// A run takes the newest warm runner that has settled (on a VM, memory a process has not
+/// touched for seconds comes back slowly), not the oldest: the runner started after the first
+/// run serves the second, and the one that was already waiting keeps waiting.
+#[test]
+fn a_run_takes_the_newest_settled_warm_runner() {
+    require_package();
+    // Two warm runners whatever the demand, and no shrink during the test.
+    let env = Env::with_vars(vec![
+        ("PI_WORKFLOWS_WARM_RUNNERS".to_string(), "2".to_string()),
+        ("PI_WORKFLOWS_MAX_WORKERS".to_string(), "2".to_string()),
+        ("PI_WORKFLOWS_WARM_DEMAND_MS".to_string(), "600000".to_string()),
+    ]);
+    start_server(&env);
+    let before = wait_for(&env, "the pool lists two warm runners", || {
+        live_pool(&env).filter(|pool| pool.len() == 2)
+    });
+    let first = run_to_end(&env);
+    let first_runner = runner_of(&env, &first);
+    assert!(
+        before.contains(&first_runner),
+        "the first run took a warm runner: {first_runner} not in {before:?}"
+    );
+    let waiting = *before
+        .iter()
+        .find(|pid| **pid != first_runner)
+        .expect("the other warm runner");
+    let (newer, pool) = wait_for(&env, "the pool starts a runner after the first run", || {
+        let pool = live_pool(&env).filter(|pool| pool.len() == 2)?;
+        let newer = *pool.iter().find(|pid| !before.contains(pid))?;
+        Some((newer, pool))
+    });
+    assert!(
+        pool.contains(&waiting),
+        "the waiting runner is still in the pool: {pool:?}"
+    );
+    // Settled: older than the pool's WARM_SETTLED_MS (250 ms), with a margin.
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let second = run_to_end(&env);
+    let second_runner = runner_of(&env, &second);
+    assert_eq!(
+        second_runner,
+        newer,
+        "the second run takes the runner started after the first ({newer}), not the one waiting since the \
+         start ({waiting}){}",
+        env.diagnostics()
+    );
+    let pool = live_pool(&env).expect("the tree");
+    assert!(pool.contains(&waiting), "the oldest keeps waiting: {pool:?}");
+}
+
 #[test]
 fn after_server_stop_no_process_the_tree_listed_survives() {
     require_package();

@@ -69,6 +69,8 @@ pub struct WarmRunner {
     pub child: ProcessChild,
     pub channel: StdUnixStream,
     pub log_stem: String,
+    /// When its process was started: the pool takes and retires warm runners by age.
+    pub started: std::time::Instant,
 }
 
 impl WarmRunner {

@@ -24,10 +24,17 @@
 //! fifth less CPU per runner; until then, and for good once a build fails or a snapshot runner
 //! exits unused, they start the plain way.
 //!
-//! Takes are oldest first: the oldest warm runner is the likeliest to have finished its own
-//! start-up. A warm runner still booting when taken is used as is (the start-up is already
-//! under way). A restarted pool starts empty and refills; the processes of the pool that
-//! failed were killed and reaped when their `ProcessChild`ren were dropped.
+//! A run takes the newest warm runner that has settled (is at least `WARM_SETTLED_MS` old:
+//! done with its start-up and rehearsal), else the oldest, the likeliest to be nearly done (a
+//! runner still booting when taken is used as is: its start-up is already under way). Newest
+//! because on a virtual machine memory a process has not touched for a few seconds comes back
+//! slowly (the host reclaims a guest's idle pages): with runs arriving 0.6 s apart and four
+//! warm runners, the oldest had waited 2.5 s and, in a slow hour, spent 19.7–24.4 ms of CPU
+//! on its run, where one that had waited 0.6 s spent 17.1–19.1 ms (docs/PERFORMANCE.md,
+//! thirty-eighth round). For the same reason a shrink retires the oldest.
+//!
+//! A restarted pool starts empty and refills; the processes of the pool that failed were
+//! killed and reaped when their `ProcessChild`ren were dropped.
 //!
 //! Architecture Invariant: a warm runner holds nothing: no claim, no runner epoch, no
 //! workflow code. It becomes a run's runner only after that run's admission and epoch are
@@ -55,6 +62,10 @@ use crate::server::spawn::spawn_runner_with_channel;
 const WARM_STOP_GRACE_MS: u64 = 500;
 /// Warm runners one refill starts at most.
 const REFILL_BURST_MAX: usize = 2;
+/// A warm runner this old has finished its start-up and its rehearsal and waits only for a
+/// launch (both take 50–80 ms of wall on an unloaded 2-core machine in a slow hour; a loaded
+/// one takes its runners young, and then the oldest).
+const WARM_SETTLED_MS: u64 = 250;
 /// Tells the Node runner not to rehearse while it waits (packages/pi-workflows/src/runner/main.ts).
 pub const NO_WARM_UP_FLAG: &str = "--no-warm-up";
 
@@ -76,7 +87,7 @@ impl PoolArgs {
 
 pub struct PoolState {
     args: PoolArgs,
-    /// Oldest first.
+    /// Oldest first (by `WarmRunner::started`).
     warm: VecDeque<WarmRunner>,
     last_take: Option<Instant>,
     /// How warm runners start now (`start_program`).
@@ -156,9 +167,8 @@ impl Actor for Pool {
                 show(state);
             }
             PoolMsg::Return(runner) => {
-                // The oldest again: it was the oldest when it was taken.
                 if !state.args.stopping() {
-                    state.warm.push_front(*runner);
+                    put_back(state, *runner);
                     show(state);
                 }
             }
@@ -200,16 +210,47 @@ fn target(state: &PoolState) -> usize {
     settings.max_workers.clamp(idle, WARM_RUNNERS_MAX)
 }
 
-/// The oldest live warm runner; one that exited on its own (e.g. a broken installation) is
-/// dropped.
+/// The live warm runner to take (`pick`); one that exited on its own (e.g. a broken
+/// installation) is dropped.
 fn take(state: &mut PoolState) -> Option<WarmRunner> {
-    while let Some(mut runner) = state.warm.pop_front() {
+    loop {
+        let now = Instant::now();
+        let index = pick(
+            state
+                .warm
+                .iter()
+                .map(|runner| now.saturating_duration_since(runner.started)),
+        )?;
+        let mut runner = state.warm.remove(index)?;
         if matches!(runner.child.try_exit(), Ok(None)) {
             return Some(runner);
         }
         exited_unused(state);
     }
-    None
+}
+
+/// Which warm runner a run takes, given their ages oldest first: the newest that has settled
+/// (`WARM_SETTLED_MS`), else the oldest; `None` when there is none.
+fn pick(mut ages_oldest_first: impl DoubleEndedIterator<Item = Duration> + ExactSizeIterator) -> Option<usize> {
+    let count = ages_oldest_first.len();
+    if count == 0 {
+        return None;
+    }
+    let settled = Duration::from_millis(WARM_SETTLED_MS);
+    Some(ages_oldest_first.rposition(|age| age >= settled).unwrap_or(0))
+}
+
+/// A runner taken but not used goes back to its place by age (the pool stays oldest first).
+fn put_back(state: &mut PoolState, runner: WarmRunner) {
+    let at = state.warm.partition_point(|other| other.started <= runner.started);
+    state.warm.insert(at, runner);
+    debug_assert!(
+        state
+            .warm
+            .iter()
+            .zip(state.warm.iter().skip(1))
+            .all(|(a, b)| a.started <= b.started)
+    );
 }
 
 /// A warm runner exited before any launch: if runners start from the snapshot, the rest of
@@ -314,12 +355,13 @@ fn refill(state: &mut PoolState) {
     }
 }
 
-/// Back to the idle target: the newest (the least likely to be needed soon) go first. A warm
-/// runner holds nothing, so dropping it (SIGKILL of its group, reaped) loses nothing.
+/// Back to the idle target: the oldest go first (their memory is the coldest, see the module's
+/// notes). A warm runner holds nothing, so dropping it (SIGKILL of its group, reaped) loses
+/// nothing.
 fn shrink(state: &mut PoolState) {
     let keep = target(state);
     while state.warm.len() > keep {
-        drop(state.warm.pop_back());
+        drop(state.warm.pop_front());
     }
 }
 
@@ -348,6 +390,7 @@ fn start_one(state: &PoolState, program: &Program) -> anyhow::Result<WarmRunner>
         child,
         channel,
         log_stem,
+        started: Instant::now(),
     })
 }
 
@@ -373,7 +416,34 @@ fn show(state: &PoolState) {
 
 #[cfg(test)]
 mod tests {
-    use super::NO_WARM_UP_FLAG;
+    use std::time::Duration;
+
+    use super::{NO_WARM_UP_FLAG, WARM_SETTLED_MS, pick};
+
+    fn ages(ms: &[u64]) -> impl DoubleEndedIterator<Item = Duration> + ExactSizeIterator + '_ {
+        ms.iter().map(|ms| Duration::from_millis(*ms))
+    }
+
+    /// A run takes the newest runner that has settled: its memory is the warmest.
+    #[test]
+    fn a_run_takes_the_newest_settled_warm_runner() {
+        let settled = WARM_SETTLED_MS;
+        assert_eq!(pick(ages(&[2_500, 1_900, 1_300, 700])), Some(3));
+        assert_eq!(
+            pick(ages(&[2_500, settled, settled - 1, 5])),
+            Some(1),
+            "exactly settled counts"
+        );
+        assert_eq!(pick(ages(&[settled])), Some(0));
+    }
+
+    /// None settled: the oldest, the likeliest to be nearly done starting; none at all: nothing.
+    #[test]
+    fn with_none_settled_a_run_takes_the_oldest() {
+        assert_eq!(pick(ages(&[WARM_SETTLED_MS - 1, 40, 3])), Some(0));
+        assert_eq!(pick(ages(&[0])), Some(0));
+        assert_eq!(pick(ages(&[])), None);
+    }
 
     /// The flag is the server's word to the Node runner (both of its entries read it through
     /// runner/main.ts): both sides must spell it alike.
