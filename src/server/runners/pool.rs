@@ -28,7 +28,8 @@
 //! done with its start-up and rehearsal), else the oldest, the likeliest to be nearly done (a
 //! runner still booting when taken is used as is: its start-up is already under way). Newest
 //! because on a virtual machine memory a process has not touched for a few seconds comes back
-//! slowly (the host reclaims a guest's idle pages): with runs arriving 0.6 s apart and four
+//! slowly (measured here, not explained: the host seems slow to give a guest its idle memory
+//! back; docs/PERFORMANCE.md, thirty-sixth round): with runs arriving 0.6 s apart and four
 //! warm runners, the oldest had waited 2.5 s and, in a slow hour, spent 19.7–24.4 ms of CPU
 //! on its run, where one that had waited 0.6 s spent 17.1–19.1 ms (docs/PERFORMANCE.md,
 //! thirty-eighth round). For the same reason a shrink retires the oldest.
