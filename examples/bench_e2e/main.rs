@@ -68,7 +68,9 @@ use store_figures::{
 };
 use table::print_table;
 
+/// The concurrent clients of the second workload.
 const CLIENTS: usize = 4;
+/// Runs before any figure: the server's caches and statements, the pool at its demand target.
 const WARMUP_RUNS: usize = 5;
 /// Runs started one at a time on an idle, warm server (the pool refilled, nothing running):
 /// the "`run.start` → first node from an idle warm server".

@@ -11,6 +11,7 @@ use super::percentile;
 
 /// Clock ticks per second of /proc's CPU counters (USER_HZ, 100 on Linux).
 const USER_HZ: f64 = 100.0;
+/// `node -e 0` starts the baseline times, one after another.
 const BASELINE_STARTS: usize = 20;
 /// How long the start-rate baseline runs `node -e 0` back to back on every core.
 const NODE_RATE_SECONDS: u64 = 3;

@@ -14,7 +14,9 @@ use serde_json::{Value, json};
 use super::proc_figures::{machine_cpu_ms, server_children_cpu_ms, server_cpu_ms, server_kernel_cpu_ms};
 use super::{Bench, CLIENTS, Detect, percentile, progress};
 
+/// The longest a run may take to end before the benchmark gives up on it.
 const WAIT: Duration = Duration::from_secs(60);
+/// The poll mode's `run.status` interval.
 const POLL_MS: u64 = 2;
 /// `--bystanders`: watches on one connection. Each view's snapshot and a patch or two (the
 /// runner's end, recorded after the run's) wait unread meanwhile, within the client's 64
