@@ -512,9 +512,7 @@ fn after_server_stop_no_process_the_tree_listed_survives() {
     let env = Env::with_vars(vec![("PI_WORKFLOWS_WARM_RUNNERS".to_string(), "2".to_string())]);
     start_server(&env);
     wait_for(&env, "the pool lists two warm runners", || {
-        let tree = poll_tree(&env)?;
-        let warm = processes(at(&tree, &["runners", "pool"])?);
-        (warm.len() == 2 && warm.iter().all(|(pid, _)| alive(*pid))).then_some(())
+        live_pool(&env).filter(|pool| pool.len() == 2)
     });
     let scratch = short_temp_dir("piwm");
     let marker = scratch.path().join("marker");

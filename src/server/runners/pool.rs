@@ -233,8 +233,7 @@ fn take(state: &mut PoolState) -> Option<WarmRunner> {
 /// Which warm runner a run takes, given their ages oldest first: the newest that has settled
 /// (`WARM_SETTLED_MS`), else the oldest; `None` when there is none.
 fn pick(mut ages_oldest_first: impl DoubleEndedIterator<Item = Duration> + ExactSizeIterator) -> Option<usize> {
-    let count = ages_oldest_first.len();
-    if count == 0 {
+    if ages_oldest_first.len() == 0 {
         return None;
     }
     let settled = Duration::from_millis(WARM_SETTLED_MS);
