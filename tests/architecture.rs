@@ -139,6 +139,19 @@ fn runners_never_talk_to_clients() {
     );
 }
 
+#[test]
+fn server_sockets_go_through_the_read_only_registration() {
+    let forbidden = ["into_split", "OwnedReadHalf", "OwnedWriteHalf", "UnixStream::from_std"];
+    let found = mentions_under("server", &forbidden);
+    assert!(
+        found.is_empty(),
+        "the server's end of a Unix stream socket goes through `server::socket::split`: \
+         `tokio`'s stream registers for \"writable\" too, which wakes the async worker each \
+         time the peer reads what the server wrote:\n{}",
+        found.join("\n")
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // Files
 // ---------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ pub mod retention;
 pub mod runners;
 pub mod scheduler;
 pub mod shared;
+pub mod socket;
 pub mod spawn;
 pub mod store_owner;
 pub mod tree;

@@ -28,7 +28,6 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use supervisors::process::{ProcessSpec, RlimitResource, spawn};
 use supervisors::{DetailsCell, ProcessActor, ProcessConfig, ProcessMsg, Readiness};
 use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::net::unix::OwnedWriteHalf;
 
 use super::present::present_frame;
 use super::registry::{AdapterState as Shown, ChannelRegistry};
@@ -36,6 +35,7 @@ use crate::channels::config::TelegramProfile;
 use crate::server::blocking;
 use crate::server::frames::{LineRead, read_line};
 use crate::server::shared::Shared;
+use crate::server::socket;
 use crate::server::spawn::capture_paths;
 use crate::store::StoreError;
 use crate::store::channels::{
@@ -113,7 +113,7 @@ pub struct AdapterState {
 
 struct Serving {
     process: ActorRef<ProcessMsg>,
-    writer: OwnedWriteHalf,
+    writer: socket::WriteHalf,
     fence: AdapterFence,
     /// The sequence of this server's last frame to the adapter.
     sent: u64,
@@ -267,8 +267,7 @@ async fn launch(myself: &ActorRef<AdapterMsg>, state: &mut AdapterState) -> Resu
         .with_details(args.details.clone())
         .on_exit(move |end| *crate::server::shared::lock(&recorded) = end.outcome.and_then(|outcome| outcome.code()));
     let (process, _) = Actor::spawn_linked(None, ProcessActor, config, myself.get_cell()).await?;
-    parent_end.set_nonblocking(true)?;
-    let (read_half, writer) = tokio::net::UnixStream::from_std(parent_end)?.into_split();
+    let (read_half, writer) = socket::split(parent_end)?;
     let tasks = vec![
         tokio::spawn(read_frames(myself.clone(), BufReader::new(read_half))),
         tokio::spawn(wake_on_commits(myself.clone(), Arc::clone(&args.shared))),
@@ -334,7 +333,7 @@ fn process_spec(
 }
 
 /// Frames from the adapter, each decoded (canonical, bounded) and handed to the actor.
-async fn read_frames(myself: ActorRef<AdapterMsg>, mut reader: BufReader<tokio::net::unix::OwnedReadHalf>) {
+async fn read_frames(myself: ActorRef<AdapterMsg>, mut reader: BufReader<socket::ReadHalf>) {
     let mut line = Vec::new();
     loop {
         let why = match read_line(&mut reader, &mut line).await {

@@ -8,13 +8,12 @@
 //! nothing within the idle deadline, is closed. A connection in the reserve (past the normal
 //! limit) may only ask `server.status` or `server.stop`, so those always get in.
 
+use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::io::BufReader;
-use tokio::net::UnixStream;
-use tokio::net::unix::OwnedReadHalf;
 use tokio::task::JoinHandle;
 
 use super::subscriptions::{Subscriptions, Watcher, is_subscription_operation};
@@ -26,6 +25,7 @@ use crate::server::frames::{LineRead, read_line};
 use crate::server::ops::context::OpsContext;
 use crate::server::ops::dispatch;
 use crate::server::shared::ConnectionSlot;
+use crate::server::socket;
 use crate::server::views::feeds::Feeds;
 
 pub struct Connection;
@@ -111,7 +111,7 @@ impl Actor for Connection {
             .take();
         // The slot is released whenever this state (or, before it exists, the spec) drops.
         let (stream, slot) = accepted.ok_or("a connection actor cannot be restarted")?;
-        let (read_half, writer) = stream.into_split();
+        let (read_half, writer) = socket::split(stream)?;
         let mut state = ConnectionState {
             ops: args.ops,
             feeds: args.feeds,
@@ -289,7 +289,7 @@ async fn write_message(state: &mut ConnectionState, message: ClientMessage) -> R
         .map_err(|()| "client write failed or timed out".into())
 }
 
-async fn read_lines(read_half: OwnedReadHalf, connection: ActorRef<ConnectionMsg>) {
+async fn read_lines(read_half: socket::ReadHalf, connection: ActorRef<ConnectionMsg>) {
     let mut reader = BufReader::new(read_half);
     let mut line = Vec::new();
     loop {

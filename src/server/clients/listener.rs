@@ -148,8 +148,9 @@ async fn watch_socket(myself: ActorRef<ListenerMsg>, mut watch: PathWatch) {
 async fn accept_loop(listener: UnixListener, clients: ActorRef<SupervisorMsg>, args: ListenerArgs) {
     let mut refusals = RefusalLog::default();
     loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
+        // The connection registers its socket itself, for reading only (`server::socket`).
+        let stream = match listener.accept().await.and_then(|(stream, _)| stream.into_std()) {
+            Ok(stream) => stream,
             Err(err) => {
                 tracing::warn!(error = %err, "accept failed");
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;

@@ -5,15 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
-use tokio::net::unix::OwnedWriteHalf;
 
 use crate::protocol::{ClientMessage, encode_owned_client_message};
+use crate::server::socket;
 
 /// A client that does not take a message within this time is disconnected.
 pub const WRITE_TIMEOUT_MS: u64 = 10_000;
 
 /// The write half every writer of one connection shares (responses and events).
-pub type SharedWriter = Arc<tokio::sync::Mutex<OwnedWriteHalf>>;
+pub type SharedWriter = Arc<tokio::sync::Mutex<socket::WriteHalf>>;
 
 /// Write one message to a shared writer, giving up after [`WRITE_TIMEOUT_MS`] — waiting for
 /// the writer included. A write given up may have been cut; every caller then closes the

@@ -23,12 +23,12 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use serde_json::{Map, Value};
 use supervisors::{ProcessActor, ProcessConfig, ProcessMsg, Readiness};
 use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 use super::mailbox::{Resolution, ResolveFailure, ResolverJob, ResolverMsg};
 use super::registry::ResolverArgs;
 use crate::protocol::{decode_frame, encode_frame};
 use crate::server::frames::{LineRead, read_line};
+use crate::server::socket;
 use crate::server::spawn::spawn_with_channel;
 
 /// Requests one resolver process serves before it is replaced; the same bound as
@@ -54,8 +54,8 @@ pub struct ResolverState {
 /// One live resolver process and the server's end of its channel.
 struct Serving {
     process: ActorRef<ProcessMsg>,
-    reader: BufReader<OwnedReadHalf>,
-    writer: OwnedWriteHalf,
+    reader: BufReader<socket::ReadHalf>,
+    writer: socket::WriteHalf,
     next_id: u64,
     started: Instant,
     /// Its last answer said it exits now (an import or request quota is spent).
@@ -228,8 +228,7 @@ async fn start(myself: &ActorRef<ResolverMsg>, state: &mut ResolverState) -> any
     let (process, _) = Actor::spawn_linked(None, ProcessActor, config, myself.get_cell())
         .await
         .map_err(|err| anyhow::anyhow!("the resolver process could not be supervised: {err}"))?;
-    parent_end.set_nonblocking(true)?;
-    let (read_half, writer) = tokio::net::UnixStream::from_std(parent_end)?.into_split();
+    let (read_half, writer) = socket::split(parent_end)?;
     state.serving = Some(Serving {
         process,
         reader: BufReader::new(read_half),

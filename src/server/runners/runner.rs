@@ -29,6 +29,7 @@ use super::state::{RunnerArgs, RunnerFence, RunnerState};
 use crate::server::blocking;
 use crate::server::frames::{LineRead, read_line};
 use crate::server::shared::lock;
+use crate::server::socket;
 use crate::server::spawn::{CHILD_GRACE_MS, child_mark, spawn_runner_with_channel};
 use crate::store::StoreError;
 use crate::store::StoreResult;
@@ -75,8 +76,7 @@ impl Actor for Runner {
         // a later server can stop it only while it is provably the same process.
         let end_slot: Arc<Mutex<Option<ProcessEnd>>> = Arc::default();
         let process = own_process(&myself, &args, child, &end_slot).await?;
-        parent_end.set_nonblocking(true)?;
-        let (read_half, mut writer) = tokio::net::UnixStream::from_std(parent_end)?.into_split();
+        let (read_half, mut writer) = socket::split(parent_end)?;
         writer.write_all(args.launch.envelope()).await?;
         let reader = tokio::spawn(read_frames(read_half, myself.clone())).abort_handle();
         let renewals = myself.send_interval(Duration::from_millis(CLAIM_RENEW_MS), || RunnerMsg::RenewClaim);
@@ -369,14 +369,14 @@ async fn control_run(
 
 /// Hand the runner's frames to its actor, in order; at the channel's end say so (after the
 /// last frame was handled: each hand-over waits for its answer).
-async fn read_frames(read_half: tokio::net::unix::OwnedReadHalf, runner: ActorRef<RunnerMsg>) {
+async fn read_frames(read_half: socket::ReadHalf, runner: ActorRef<RunnerMsg>) {
     if hand_over_frames(read_half, &runner).await {
         let _ = runner.cast(RunnerMsg::ChannelClosed);
     }
 }
 
 /// True when the channel ended; false when the actor stopped reading (or is gone).
-async fn hand_over_frames(read_half: tokio::net::unix::OwnedReadHalf, runner: &ActorRef<RunnerMsg>) -> bool {
+async fn hand_over_frames(read_half: socket::ReadHalf, runner: &ActorRef<RunnerMsg>) -> bool {
     let mut reader = BufReader::with_capacity(64 * 1024, read_half);
     let mut line = Vec::new();
     loop {

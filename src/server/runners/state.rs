@@ -8,13 +8,13 @@ use std::time::Instant;
 
 use ractor::ActorRef;
 use supervisors::{Fence, ProcessEnd, ProcessMsg, Refused, Stamp};
-use tokio::net::unix::OwnedWriteHalf;
 use tokio::task::AbortHandle;
 
 use super::mailbox::LaunchHandOver;
 use super::registry::Runners;
 use crate::protocol::runner::Fencing;
 use crate::server::shared::Shared;
+use crate::server::socket;
 use crate::store::claims::ClaimAuthority;
 use crate::store::workers::Admissible;
 
@@ -50,7 +50,7 @@ pub struct RunnerState {
     /// The process ended (how, if its actor knew) while frames it sent before its exit may
     /// still be on their way: settled once the channel is drained (or `CHANNEL_DRAIN_MS`).
     pub ended_undrained: Option<Option<supervisors::process::ExitOutcome>>,
-    pub writer: OwnedWriteHalf,
+    pub writer: socket::WriteHalf,
     /// When the runner answered ready (store clock); `None` before.
     pub ready_at_ms: Option<i64>,
     /// The revision the ready answer named: the one recording it leads to.
