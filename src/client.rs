@@ -17,7 +17,8 @@
 pub mod identity;
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -150,7 +151,7 @@ pub struct Client {
 
 /// One connection: its read and write halves and the start of a message a read timeout cut.
 struct Connection {
-    reader: BufReader<UnixStream>,
+    reader: BufReader<InputWait>,
     writer: UnixStream,
     partial: Vec<u8>,
 }
@@ -159,9 +160,8 @@ impl Connection {
     /// Connect and read `hello` (within `hello_wait`); another package version is refused.
     fn open(socket: &Path, hello_wait: Duration) -> Result<(Self, Hello), ClientError> {
         let writer = UnixStream::connect(socket).map_err(|err| ClientError::Unavailable(err.kind().to_string()))?;
-        writer.set_read_timeout(Some(hello_wait))?;
         let mut connection = Self {
-            reader: BufReader::new(writer.try_clone()?),
+            reader: BufReader::new(InputWait::new(writer.try_clone()?, hello_wait)),
             writer,
             partial: Vec::new(),
         };
@@ -188,6 +188,52 @@ impl Connection {
 
     fn read(&mut self) -> Result<ClientMessage, ClientError> {
         read_message(&mut self.reader, &mut self.partial)
+    }
+
+    /// How long each following read waits for input before it fails with `WouldBlock`.
+    fn set_read_wait(&mut self, wait: Duration) {
+        self.reader.get_mut().wait = wait;
+    }
+}
+
+/// The connection's read side: a read waits with `poll` for input, at most `wait`, then reads
+/// what arrived. Why not a `recv` blocked on the socket: the kernel also wakes a reader
+/// sleeping on a Unix stream socket each time the server reads what this client wrote (its
+/// "writable" signal shares the socket's wait queue), and the server pays for sending each
+/// such wake-up too; a `poll` for input alone is not woken by it.
+struct InputWait {
+    stream: UnixStream,
+    wait: Duration,
+}
+
+impl InputWait {
+    fn new(stream: UnixStream, wait: Duration) -> Self {
+        Self { stream, wait }
+    }
+}
+
+impl Read for InputWait {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let deadline = Instant::now() + self.wait;
+        loop {
+            // Rounded up: a wait of less than a millisecond must not become "do not wait".
+            let left_ms = deadline
+                .saturating_duration_since(Instant::now())
+                .as_micros()
+                .div_ceil(1_000);
+            let timeout = nix::poll::PollTimeout::try_from(left_ms).unwrap_or(nix::poll::PollTimeout::MAX);
+            let mut wanted = [nix::poll::PollFd::new(
+                self.stream.as_fd(),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            match nix::poll::poll(&mut wanted, timeout) {
+                // Input, the end, or an error: the read says which, without blocking.
+                Ok(1..) => return self.stream.read(buf),
+                Ok(_) => return Err(std::io::ErrorKind::WouldBlock.into()),
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(errno) => return Err(errno.into()),
+            }
+        }
     }
 }
 
@@ -412,7 +458,7 @@ impl Client {
         let Some(connection) = self.connection.as_mut() else {
             return Err(ClientError::Disconnected("not connected".to_string()));
         };
-        connection.writer.set_read_timeout(Some(wait))?;
+        connection.set_read_wait(wait);
         connection.writer.write_all(&bytes)?;
         loop {
             let message = match self.read() {
@@ -587,9 +633,7 @@ impl Client {
 
     fn read_event(&mut self, timeout: Duration) -> Result<Option<Event>, ClientError> {
         if let Some(connection) = self.connection.as_mut() {
-            connection
-                .writer
-                .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+            connection.set_read_wait(timeout.max(Duration::from_millis(1)));
         }
         match self.read() {
             Ok(ClientMessage::Event(event)) => Ok(Some(self.translated(event))),
@@ -626,7 +670,7 @@ fn unwatch_answer(request: &Request, original: &OpaqueId) -> Response {
 
 /// Read one message; bytes of a line cut by a read timeout stay in `partial` for the next
 /// call, so a timeout never loses part of a message.
-fn read_message(reader: &mut BufReader<UnixStream>, partial: &mut Vec<u8>) -> Result<ClientMessage, ClientError> {
+fn read_message(reader: &mut BufReader<InputWait>, partial: &mut Vec<u8>) -> Result<ClientMessage, ClientError> {
     loop {
         let budget = FRAME_BYTES_MAX.saturating_sub(partial.len()) as u64;
         let read = std::io::Read::take(&mut *reader, budget).read_until(b'\n', partial)?;
@@ -640,5 +684,92 @@ fn read_message(reader: &mut BufReader<UnixStream>, partial: &mut Vec<u8>) -> Re
         if partial.len() >= FRAME_BYTES_MAX {
             return Err(ClientError::Protocol("the server sent a frame above 1 MiB".to_string()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How many times a thread went to sleep (`voluntary_ctxt_switches` in its status).
+    fn sleeps_of(tid: i32) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).expect("own thread");
+        let line = status
+            .lines()
+            .find(|line| line.starts_with("voluntary_ctxt_switches:"))
+            .expect("a context switch count");
+        line.split_whitespace()
+            .nth(1)
+            .and_then(|count| count.parse().ok())
+            .expect("a number")
+    }
+
+    /// A reader thread blocked with `read` while the peer reads, one by one and slowly, the
+    /// 200 lines the reader's side wrote before: how often the reader went to sleep meanwhile.
+    /// (The kernel signals "writable" once less than a quarter of the send buffer is in
+    /// flight, so a blocked `recv` is woken for about the last 70 of them here, and for every
+    /// request of a client that has one in flight.)
+    fn sleeps_while_the_peer_reads(read: impl FnOnce(UnixStream) + Send + 'static) -> u64 {
+        const LINES: usize = 200;
+        let (client, mut server) = UnixStream::pair().unwrap();
+        let mut writer = client.try_clone().unwrap();
+        for _ in 0..LINES {
+            writer.write_all(b"request\n").unwrap();
+        }
+        let (tid_sender, tid) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            tid_sender
+                .send(rustix::thread::gettid().as_raw_nonzero().get())
+                .unwrap();
+            read(client);
+        });
+        let tid = tid.recv().unwrap();
+        // Wait until the reader sleeps in its read.
+        while !std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).is_ok_and(|stat| stat.contains(") S ")) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let before = sleeps_of(tid);
+        let mut line = [0u8; 8];
+        for _ in 0..LINES {
+            server.read_exact(&mut line).unwrap();
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        let slept = sleeps_of(tid) - before;
+        server.write_all(b"answer\n").unwrap();
+        reader.join().unwrap();
+        slept
+    }
+
+    #[test]
+    fn a_wait_for_the_answer_is_not_woken_by_the_server_reading_the_request() {
+        let polled = sleeps_while_the_peer_reads(|client| {
+            let mut input = InputWait::new(client, Duration::from_secs(10));
+            let mut answer = [0u8; 7];
+            input.read_exact(&mut answer).unwrap();
+            assert_eq!(&answer, b"answer\n");
+        });
+        // What a `recv` blocked on the socket goes through, so this test can see the difference.
+        let blocked = sleeps_while_the_peer_reads(|mut client| {
+            let mut answer = [0u8; 7];
+            client.read_exact(&mut answer).unwrap();
+        });
+        assert!(polled <= 10, "the waiting reader woke {polled} times");
+        assert!(
+            blocked >= 40,
+            "a blocked recv woke only {blocked} times: the test cannot tell"
+        );
+    }
+
+    #[test]
+    fn a_wait_for_input_ends_at_its_time_with_would_block_and_loses_nothing() {
+        let (client, mut server) = UnixStream::pair().unwrap();
+        let mut input = BufReader::new(InputWait::new(client, Duration::from_millis(30)));
+        let started = Instant::now();
+        let mut partial = Vec::new();
+        server.write_all(b"{\"cut").unwrap();
+        let err = read_message(&mut input, &mut partial).unwrap_err();
+        assert!(matches!(&err, ClientError::Io(io) if is_timeout(io)), "{err}");
+        assert!(started.elapsed() >= Duration::from_millis(30));
+        assert_eq!(partial, b"{\"cut", "the cut line is kept for the next read");
     }
 }
