@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::input_wait::wait_for_input;
+
 use crate::protocol::{
     ClientMessage, ClientSchema, Event, EventKind, FRAME_BYTES_MAX, Hello, JsonObject, OpaqueId, Operation, Outcome,
     Request, Response, Revision, decode_client_message, encode_client_message,
@@ -214,25 +216,9 @@ impl InputWait {
 
 impl Read for InputWait {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let deadline = Instant::now() + self.wait;
-        loop {
-            // Rounded up: a wait of less than a millisecond must not become "do not wait".
-            let left_ms = deadline
-                .saturating_duration_since(Instant::now())
-                .as_micros()
-                .div_ceil(1_000);
-            let timeout = nix::poll::PollTimeout::try_from(left_ms).unwrap_or(nix::poll::PollTimeout::MAX);
-            let mut wanted = [nix::poll::PollFd::new(
-                self.stream.as_fd(),
-                nix::poll::PollFlags::POLLIN,
-            )];
-            match nix::poll::poll(&mut wanted, timeout) {
-                // Input, the end, or an error: the read says which, without blocking.
-                Ok(1..) => return self.stream.read(buf),
-                Ok(_) => return Err(std::io::ErrorKind::WouldBlock.into()),
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(errno) => return Err(errno.into()),
-            }
+        match wait_for_input(self.stream.as_fd(), Instant::now() + self.wait)? {
+            true => self.stream.read(buf),
+            false => Err(std::io::ErrorKind::WouldBlock.into()),
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod cli;
 pub mod client;
 pub mod decision;
 pub mod digest;
+pub mod input_wait;
 pub mod package;
 pub mod paths;
 pub mod printable;

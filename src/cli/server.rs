@@ -12,6 +12,7 @@ use clap::Subcommand;
 use serde_json::Value;
 
 use crate::client::{Client, ClientError};
+use crate::input_wait::wait_for_input;
 use crate::protocol::{JsonObject, Operation, Outcome};
 use crate::server::ownership::ServerPaths;
 use crate::server::{self, READY_FD_ENV, ServerConfig};
@@ -240,16 +241,9 @@ fn wait_ready(pipe: OwnedFd, timeout: Duration) -> Ready {
     let mut file = std::fs::File::from(pipe);
     let mut text = Vec::new();
     loop {
-        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-            return Ready::TimedOut;
-        };
-        let mut fds = [nix::poll::PollFd::new(
-            std::os::fd::AsFd::as_fd(&file),
-            nix::poll::PollFlags::POLLIN,
-        )];
-        match nix::poll::poll(&mut fds, u16::try_from(left.as_millis()).unwrap_or(u16::MAX)) {
-            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
-            Ok(_) => {}
+        match wait_for_input(std::os::fd::AsFd::as_fd(&file), deadline) {
+            Ok(true) => {}
+            Ok(false) => return Ready::TimedOut,
             Err(_) => return Ready::Exited,
         }
         let mut chunk = [0u8; 64];
